@@ -1,0 +1,153 @@
+"""The run-ledger events (CONTRACT §6) as a pydantic discriminated union.
+
+Events know nothing of stream ids or bytes; ``ledger.codec`` maps them to stream fields. Every
+event carries ``v``, the schema version: a reader meeting a version it does not know raises
+``EventDecodeError`` and the stores turn that into a logged skip.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+
+from ledger.errors import EventDecodeError
+
+#: the schema version every event carries as ``v``
+SCHEMA_VERSION = 1
+
+RunEndReason = Literal["completed", "soft_limit", "transport_error", "crashed", "error", "stopped"]
+TurnStatus = Literal["completed", "stopped", "failed", "cancelled"]
+TurnMode = Literal["foreground", "background"]
+
+
+class _Event(BaseModel):
+    # Unknown fields are ignored so that an older reader still folds a newer writer's events of a
+    # known type and version; frozen because an event, once recorded, never changes.
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    v: Literal[1] = 1
+    event_id: str = Field(min_length=1)
+    turn_id: str = Field(min_length=1)
+    run_id: str = Field(min_length=1)
+    chunk: int = Field(ge=0)
+    #: seconds since the epoch, from the injected clock
+    ts: float
+
+
+class TurnStarted(_Event):
+    type: Literal["turn_started"] = "turn_started"
+    conversation_id: str
+    message: str
+    mode: TurnMode = "foreground"
+    model: str | None = None
+    #: a short account of an unfinished earlier turn of the conversation (CONTRACT §7.7)
+    prior_turn_note: str | None = None
+
+
+class RunStarted(_Event):
+    type: Literal["run_started"] = "run_started"
+    #: why this run exists: first, next_chunk, redelivery, reaper, auto_continue, continue
+    cause: str = "first"
+    epoch: int = 0
+
+
+class ModelStart(_Event):
+    type: Literal["model_start"] = "model_start"
+    #: the model call's index within the turn (counted from the ledger)
+    step: int = Field(ge=0)
+    resumed: bool = False
+
+
+class Text(_Event):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ToolStart(_Event):
+    type: Literal["tool_start"] = "tool_start"
+    call_id: str | None = None
+    tool: str
+    input: Any = None
+    signature: str
+    read_only: bool = False
+
+
+class ToolDone(_Event):
+    type: Literal["tool_done"] = "tool_done"
+    call_id: str | None = None
+    tool: str
+    result: Any = None
+    is_error: bool = False
+
+
+class ToolBlocked(_Event):
+    type: Literal["tool_blocked"] = "tool_blocked"
+    call_id: str | None = None
+    tool: str
+    signature: str
+    #: completed (exact repeat), identity (reworded retry), interrupted (unknown outcome)
+    reason: str
+    #: the call_id of the journal entry the call was matched against
+    matched_call_id: str | None = None
+
+
+class Clear(_Event):
+    type: Literal["clear"] = "clear"
+    reason: str = ""
+
+
+class RunEnded(_Event):
+    type: Literal["run_ended"] = "run_ended"
+    reason: RunEndReason
+    detail: str = ""
+
+
+class TurnEnded(_Event):
+    type: Literal["turn_ended"] = "turn_ended"
+    status: TurnStatus
+    #: machine-readable cause of a stop or failure, e.g. ``journal_unreadable``
+    code: str = ""
+    detail: str = ""
+    can_continue: bool = False
+
+
+Event = Annotated[
+    TurnStarted
+    | RunStarted
+    | ModelStart
+    | Text
+    | ToolStart
+    | ToolDone
+    | ToolBlocked
+    | Clear
+    | RunEnded
+    | TurnEnded,
+    Field(discriminator="type"),
+]
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+
+
+def parse_event(data: dict[str, Any]) -> Event:
+    """Validate the dict form of an event (CONTRACT §6); raise ``EventDecodeError`` if not one."""
+    if not isinstance(data, dict):
+        raise EventDecodeError(f"an event must be a JSON object, got {type(data).__name__}")
+    try:
+        return EVENT_ADAPTER.validate_python(data)
+    except ValidationError as e:
+        raise EventDecodeError(_describe(e)) from e
+
+
+def parse_event_json(raw: bytes | str) -> Event:
+    """Validate an event from its JSON text (parsed in pydantic-core, the fast path for reads)."""
+    try:
+        return EVENT_ADAPTER.validate_json(raw)
+    except ValidationError as e:
+        raise EventDecodeError(_describe(e)) from e
+
+
+def _describe(error: ValidationError) -> str:
+    first = error.errors()[0]
+    where = ".".join(str(p) for p in first["loc"]) or "event"
+    return f"invalid event: {where}: {first['msg']} ({error.error_count()} error(s))"

@@ -1,0 +1,89 @@
+"""The tool-call journal (CONTRACT §7.1): a pure fold over a turn's events.
+
+Completed calls are ``tool_start``s with a successful ``tool_done``; interrupted calls are
+``tool_start``s with none. No Redis, no clock, no logging here: the same events always give the
+same journal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from ledger.events import Clear, Event, ToolDone, ToolStart
+
+
+@dataclass(frozen=True, slots=True)
+class JournalEntry:
+    tool: str
+    call_id: str | None
+    input: Any
+    signature: str
+    #: the recorded result; None for an interrupted call
+    result: Any = None
+    read_only: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Journal:
+    #: completed and interrupted calls, each in the order their ``tool_start``s were recorded
+    completed: list[JournalEntry] = field(default_factory=list)
+    interrupted: list[JournalEntry] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.completed or self.interrupted)
+
+
+@dataclass(slots=True)
+class _Open:
+    order: int
+    start: ToolStart
+
+
+def _entry(start: ToolStart, result: Any = None) -> JournalEntry:
+    return JournalEntry(
+        tool=start.tool,
+        call_id=start.call_id,
+        input=start.input,
+        signature=start.signature,
+        result=result,
+        read_only=start.read_only,
+    )
+
+
+def _take(open_calls: list[_Open], done: ToolDone) -> _Open | None:
+    """Pair a ``tool_done`` with its start: by call_id when both carry one, else FIFO per tool."""
+    if done.call_id is not None:
+        for i, call in enumerate(open_calls):
+            if call.start.call_id == done.call_id:
+                return open_calls.pop(i)
+    for i, call in enumerate(open_calls):
+        if call.start.tool != done.tool:
+            continue
+        if done.call_id is None or call.start.call_id is None:
+            return open_calls.pop(i)
+    return None
+
+
+def build_journal(events: Iterable[Event]) -> Journal:
+    """Fold a turn's events, in ledger order, into its journal."""
+    open_calls: list[_Open] = []
+    completed: list[tuple[int, JournalEntry]] = []
+    order = 0
+    for event in events:
+        if isinstance(event, ToolStart):
+            open_calls.append(_Open(order, event))
+            order += 1
+        elif isinstance(event, ToolDone):
+            call = _take(open_calls, event)
+            # An error result closes the call without counting it: nothing happened, a retry may.
+            if call is not None and not event.is_error:
+                completed.append((call.order, _entry(call.start, event.result)))
+        elif isinstance(event, Clear):
+            open_calls.clear()
+    completed.sort(key=lambda pair: pair[0])
+    return Journal(
+        completed=[entry for _, entry in completed],
+        interrupted=[_entry(call.start) for call in open_calls],
+    )

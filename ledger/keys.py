@@ -1,0 +1,40 @@
+"""Every Redis key name dres uses, in one place.
+
+All keys of one turn share the hash tag ``{turn_id}`` so that a turn's stream, metadata and
+dedupe index live in one Redis Cluster slot and the Lua scripts may touch them together.
+"""
+
+from __future__ import annotations
+
+PREFIX = "dres"
+
+
+def _tag(value: str) -> str:
+    if not value or any(c in value for c in "{}"):
+        raise ValueError(f"id {value!r} must be non-empty and may not contain braces")
+    return "{" + value + "}"
+
+
+def turn_events(turn_id: str) -> str:
+    """The turn's event stream."""
+    return f"{PREFIX}:turn:{_tag(turn_id)}:events"
+
+
+def turn_meta(turn_id: str) -> str:
+    """Hash: status, lease epoch, runs, chunk, pending run, continuation count."""
+    return f"{PREFIX}:turn:{_tag(turn_id)}:meta"
+
+
+def turn_event_ids(turn_id: str) -> str:
+    """Hash: event_id -> stream id, which makes a retried append a no-op."""
+    return f"{PREFIX}:turn:{_tag(turn_id)}:eids"
+
+
+def turn_keys(turn_id: str) -> tuple[str, str, str]:
+    """The keys every fenced script receives, in the order the scripts expect."""
+    return turn_events(turn_id), turn_meta(turn_id), turn_event_ids(turn_id)
+
+
+def conversation_turns(conversation_id: str) -> str:
+    """List of the conversation's turn ids, oldest first."""
+    return f"{PREFIX}:conv:{_tag(conversation_id)}:turns"

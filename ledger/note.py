@@ -1,0 +1,72 @@
+"""The journal note of a resume prompt (CONTRACT §7.3, layer 1).
+
+The structure is fixed by the contract: a lead line, then the completed calls (tool, input,
+result) to reuse and not re-run, then the interrupted calls whose outcome must be verified.
+Inputs are cut to about 120 characters and results to about 400, whitespace collapsed. An empty
+journal has no note.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ledger.errors import SignatureError
+from ledger.journal import Journal, JournalEntry
+from ledger.signature import canonical_json
+
+#: characters of a call's input shown in the note
+INPUT_CHARS = 120
+#: characters of a call's result shown in the note
+RESULT_CHARS = 400
+
+LEAD = "Tool calls already recorded for this turn (from the durable run ledger):"
+COMPLETED_HEADER = (
+    "Completed - these side effects already happened. Reuse the results; do not call them again:"
+)
+INTERRUPTED_HEADER = (
+    "Interrupted - these started but no result was recorded, so they may or may not have taken "
+    "effect. Check the current state with a read tool before doing any of them again:"
+)
+NO_RESULT = "(no result recorded)"
+
+
+def shorten(text: str, limit: int) -> str:
+    """Collapse whitespace runs to one space, trim, and cut to ``limit`` characters with ``…``."""
+    collapsed = " ".join(text.split())
+    if len(collapsed) <= limit:
+        return collapsed
+    return collapsed[:limit].rstrip() + "…"
+
+
+def _show(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    try:
+        return canonical_json(value)
+    except SignatureError:
+        return json.dumps(value, default=str, ensure_ascii=False)
+
+
+def _line(entry: JournalEntry, with_result: bool) -> str:
+    text = f"- {entry.tool}"
+    if entry.input not in (None, {}, []):
+        text += f" input: {shorten(_show(entry.input), INPUT_CHARS)}"
+    if with_result:
+        result = NO_RESULT if entry.result is None else shorten(_show(entry.result), RESULT_CHARS)
+        text += f" → {result or '(empty result)'}"
+    return text
+
+
+def journal_note(journal: Journal) -> str | None:
+    """The note for a resume prompt, or None when the journal is empty."""
+    if not journal:
+        return None
+    lines = [LEAD]
+    if journal.completed:
+        lines += ["", COMPLETED_HEADER]
+        lines += [_line(entry, with_result=True) for entry in journal.completed]
+    if journal.interrupted:
+        lines += ["", INTERRUPTED_HEADER]
+        lines += [_line(entry, with_result=False) for entry in journal.interrupted]
+    return "\n".join(lines)
