@@ -52,11 +52,29 @@ class RunStarted(_Event):
     epoch: int = 0
 
 
+class Resumed(_Event):
+    """The turn goes on after an interruption; the resume prompt (nudge, note) stands here."""
+
+    type: Literal["resumed"] = "resumed"
+    #: next_chunk, redelivery, transport_error, reaper, auto_continue, continue
+    cause: str
+    #: the journal note the model was given (None: an empty journal, or the note was unavailable)
+    note: str | None = None
+
+
 class ModelStart(_Event):
     type: Literal["model_start"] = "model_start"
-    #: the model call's index within the turn (counted from the ledger)
+    #: completed model calls of the turn before this one (the scripted model's step in ``continue``)
     step: int = Field(ge=0)
-    resumed: bool = False
+    #: completed model calls since the turn last resumed (the step in ``restart`` mode)
+    resume_step: int = Field(ge=0, default=0)
+
+
+class ModelDone(_Event):
+    """A model response arrived whole; its text and tool calls are the events since model_start."""
+
+    type: Literal["model_done"] = "model_done"
+    tool_calls: int = Field(ge=0, default=0)
 
 
 class Text(_Event):
@@ -82,14 +100,20 @@ class ToolDone(_Event):
 
 
 class ToolBlocked(_Event):
+    """A call the executor did not run; ``result`` is what the model was given instead."""
+
     type: Literal["tool_blocked"] = "tool_blocked"
     call_id: str | None = None
     tool: str
+    input: Any = None
     signature: str
-    #: completed (exact repeat), identity (reworded retry), interrupted (unknown outcome)
+    #: completed (exact repeat), identity (reworded retry), interrupted (unknown outcome),
+    #: reconciled (the reconcile hook found the interrupted call's effect)
     reason: str
     #: the call_id of the journal entry the call was matched against
     matched_call_id: str | None = None
+    result: Any = None
+    is_error: bool = False
 
 
 class Clear(_Event):
@@ -115,7 +139,9 @@ class TurnEnded(_Event):
 Event = Annotated[
     TurnStarted
     | RunStarted
+    | Resumed
     | ModelStart
+    | ModelDone
     | Text
     | ToolStart
     | ToolDone

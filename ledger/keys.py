@@ -25,14 +25,9 @@ def turn_meta(turn_id: str) -> str:
     return f"{PREFIX}:turn:{_tag(turn_id)}:meta"
 
 
-def turn_event_ids(turn_id: str) -> str:
-    """Hash: event_id -> stream id, which makes a retried append a no-op."""
-    return f"{PREFIX}:turn:{_tag(turn_id)}:eids"
-
-
-def turn_keys(turn_id: str) -> tuple[str, str, str]:
-    """The keys every fenced script receives, in the order the scripts expect."""
-    return turn_events(turn_id), turn_meta(turn_id), turn_event_ids(turn_id)
+def turn_keys(turn_id: str) -> tuple[str, str]:
+    """The keys every turn script receives, in the order the scripts expect."""
+    return turn_events(turn_id), turn_meta(turn_id)
 
 
 def conversation_turns(conversation_id: str) -> str:

@@ -12,27 +12,36 @@ import hashlib
 import json
 import math
 import unicodedata
+from decimal import Decimal
 from typing import Any
 
 from ledger.errors import SignatureError
-
-#: integral floats below this magnitude print as integers, as ECMAScript's Number#toString does
-_INTEGRAL_LIMIT = 1e21
 
 _encode_string = json.JSONEncoder(ensure_ascii=False).encode
 
 
 def _number(value: float) -> str:
+    """ECMAScript's Number#toString form of a float, except that integral values print whole."""
     if math.isnan(value) or math.isinf(value):
         raise SignatureError(f"{value!r} has no JSON form")
-    if value.is_integer() and abs(value) < _INTEGRAL_LIMIT:
-        return str(int(value))
-    text = repr(value)  # shortest round-trip form, like ECMAScript's
-    if "e" in text:
-        mantissa, exponent = text.split("e")
-        sign = "-" if exponent.startswith("-") else "+"
-        text = f"{mantissa}e{sign}{exponent.lstrip('+-').lstrip('0') or '0'}"
-    return text
+    if value.is_integer():
+        return str(int(value))  # the same text as the equal int: 1.0 and 1 are one number
+    sign, digits, exponent = Decimal(repr(value)).as_tuple()
+    text = "".join(map(str, digits)).rstrip("0")
+    assert isinstance(exponent, int)
+    point = len(digits) + exponent  # value = 0.<text> * 10**point
+    if 0 < point <= 21:
+        body = (
+            text[:point] + "." + text[point:]
+            if point < len(text)
+            else text + "0" * (point - len(text))
+        )
+    elif -6 < point <= 0:
+        body = "0." + "0" * -point + text
+    else:
+        mantissa = text[0] + ("." + text[1:] if len(text) > 1 else "")
+        body = f"{mantissa}e{'+' if point - 1 > 0 else '-'}{abs(point - 1)}"
+    return ("-" if sign else "") + body
 
 
 def _key_order(key: str) -> bytes:
@@ -70,7 +79,10 @@ def _write_object(value: dict[Any, Any], out: list[str]) -> None:
     for k, v in value.items():
         if not isinstance(k, str):
             raise SignatureError(f"object key {k!r} is not a string")
-        items[unicodedata.normalize("NFC", k)] = v
+        key = unicodedata.normalize("NFC", k)
+        if key in items:
+            raise SignatureError(f"object keys {key!r} collide once normalized to NFC")
+        items[key] = v
     out.append("{")
     for i, k in enumerate(sorted(items, key=_key_order)):
         if i:
@@ -90,4 +102,8 @@ def canonical_json(value: Any) -> str:
 
 def input_signature(value: Any) -> str:
     """Hex sha256 of ``canonical_json(value)``."""
-    return hashlib.sha256(canonical_json(value).encode()).hexdigest()
+    try:
+        data = canonical_json(value).encode()
+    except UnicodeEncodeError as e:
+        raise SignatureError(f"a string holds a lone surrogate: {e}") from None
+    return hashlib.sha256(data).hexdigest()

@@ -1,25 +1,33 @@
 """The run ledger in Redis: one stream per turn, fenced idempotent appends, paged reads, live tail.
 
+Fencing by stream id: a run appends with explicit ids ``E-n``, E being its lease epoch and n its
+own sequence. Claiming a turn writes ``run_started`` at ``E-0`` atomically with the epoch bump
+(``lua/claim.lua``), so once a successor holds epoch E+1 every XADD of the old epoch is refused
+by Redis itself ("equal or smaller than the top item"): the hot path is one plain XADD, and the
+fence needs no read. A refused or interrupted append is resolved by looking at the stream: the
+event already at its id (a retried XADD that had landed) is success, a newer epoch is
+``FencedOut``. Writes that must change metadata too go through ``lua/append.lua``.
+
 ``Ledger`` takes an injected redis-py client (``redis.Redis`` or ``fakeredis.FakeRedis``, with or
-without ``decode_responses``). Appends go through Lua scripts (``ledger/lua``) so that the lease
-check, the event-id dedupe and the write are one atomic step.
+without ``decode_responses``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from importlib import resources
-from typing import Any
+from typing import Any, TypeVar
 
 import redis
 
 from ledger import keys
-from ledger.codec import Envelope, decode_entry, encode
+from ledger.codec import FIELD, Envelope, decode_entry, encode
 from ledger.errors import EventDecodeError, FencedOut, LedgerUnavailable, UnknownTurn
-from ledger.events import Event, TurnStarted
+from ledger.events import Event, RunStarted, TurnStarted
 
 log = logging.getLogger("ledger.store")
 
@@ -27,12 +35,13 @@ log = logging.getLogger("ledger.store")
 DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
 #: entries per XRANGE page when reading a whole turn
 DEFAULT_PAGE = 1000
-#: events per script call in a batch append (bounds the script's argument count)
-BATCH = 256
 #: seconds to wait before each retry of an operation that lost its connection
 RETRY_BACKOFF_S = (0.05, 0.2, 0.5)
+#: events per script call in a metadata-changing batch (bounds the script's argument count)
+BATCH = 256
 
 MetaValue = str | int | float
+T = TypeVar("T")
 
 
 def _script(name: str) -> str:
@@ -43,9 +52,14 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def _split(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq)
+
+
 @dataclass(frozen=True, slots=True)
 class TurnMeta:
-    """The metadata hash beside a turn's stream. Unknown fields are kept in ``extra``."""
+    """The metadata hash beside a turn's stream. Fields without a typed slot are in ``extra``."""
 
     turn_id: str
     status: str
@@ -71,16 +85,36 @@ class TurnMeta:
         )
 
 
+@dataclass(slots=True)
+class Lease:
+    """A run's hold on a turn: its epoch, and the sequence of its next stream id (mutable)."""
+
+    turn_id: str
+    run_id: str
+    epoch: int
+    chunk: int
+    cause: str = "first"
+    seq: int = 1
+    #: the last event appended and its stream id: appending it again returns that id
+    last: tuple[str, str] = ("", "")
+
+    def next_id(self) -> str:
+        return f"{self.epoch}-{self.seq}"
+
+
 @dataclass(frozen=True, slots=True)
 class Claim:
-    """The outcome of claiming a turn's pending run."""
+    """The outcome of claiming a turn's pending run: a lease, or who holds the turn."""
 
-    claimed: bool
-    epoch: int = 0
-    chunk: int = 0
-    #: when not claimed: the turn's status and the run that holds it
+    lease: Lease | None
+    #: the turn's metadata as read just before the claim
+    meta: TurnMeta | None = None
     status: str = ""
     holder: str = ""
+
+    @property
+    def claimed(self) -> bool:
+        return self.lease is not None
 
 
 class Ledger:
@@ -96,11 +130,11 @@ class Ledger:
         self.client = client
         self.finished_ttl_s = finished_ttl_s
         self.page = page
-        self._append = client.register_script(_script("append.lua"))
+        self._append_meta = client.register_script(_script("append.lua"))
         self._create = client.register_script(_script("create.lua"))
         self._claim = client.register_script(_script("claim.lua"))
 
-    # -- writes ------------------------------------------------------------------------------
+    # -- creating and claiming ---------------------------------------------------------------
 
     def create_turn(
         self, event: TurnStarted, *, first_run: str, meta: Mapping[str, MetaValue] | None = None
@@ -113,111 +147,164 @@ class Ledger:
             "status": "queued",
             "next_run": first_run,
             "next_chunk": 0,
+            "next_cause": "first",
             "conversation_id": event.conversation_id,
             "mode": event.mode,
             "created": event.ts,
             **(meta or {}),
         }
-        args: list[MetaValue] = [event.event_id, encode(event)]
+        args: list[MetaValue] = [encode(event)]
         for name, value in fields.items():
             args += [name, value]
-        created, _ = self._retry(self._create, keys.turn_keys(event.turn_id), args)
+        created = self._retry(lambda: self._create(keys=keys.turn_keys(event.turn_id), args=args))
         return bool(int(created))
 
-    def claim(self, turn_id: str, run_id: str, *, lease_until_ms: int) -> Claim:
-        """Make ``run_id`` the lease holder if it is the turn's pending run (atomic)."""
+    def claim(
+        self, turn_id: str, run_id: str, *, lease_until_ms: int, event_id: str, ts: float
+    ) -> Claim:
+        """Make ``run_id`` the lease holder if it is the turn's pending run (atomic).
+
+        The claim records ``run_started`` (with ``event_id`` and ``ts``) at the new epoch's
+        first stream id. A run that is not the pending one (a duplicate delivery, a run already
+        claimed, a stale message) gets no lease.
+        """
+        meta = self.meta(turn_id)
+        if meta.next_run != run_id:
+            return Claim(None, meta, status=meta.status, holder=meta.run_id)
+        epoch = meta.epoch + 1
+        chunk = int(meta.extra.get("next_chunk", meta.chunk))
+        cause = meta.extra.get("next_cause", "first")
+        started = RunStarted(
+            event_id=event_id,
+            turn_id=turn_id,
+            run_id=run_id,
+            chunk=chunk,
+            ts=ts,
+            cause=cause,
+            epoch=epoch,
+        )
+        args: list[MetaValue] = [run_id, lease_until_ms, meta.epoch, encode(started)]
         try:
-            reply = self._retry(self._claim, keys.turn_keys(turn_id), [run_id, lease_until_ms])
+            reply = self._retry(lambda: self._claim(keys=keys.turn_keys(turn_id), args=args))
         except redis.ResponseError as e:
             raise self._translate(turn_id, 0, e) from e
         if int(reply[0]) == 1:
-            return Claim(True, epoch=int(reply[1]), chunk=int(reply[2]))
-        return Claim(False, status=_text(reply[1]), holder=_text(reply[2]))
+            return Claim(Lease(turn_id, run_id, int(reply[1]), int(reply[2]), cause), meta)
+        # Lost a race; or a retried claim whose first reply was lost finds its own epoch.
+        now = self.meta(turn_id)
+        if now.run_id == run_id and now.epoch == epoch:
+            return Claim(Lease(turn_id, run_id, epoch, chunk, cause), meta)
+        return Claim(None, now, status=_text(reply[1]), holder=_text(reply[2]))
 
-    def append(self, event: Event, *, epoch: int) -> str:
-        """Append one event under lease ``epoch``; returns its stream id."""
-        return self.append_many([event], epoch=epoch)[0]
+    # -- appending ---------------------------------------------------------------------------
+
+    def append(self, event: Event, *, lease: Lease) -> str:
+        """Append one event under ``lease``; returns its stream id.
+
+        Raises ``FencedOut`` when a newer run holds the turn, ``UnknownTurn`` when the turn's
+        stream does not exist, ``LedgerUnavailable`` when Redis cannot be reached.
+        """
+        if lease.last[0] == event.event_id:
+            return lease.last[1]
+        stream = keys.turn_events(lease.turn_id)
+        fields: dict[Any, Any] = {FIELD: encode(event)}
+        for delay in (*RETRY_BACKOFF_S, None):
+            sid = lease.next_id()
+            try:
+                added = self.client.xadd(stream, fields, id=sid, nomkstream=True)
+            except redis.ResponseError as e:
+                if "equal or smaller" not in str(e):
+                    raise
+                if self._landed(stream, sid, event.event_id, lease):
+                    lease.last = (event.event_id, sid)
+                    return sid
+                continue
+            except (redis.ConnectionError, redis.TimeoutError) as e:
+                if delay is None:
+                    raise LedgerUnavailable(f"redis unreachable: {e}") from e
+                time.sleep(delay)
+                continue
+            if added is None:
+                raise UnknownTurn(lease.turn_id)
+            lease.seq += 1
+            lease.last = (event.event_id, sid)
+            return sid
+        raise LedgerUnavailable(f"turn {lease.turn_id}: append of {event.event_id} kept failing")
+
+    def _landed(self, stream: str, sid: str, event_id: str, lease: Lease) -> bool:
+        """After a refused XADD: True if our event is already at ``sid``; else fence or catch up."""
+        at: Any = self.client.xrange(stream, min=sid, max=sid)
+        if at and decode_entry(at[0][0], at[0][1]).event.event_id == event_id:
+            lease.seq += 1
+            return True
+        top: Any = self.client.xrevrange(stream, count=1)
+        top_epoch, top_seq = _split(_text(top[0][0]))
+        if top_epoch > lease.epoch:
+            raise FencedOut(lease.turn_id, lease.epoch, top_epoch)
+        lease.seq = top_seq + 1  # our own earlier append landed unseen: go on after it
+        return False
 
     def append_many(
         self,
         events: Sequence[Event],
         *,
-        epoch: int,
+        lease: Lease,
         meta: Mapping[str, MetaValue] | None = None,
         expire: bool = False,
     ) -> list[str]:
-        """Append events of one turn in order, pipelined in batches, fenced by ``epoch``.
+        """Append events in order and set ``meta`` fields, fenced and atomic per batch.
 
-        ``meta`` fields are set and (with ``expire``) the turn's keys get the finished-turn expiry
-        in the same atomic step as the last batch. An event id already in the ledger is not added
-        again. Raises ``FencedOut`` when another run holds the turn, ``UnknownTurn`` when it has
-        no metadata, ``LedgerUnavailable`` when Redis cannot be reached.
+        With ``expire`` the turn's keys get the finished-turn expiry in the same step. Use it for
+        writes that change metadata; plain events go through ``append``.
         """
-        turn_ids = {e.turn_id for e in events}
-        if len(turn_ids) > 1:
-            raise ValueError(f"append_many takes the events of one turn, got {sorted(turn_ids)}")
-        if not events:
+        if not events and not meta:
             return []
-        return self._write(events[0].turn_id, events, epoch=epoch, meta=meta, expire=expire)
+        turn_keys = keys.turn_keys(lease.turn_id)
+        batches = [events[i : i + BATCH] for i in range(0, len(events), BATCH)] or [[]]
+        ids: list[str] = []
+        for index, batch in enumerate(batches):
+            last = index == len(batches) - 1
+            ids += self._append_batch(
+                turn_keys, lease, batch, meta if last else None, expire and last
+            )
+        return ids
 
-    def update_meta(
-        self, turn_id: str, *, epoch: int, meta: Mapping[str, MetaValue], expire: bool = False
-    ) -> None:
-        """Set metadata fields under lease ``epoch`` (e.g. renew the lease) without an event."""
-        self._write(turn_id, [], epoch=epoch, meta=meta, expire=expire)
-
-    def _write(
+    def _append_batch(
         self,
-        turn_id: str,
-        events: Sequence[Event],
-        *,
-        epoch: int,
+        turn_keys: Sequence[str],
+        lease: Lease,
+        batch: Sequence[Event],
         meta: Mapping[str, MetaValue] | None,
         expire: bool,
     ) -> list[str]:
-        batches = [events[i : i + BATCH] for i in range(0, len(events), BATCH)] or [[]]
-        turn_keys = keys.turn_keys(turn_id)
-        calls: list[list[MetaValue]] = []
-        for index, batch in enumerate(batches):
-            last = index == len(batches) - 1
-            ttl = self.finished_ttl_s if (last and expire) else 0
-            args: list[MetaValue] = [epoch, ttl, len(batch)]
-            for event in batch:
-                args += [event.event_id, encode(event)]
-            if last and meta:
-                for name, value in meta.items():
-                    args += [name, value]
-            calls.append(args)
-        try:
-            if len(calls) == 1:
-                replies = [self._retry(self._append, turn_keys, calls[0])]
-            else:
-                replies = self._retry_pipeline(turn_keys, calls)
-        except redis.ResponseError as e:
-            raise self._translate(turn_id, epoch, e) from e
-        return [_text(sid) for reply in replies for sid in reply]
+        payloads = [encode(event) for event in batch]
+        while True:
+            ids = [f"{lease.epoch}-{lease.seq + i}" for i in range(len(batch))]
+            args: list[MetaValue] = [lease.epoch, self.finished_ttl_s if expire else 0, len(batch)]
+            for sid, payload in zip(ids, payloads, strict=True):
+                args += [sid, payload]
+            for name, value in (meta or {}).items():
+                args += [name, value]
+            try:
+                self._retry(partial(self._append_meta, keys=turn_keys, args=args))
+            except redis.ResponseError as e:
+                if str(e).startswith("BEHIND"):
+                    lease.seq = _split(str(e).split()[1])[1] + 1
+                    continue
+                raise self._translate(lease.turn_id, lease.epoch, e) from e
+            lease.seq += len(batch)
+            return ids
 
-    def _retry_pipeline(self, turn_keys: Sequence[str], calls: list[list[MetaValue]]) -> list[Any]:
-        def run() -> list[Any]:
-            pipe = self.client.pipeline(transaction=False)
-            for args in calls:
-                self._append(keys=turn_keys, args=args, client=pipe)
-            replies = list(pipe.execute(raise_on_error=False))
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
-            return replies
-
-        replies: list[Any] = self._with_retries(run)
-        return replies
-
-    def _retry(self, script: Any, turn_keys: Sequence[str], args: Sequence[MetaValue]) -> Any:
-        return self._with_retries(lambda: script(keys=turn_keys, args=args))
+    def update_meta(
+        self, *, lease: Lease, meta: Mapping[str, MetaValue], expire: bool = False
+    ) -> None:
+        """Set metadata fields under ``lease`` (e.g. renew it) without an event."""
+        self.append_many([], lease=lease, meta=meta, expire=expire)
 
     @staticmethod
-    def _with_retries(call: Any) -> Any:
-        # Every script here is safe to repeat (fenced, deduped by event id, claim by run id), so a
-        # command cut off with its connection may be sent again whether or not it ran.
+    def _retry(call: Callable[[], T]) -> T:
+        # Every script here is safe to repeat (fenced; events skipped when already at their id;
+        # a claim by run id), so a command cut off with its connection may be sent again.
         for delay in (*RETRY_BACKOFF_S, None):
             try:
                 return call()
@@ -227,7 +314,8 @@ class Ledger:
                 time.sleep(delay)
         raise AssertionError("unreachable")
 
-    def _translate(self, turn_id: str, epoch: int, error: redis.ResponseError) -> Exception:
+    @staticmethod
+    def _translate(turn_id: str, epoch: int, error: redis.ResponseError) -> Exception:
         text = str(error)
         if text.startswith("FENCED"):
             return FencedOut(turn_id, epoch, int(text.split()[1]))
@@ -244,27 +332,29 @@ class Ledger:
         return TurnMeta.from_hash(turn_id, raw)
 
     def read_turn(self, turn_id: str) -> list[Envelope]:
-        """Every decodable event of the turn, in order (paged XRANGE)."""
+        """Every decodable event of the turn with its stream id, in order (paged XRANGE)."""
         return self.read_after(turn_id, "0-0")
 
     def events(self, turn_id: str) -> list[Event]:
-        return [envelope.event for envelope in self.read_turn(turn_id)]
+        """Every decodable event of the turn, in order (paged XRANGE)."""
+        return [envelope.event for envelope in self._pages(turn_id, "0-0", None)]
 
     def read_after(self, turn_id: str, after: str, *, limit: int | None = None) -> list[Envelope]:
         """Events strictly after stream id ``after`` (``0-0`` for all), at most ``limit``."""
+        return list(self._pages(turn_id, after, limit))
+
+    def _pages(self, turn_id: str, after: str, limit: int | None) -> Iterator[Envelope]:
         stream = keys.turn_events(turn_id)
-        out: list[Envelope] = []
-        start = after
-        while limit is None or len(out) < limit:
-            count = self.page if limit is None else min(self.page, limit - len(out))
-            entries = self.client.xrange(stream, min=f"({start}", max="+", count=count)
-            if not entries:
-                break
-            out += self._decode(turn_id, entries)
-            start = _text(entries[-1][0])
+        start, left = after, limit
+        while left is None or left > 0:
+            count = self.page if left is None else min(self.page, left)
+            entries: Any = self.client.xrange(stream, min=f"({start}", max="+", count=count)
+            yield from self._decode(turn_id, entries)
             if len(entries) < count:
-                break
-        return out
+                return
+            start = _text(entries[-1][0])
+            if left is not None:
+                left -= len(entries)
 
     def tail(
         self, turn_id: str, after: str = "0-0", *, block_ms: int = 15_000, count: int = 100
@@ -282,7 +372,7 @@ class Ledger:
             entries: list[tuple[Any, Any]] = [e for _, batch in (reply or []) for e in batch]
             if entries:
                 last = _text(entries[-1][0])
-            yield self._decode(turn_id, entries)
+            yield list(self._decode(turn_id, entries))
 
     def last_id(self, turn_id: str) -> str | None:
         """The stream id of the turn's newest entry, or None for an empty or missing stream."""
@@ -290,15 +380,13 @@ class Ledger:
         return _text(newest[0][0]) if newest else None
 
     @staticmethod
-    def _decode(turn_id: str, entries: Iterable[tuple[Any, Any]]) -> list[Envelope]:
-        out = []
+    def _decode(turn_id: str, entries: Iterable[tuple[Any, Any]]) -> Iterator[Envelope]:
         for stream_id, fields in entries:
             try:
-                out.append(decode_entry(stream_id, fields))
+                yield decode_entry(stream_id, fields)
             except EventDecodeError as e:
                 # A reader never crashes on a bad entry: it is skipped and named in the log.
                 log.warning(
                     "skipped malformed ledger entry",
                     extra={"turn_id": turn_id, "stream_id": _text(stream_id), "error": str(e)},
                 )
-        return out

@@ -20,20 +20,42 @@ def base(turn_id: str = "t1", run_id: str = "r1", chunk: int = 0) -> dict[str, A
 
 
 def turn_started(turn_id: str = "t1", message: str = "hello", **kw: Any) -> TurnStarted:
-    return TurnStarted(**base(turn_id), conversation_id=kw.pop("conversation_id", "c1"),
-                       message=message, **kw)  # fmt: skip
+    return TurnStarted(
+        **base(turn_id), conversation_id=kw.pop("conversation_id", "c1"), message=message, **kw
+    )
 
 
-def start(tool: str, input: Any, *, call_id: str | None = None, read_only: bool = False,
-          turn_id: str = "t1", run_id: str = "r1") -> ToolStart:  # fmt: skip
-    return ToolStart(**base(turn_id, run_id), call_id=call_id, tool=tool, input=input,
-                     signature=input_signature(input), read_only=read_only)  # fmt: skip
+def start(
+    tool: str,
+    input: Any,
+    *,
+    call_id: str | None = None,
+    read_only: bool = False,
+    turn_id: str = "t1",
+    run_id: str = "r1",
+) -> ToolStart:
+    return ToolStart(
+        **base(turn_id, run_id),
+        call_id=call_id,
+        tool=tool,
+        input=input,
+        signature=input_signature(input),
+        read_only=read_only,
+    )
 
 
-def done(tool: str, result: Any, *, call_id: str | None = None, is_error: bool = False,
-         turn_id: str = "t1", run_id: str = "r1") -> ToolDone:  # fmt: skip
-    return ToolDone(**base(turn_id, run_id), call_id=call_id, tool=tool, result=result,
-                    is_error=is_error)  # fmt: skip
+def done(
+    tool: str,
+    result: Any,
+    *,
+    call_id: str | None = None,
+    is_error: bool = False,
+    turn_id: str = "t1",
+    run_id: str = "r1",
+) -> ToolDone:
+    return ToolDone(
+        **base(turn_id, run_id), call_id=call_id, tool=tool, result=result, is_error=is_error
+    )
 
 
 def text(value: str, turn_id: str = "t1", run_id: str = "r1") -> Text:
@@ -45,5 +67,6 @@ def clear(turn_id: str = "t1") -> Clear:
 
 
 def blocked(tool: str, input: Any, turn_id: str = "t1") -> ToolBlocked:
-    return ToolBlocked(**base(turn_id), tool=tool, signature=input_signature(input),
-                       reason="completed")  # fmt: skip
+    return ToolBlocked(
+        **base(turn_id), tool=tool, signature=input_signature(input), reason="completed"
+    )

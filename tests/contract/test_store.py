@@ -9,22 +9,33 @@ import time
 import pytest
 import redis
 from conftest import Backend
-from factories import done, start, text, turn_started
+from factories import base, done, start, text, turn_started
 
 from ledger import keys
 from ledger.errors import FencedOut, UnknownTurn
 from ledger.events import RunEnded, TurnEnded
-from ledger.store import Ledger
+from ledger.store import Lease, Ledger
 
-LEASE = 2**62  # a lease deadline far in the future (ms)
+FAR = 2**62  # a lease deadline far in the future (ms)
 
 
-def new_turn(ledger: Ledger, turn_id: str = "t1") -> int:
-    """Create a turn and claim its first run; returns the run's lease epoch."""
+def claim(ledger: Ledger, run_id: str, turn_id: str = "t1") -> Lease:
+    result = ledger.claim(turn_id, run_id, lease_until_ms=FAR, event_id=f"claim-{run_id}", ts=1.0)
+    assert result.lease is not None, f"{run_id} could not claim {turn_id}"
+    return result.lease
+
+
+def new_turn(ledger: Ledger, turn_id: str = "t1") -> Lease:
+    """Create a turn and claim its first run; returns the run's lease."""
     assert ledger.create_turn(turn_started(turn_id), first_run="r1")
-    claim = ledger.claim(turn_id, "r1", lease_until_ms=LEASE)
-    assert claim.claimed
-    return claim.epoch
+    return claim(ledger, "r1", turn_id)
+
+
+def hand_over(ledger: Ledger, lease: Lease, successor: str) -> None:
+    ended = RunEnded(**base(lease.turn_id, lease.run_id), reason="soft_limit")
+    ledger.append_many(
+        [ended], lease=lease, meta={"next_run": successor, "next_chunk": lease.chunk + 1}
+    )
 
 
 def test_create_turn_records_turn_started_and_queues_the_first_run(client: redis.Redis) -> None:
@@ -46,53 +57,75 @@ def test_create_turn_twice_changes_nothing(client: redis.Redis) -> None:
 def test_only_the_pending_run_claims_and_only_once(client: redis.Redis) -> None:
     ledger = Ledger(client)
     ledger.create_turn(turn_started(), first_run="r1")
-    assert not ledger.claim("t1", "other", lease_until_ms=LEASE).claimed
-    first = ledger.claim("t1", "r1", lease_until_ms=LEASE)
-    duplicate = ledger.claim("t1", "r1", lease_until_ms=LEASE)
-    assert first.claimed and first.epoch == 1 and first.chunk == 0
+    other = ledger.claim("t1", "other", lease_until_ms=FAR, event_id="x1", ts=1.0)
+    assert not other.claimed and other.status == "queued"
+    lease = claim(ledger, "r1")
+    duplicate = ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="x2", ts=1.0)
+    assert (lease.epoch, lease.chunk, lease.cause) == (1, 0, "first")
     assert not duplicate.claimed and duplicate.holder == "r1" and duplicate.status == "running"
     meta = ledger.meta("t1")
     assert (meta.status, meta.run_id, meta.runs, meta.next_run) == ("running", "r1", 1, "")
 
 
+def test_a_claim_records_run_started_at_the_new_epochs_first_stream_id(
+    client: redis.Redis,
+) -> None:
+    ledger = Ledger(client)
+    lease = new_turn(ledger)
+    [_, started] = ledger.read_turn("t1")
+    assert started.stream_id == f"{lease.epoch}-0"
+    assert started.event.type == "run_started" and started.event.epoch == lease.epoch  # type: ignore[union-attr]
+
+
 def test_claiming_an_unknown_turn_raises_unknown_turn(client: redis.Redis) -> None:
     with pytest.raises(UnknownTurn, match="nope"):
-        Ledger(client).claim("nope", "r1", lease_until_ms=LEASE)
+        Ledger(client).claim("nope", "r1", lease_until_ms=FAR, event_id="e", ts=1.0)
 
 
-def test_append_with_a_stale_epoch_is_rejected_and_writes_nothing(client: redis.Redis) -> None:
+def test_a_zombie_cannot_append_once_its_successor_claimed_the_turn(client: redis.Redis) -> None:
     ledger = Ledger(client)
     old = new_turn(ledger)
-    # The run hands over to a successor, which claims the turn with a new epoch.
-    ledger.append(
-        RunEnded(**text("x").model_dump(exclude={"type", "text"}), reason="soft_limit"),
-        epoch=old,
-    )
-    ledger.update_meta("t1", epoch=old, meta={"next_run": "r2", "next_chunk": 1})
-    new = ledger.claim("t1", "r2", lease_until_ms=LEASE)
-    assert new.claimed and new.epoch == old + 1 and new.chunk == 1
+    hand_over(ledger, old, "r2")
+    new = claim(ledger, "r2")
+    assert new.epoch == old.epoch + 1 and new.chunk == 1
     before = ledger.read_turn("t1")
     with pytest.raises(FencedOut) as info:
-        ledger.append(text("zombie write"), epoch=old)
-    assert (info.value.presented, info.value.current) == (old, new.epoch)
+        ledger.append(text("zombie write"), lease=old)
+    assert (info.value.presented, info.value.current) == (old.epoch, new.epoch)
     with pytest.raises(FencedOut):
-        ledger.update_meta("t1", epoch=old, meta={"status": "completed"})
+        ledger.update_meta(lease=old, meta={"status": "completed"})
+    with pytest.raises(FencedOut):
+        ledger.append_many([text("zombie batch")], lease=old)
     assert ledger.read_turn("t1") == before
     assert ledger.meta("t1").status == "running"
-    ledger.append(text("successor write"), epoch=new.epoch)
+    ledger.append(text("successor write"), lease=new)
+
+
+def test_a_zombie_that_kept_appending_is_fenced_by_the_claim_alone(client: redis.Redis) -> None:
+    """No write of the successor is needed: the claim's run_started already fences the zombie."""
+    ledger = Ledger(client)
+    old = new_turn(ledger)
+    for i in range(5):
+        ledger.append(text(f"old {i}"), lease=old)
+    hand_over(ledger, old, "r2")
+    claim(ledger, "r2")
+    with pytest.raises(FencedOut):
+        ledger.append(text("late"), lease=old)
 
 
 def test_append_to_a_turn_that_does_not_exist_raises_unknown_turn(client: redis.Redis) -> None:
+    lease = Lease("ghost", "r1", epoch=1, chunk=0)
     with pytest.raises(UnknownTurn):
-        Ledger(client).append(text("x", turn_id="ghost"), epoch=1)
+        Ledger(client).append(text("x", turn_id="ghost"), lease=lease)
+    assert client.exists(keys.turn_events("ghost")) == 0
 
 
-def test_a_retried_append_of_the_same_event_adds_no_second_entry(client: redis.Redis) -> None:
+def test_appending_the_same_event_again_adds_no_second_entry(client: redis.Redis) -> None:
     ledger = Ledger(client)
-    epoch = new_turn(ledger)
+    lease = new_turn(ledger)
     event = start("send_email", {"to": "a@x.io"}, call_id="c1")
-    first = ledger.append(event, epoch=epoch)
-    again = ledger.append(event, epoch=epoch)
+    first = ledger.append(event, lease=lease)
+    again = ledger.append(event, lease=lease)
     assert first == again
     assert [e.event_id for e in ledger.events("t1")].count(event.event_id) == 1
 
@@ -100,10 +133,10 @@ def test_a_retried_append_of_the_same_event_adds_no_second_entry(client: redis.R
 def test_an_append_whose_reply_was_lost_is_retried_without_duplicating(
     client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The XADD ran but the connection dropped before the reply: the retry returns the same id."""
+    """The XADD ran but the connection dropped before the reply: the retry finds it landed."""
     ledger = Ledger(client)
-    epoch = new_turn(ledger)
-    real = client.evalsha
+    lease = new_turn(ledger)
+    real = client.xadd
     lost: list[bool] = []
 
     def reply_lost_once(*args: object, **kwargs: object) -> object:
@@ -113,35 +146,68 @@ def test_an_append_whose_reply_was_lost_is_retried_without_duplicating(
             raise redis.ConnectionError("connection reset after the command ran")
         return reply
 
-    monkeypatch.setattr(client, "evalsha", reply_lost_once)
-    sid = ledger.append(text("once"), epoch=epoch)
+    monkeypatch.setattr(client, "xadd", reply_lost_once)
+    sid = ledger.append(text("once"), lease=lease)
     assert lost
     assert [env.stream_id for env in ledger.read_turn("t1") if env.event.type == "text"] == [sid]
+    assert ledger.append(text("next"), lease=lease) != sid
+
+
+def test_after_an_append_abandoned_mid_flight_the_next_append_goes_after_it(
+    client: redis.Redis,
+) -> None:
+    """An interrupted XADD may have landed; the run's next event is added after it, not lost."""
+    ledger = Ledger(client)
+    lease = new_turn(ledger)
+    client.xadd(keys.turn_events("t1"), {"e": text("landed").model_dump_json()}, id=lease.next_id())
+    ledger.append(text("after"), lease=lease)
+    assert [e.text for e in ledger.events("t1")[2:]] == ["landed", "after"]  # type: ignore[union-attr]
 
 
 def test_a_batch_append_keeps_order_across_script_batches(client: redis.Redis) -> None:
     ledger = Ledger(client)
-    epoch = new_turn(ledger)
+    lease = new_turn(ledger)
     batch = [text(f"part {i}") for i in range(700)]
-    ids = ledger.append_many(batch, epoch=epoch, meta={"chunk": 3})
-    assert len(ids) == 700 and ids == sorted(ids, key=lambda s: tuple(map(int, s.split("-"))))
-    assert [e.text for e in ledger.events("t1")[1:]] == [f"part {i}" for i in range(700)]  # type: ignore[union-attr]
+    ids = ledger.append_many(batch, lease=lease, meta={"chunk": 3})
+    assert ids == [f"{lease.epoch}-{i}" for i in range(1, 701)]
+    assert [e.text for e in ledger.events("t1")[2:]] == [f"part {i}" for i in range(700)]  # type: ignore[union-attr]
     assert ledger.meta("t1").chunk == 3
+    assert ledger.append(text("then one more"), lease=lease) == f"{lease.epoch}-701"
+
+
+def test_a_retried_batch_whose_first_attempt_landed_adds_nothing_twice(
+    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = Ledger(client)
+    lease = new_turn(ledger)
+    real = ledger._append_meta
+    lost: list[bool] = []
+
+    def reply_lost_once(*args: object, **kwargs: object) -> object:
+        reply = real(*args, **kwargs)  # type: ignore[arg-type]
+        if not lost:
+            lost.append(True)
+            raise redis.ConnectionError("connection reset after the script ran")
+        return reply
+
+    monkeypatch.setattr(ledger, "_append_meta", reply_lost_once)
+    ledger.append_many([text("a"), text("b")], lease=lease, meta={"status": "x"})
+    assert lost and [e.text for e in ledger.events("t1")[2:]] == ["a", "b"]  # type: ignore[union-attr]
 
 
 def test_paged_read_of_25k_events_returns_every_event_in_order(client: redis.Redis) -> None:
     ledger = Ledger(client, page=1000)
-    epoch = new_turn(ledger)
-    ledger.append_many([text(str(i)) for i in range(25_000)], epoch=epoch)
+    lease = new_turn(ledger)
+    ledger.append_many([text(str(i)) for i in range(25_000)], lease=lease)
     events = ledger.events("t1")
-    assert len(events) == 25_001
-    assert [e.text for e in events[1:]] == [str(i) for i in range(25_000)]  # type: ignore[union-attr]
+    assert len(events) == 25_002
+    assert [e.text for e in events[2:]] == [str(i) for i in range(25_000)]  # type: ignore[union-attr]
 
 
 def test_read_after_returns_only_events_strictly_after_the_id(client: redis.Redis) -> None:
     ledger = Ledger(client, page=3)
-    epoch = new_turn(ledger)
-    ids = ledger.append_many([text(str(i)) for i in range(10)], epoch=epoch)
+    lease = new_turn(ledger)
+    ids = [ledger.append(text(str(i)), lease=lease) for i in range(10)]
     after = ledger.read_after("t1", ids[4])
     assert [env.stream_id for env in after] == ids[5:]
     assert [env.stream_id for env in ledger.read_after("t1", ids[4], limit=2)] == ids[5:7]
@@ -152,14 +218,14 @@ def test_tail_from_an_id_while_another_connection_appends_has_no_gap_and_no_dupl
     backend: Backend,
 ) -> None:
     writer = Ledger(backend.connect())
-    epoch = new_turn(writer)
-    first = writer.append_many([text(f"old {i}") for i in range(5)], epoch=epoch)
+    lease = new_turn(writer)
+    first = [writer.append(text(f"old {i}"), lease=lease) for i in range(5)]
     reader = Ledger(backend.connect())
     appended: list[str] = []
 
     def write() -> None:
         for i in range(200):
-            appended.append(writer.append(text(f"live {i}"), epoch=epoch))
+            appended.append(writer.append(text(f"live {i}"), lease=lease))
 
     thread = threading.Thread(target=write)
     seen: list[str] = []
@@ -186,16 +252,16 @@ def test_a_malformed_entry_is_skipped_with_a_warning(
     client: redis.Redis, caplog: pytest.LogCaptureFixture
 ) -> None:
     ledger = Ledger(client)
-    epoch = new_turn(ledger)
+    lease = new_turn(ledger)
     stream = keys.turn_events("t1")
-    bad_json = client.xadd(stream, {"e": "{not json"})
-    no_field = client.xadd(stream, {"x": "1"})
-    unknown_type = client.xadd(stream, {"e": '{"type": "mystery", "v": 1}'})
-    ledger.append(done("send_email", {"ok": True}, call_id="c1"), epoch=epoch)
+    bad_json = client.xadd(stream, {"e": "{not json"}, id="1-10")
+    no_field = client.xadd(stream, {"x": "1"}, id="1-11")
+    unknown_type = client.xadd(stream, {"e": '{"type": "mystery", "v": 1}'}, id="1-12")
+    ledger.append(done("send_email", {"ok": True}, call_id="c1"), lease=lease)
     with caplog.at_level(logging.WARNING, logger="ledger.store"):
         types = [e.type for e in ledger.events("t1")]
         tailed = next(ledger.tail("t1", block_ms=10))
-    assert types == ["turn_started", "tool_done"]
+    assert types == ["turn_started", "run_started", "tool_done"]
     assert [env.event.type for env in tailed] == types
     skipped = [r.stream_id for r in caplog.records if r.msg == "skipped malformed ledger entry"]  # type: ignore[attr-defined]
     ids = [i.decode() for i in (bad_json, no_field, unknown_type)]
@@ -204,9 +270,9 @@ def test_a_malformed_entry_is_skipped_with_a_warning(
 
 def test_ending_a_turn_sets_its_status_and_the_finished_expiry(client: redis.Redis) -> None:
     ledger = Ledger(client, finished_ttl_s=3600)
-    epoch = new_turn(ledger)
-    ended = TurnEnded(**text("x").model_dump(exclude={"type", "text"}), status="completed")
-    ledger.append_many([ended], epoch=epoch, meta={"status": "completed"}, expire=True)
+    lease = new_turn(ledger)
+    ended = TurnEnded(**base(), status="completed")
+    ledger.append_many([ended], lease=lease, meta={"status": "completed"}, expire=True)
     assert ledger.meta("t1").status == "completed"
     for key in keys.turn_keys("t1"):
         assert 3500 < client.ttl(key) <= 3600
@@ -214,8 +280,8 @@ def test_ending_a_turn_sets_its_status_and_the_finished_expiry(client: redis.Red
 
 def test_an_unfinished_turn_has_no_expiry(client: redis.Redis) -> None:
     ledger = Ledger(client)
-    epoch = new_turn(ledger)
-    ledger.append(text("x"), epoch=epoch)
+    lease = new_turn(ledger)
+    ledger.append(text("x"), lease=lease)
     assert all(client.ttl(key) == -1 for key in keys.turn_keys("t1"))
 
 

@@ -1,0 +1,430 @@
+"""Benchmark of the run ledger against raw redis-py, both measured in the same run.
+
+What it measures, on a private redis-server (AOF on, ``appendfsync everysec``) started here:
+
+1. Fenced single append: the latency of ``Ledger.append(event, lease=...)`` (encode the event,
+   one XADD with the run's explicit, fencing stream id) beside a raw ``XADD key * e <json>`` of
+   the same pre-serialised ~500-byte JSON. Only the call itself is timed (``perf_counter_ns``);
+   events, their ids and the raw payloads are built before each block.
+2. Journal rebuild: ``build_journal(ledger.events(turn_id))`` (paged XRANGE, pydantic decode of
+   every entry, the fold) beside a raw paged XRANGE (COUNT 1000, exclusive start ``(id``) of the
+   same stream with ``json.loads`` of every entry's ``e`` field. Each stream (1k, 10k, 100k entries:
+   ``turn_started`` then alternating ``tool_start``/``tool_done`` of ~500 bytes) is written once
+   with ``Ledger.append_many``.
+
+How: both sides share one process, one server and one ``redis.Redis`` client (hiredis parser,
+bytes replies), and alternate within the run (dres block, raw block, raw block, dres block, ...)
+so that noise from the shared cores falls on both. One unrecorded warm-up precedes each
+measurement. Figures are medians over blocks or repeats with [min..max]; the ratio is
+median(dres) / median(raw), with the range of the per-pair ratios beside it.
+
+Run from the project root: ``.venv/bin/python -m bench.ledger_bench [--quick] [--json PATH]``.
+It reports and never asserts: the exit status is 0 even when a target is missed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import gc
+import itertools
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from ledger import keys
+from ledger.codec import FIELD, encode
+from ledger.events import Event, ToolDone, ToolStart, TurnStarted
+from ledger.journal import Journal, build_journal
+from ledger.signature import input_signature
+from ledger.store import Lease, Ledger
+from worker.redis_server import RedisServer
+
+#: size of the JSON of each tool event, as stored in the entry's ``e`` field
+PAYLOAD_BYTES = 500
+#: XRANGE page of the raw read (the same as ``Ledger``'s default page)
+PAGE = 1000
+APPEND_TARGET = 1.3
+REBUILD_TARGET = 1.3
+#: the rebuild row whose ratio carries a target; the other sizes are reported for information
+REBUILD_TARGET_SIZE = 10_000
+#: events built and appended per ``append_many`` call while writing a rebuild stream
+WRITE_CHUNK = 10_000
+BASE_TS = 1_700_000_000.0
+RUN_ID = "r1"
+FILLER = "grep: src/ledger/store.py:42: the quick brown fox jumps over the lazy dog; "
+
+
+@dataclass(frozen=True)
+class Plan:
+    append_blocks: int
+    append_ops: int
+    #: (stream entries, repeats per side)
+    rebuild: tuple[tuple[int, int], ...]
+
+
+FULL = Plan(append_blocks=20, append_ops=500, rebuild=((1_000, 7), (10_000, 7), (100_000, 3)))
+QUICK = Plan(append_blocks=4, append_ops=200, rebuild=((1_000, 3), (10_000, 3), (100_000, 1)))
+
+
+@dataclass
+class Row:
+    name: str
+    unit: str
+    dres: list[float]
+    raw: list[float]
+    target: float | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def ratio(self) -> float:
+        return statistics.median(self.dres) / statistics.median(self.raw)
+
+    @property
+    def pair_ratios(self) -> list[float]:
+        return [d / r for d, r in zip(self.dres, self.raw, strict=True)]
+
+    @property
+    def verdict(self) -> str:
+        if self.target is None:
+            return "info"
+        return "meets" if self.ratio <= self.target else "misses"
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "unit": self.unit,
+            "dres": summary(self.dres),
+            "raw": summary(self.raw),
+            "ratio": self.ratio,
+            "pair_ratio_min": min(self.pair_ratios),
+            "pair_ratio_max": max(self.pair_ratios),
+            "target_ratio_max": self.target,
+            "verdict": self.verdict,
+            "dres_samples": self.dres,
+            "raw_samples": self.raw,
+            **self.extra,
+        }
+
+
+def summary(values: Sequence[float]) -> dict[str, float]:
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+# -- events ------------------------------------------------------------------------------------
+
+
+def _filler(length: int) -> str:
+    return (FILLER * (length // len(FILLER) + 1))[:length]
+
+
+def _tool_event(turn_id: str, n: int, pad: int) -> Event:
+    """Event ``n`` of a turn: tool_start for even n, the matching tool_done for odd n."""
+    call = n // 2
+    common: dict[str, Any] = {
+        "event_id": f"{turn_id}:ev{n:09d}",
+        "turn_id": turn_id,
+        "run_id": RUN_ID,
+        "chunk": 0,
+        "ts": BASE_TS + n,
+    }
+    if n % 2 == 0:
+        tool_input = {"path": f"src/module_{call:09d}.py", "pattern": _filler(pad)}
+        return ToolStart(
+            **common,
+            call_id=f"call{call:09d}",
+            tool="grep",
+            input=tool_input,
+            signature=input_signature(tool_input),
+        )
+    result = {"matches": 3, "output": _filler(pad)}
+    return ToolDone(**common, call_id=f"call{call:09d}", tool="grep", result=result)
+
+
+#: filler length by (event kind, length of the turn id)
+_PADS: dict[tuple[int, int], int] = {}
+
+
+def tool_event(turn_id: str, n: int) -> Event:
+    """A tool event whose JSON is ``PAYLOAD_BYTES`` long."""
+    shape = (n % 2, len(turn_id))
+    if shape not in _PADS:
+        bare = len(encode(_tool_event(turn_id, shape[0], 0)))
+        _PADS[shape] = max(0, PAYLOAD_BYTES - bare)
+    return _tool_event(turn_id, n, _PADS[shape])
+
+
+def turn_started(turn_id: str) -> TurnStarted:
+    return TurnStarted(
+        event_id=f"{turn_id}:start",
+        turn_id=turn_id,
+        run_id=RUN_ID,
+        chunk=0,
+        ts=BASE_TS,
+        conversation_id="bench-conversation",
+        message="benchmark turn",
+    )
+
+
+def open_turn(ledger: Ledger, turn_id: str) -> Lease:
+    """Create the turn with its first run and claim it; returns the run's lease."""
+    ledger.client.delete(*keys.turn_keys(turn_id))
+    if not ledger.create_turn(turn_started(turn_id), first_run=RUN_ID):
+        raise RuntimeError(f"turn {turn_id} already exists")
+    lease_until_ms = int(time.time() * 1000) + 3_600_000
+    claim = ledger.claim(
+        turn_id, RUN_ID, lease_until_ms=lease_until_ms, event_id=f"{turn_id}-claim", ts=time.time()
+    )
+    if claim.lease is None:
+        raise RuntimeError(f"could not claim {turn_id}: {claim}")
+    return claim.lease
+
+
+# -- 1. single append --------------------------------------------------------------------------
+
+
+def time_each(call: Callable[[Any], object], items: Sequence[Any]) -> list[int]:
+    """Nanoseconds of ``call(item)`` for each item, the call alone."""
+    clock = time.perf_counter_ns
+    out = []
+    for item in items:
+        start = clock()
+        call(item)
+        out.append(clock() - start)
+    return out
+
+
+def percentile(samples: Sequence[int], q: float) -> float:
+    ordered = sorted(samples)
+    return float(ordered[min(len(ordered) - 1, int(q * len(ordered)))])
+
+
+def bench_append(ledger: Ledger, client: redis.Redis, plan: Plan) -> list[Row]:
+    turn_id = "bench-append"
+    lease = open_turn(ledger, turn_id)
+    raw_key = "bench:raw-append"
+    client.delete(raw_key)
+    numbers = itertools.count()
+
+    def dres(event: Event) -> object:
+        return ledger.append(event, lease=lease)
+
+    def raw(payload: str) -> object:
+        return client.xadd(raw_key, {FIELD: payload})
+
+    p50s: dict[str, list[float]] = {"dres": [], "raw": []}
+    p99s: dict[str, list[float]] = {"dres": [], "raw": []}
+    for block in range(-1, plan.append_blocks):  # block -1 is the warm-up
+        events = [tool_event(turn_id, next(numbers)) for _ in range(plan.append_ops)]
+        payloads = [encode(event) for event in events]
+        order = ("dres", "raw") if block % 2 == 0 else ("raw", "dres")
+        for mode in order:
+            gc.collect()
+            ns = time_each(dres, events) if mode == "dres" else time_each(raw, payloads)
+            if block >= 0:
+                p50s[mode].append(statistics.median(ns) / 1000)
+                p99s[mode].append(percentile(ns, 0.99) / 1000)
+    sizes = sorted({len(p) for p in payloads})
+    extra = {"blocks": plan.append_blocks, "ops_per_block": plan.append_ops, "payload_bytes": sizes}
+    return [
+        Row("append p50", "us", p50s["dres"], p50s["raw"], APPEND_TARGET, extra),
+        Row("append p99", "us", p99s["dres"], p99s["raw"], None, extra),
+    ]
+
+
+# -- 2. journal rebuild ------------------------------------------------------------------------
+
+
+def write_stream(ledger: Ledger, size: int) -> str:
+    """A turn whose stream holds ``size`` entries: turn_started, run_started, then tool events."""
+    turn_id = f"bench-rebuild-{size}"
+    lease = open_turn(ledger, turn_id)
+    for first in range(0, size - 2, WRITE_CHUNK):
+        chunk = [tool_event(turn_id, n) for n in range(first, min(first + WRITE_CHUNK, size - 2))]
+        ledger.append_many(chunk, lease=lease)
+    written = ledger.client.xlen(keys.turn_events(turn_id))
+    if written != size:
+        raise RuntimeError(f"{turn_id}: wrote {written} entries, expected {size}")
+    return turn_id
+
+
+def dres_rebuild(ledger: Ledger, turn_id: str) -> Journal:
+    return build_journal(ledger.events(turn_id))
+
+
+def raw_rebuild(client: redis.Redis, stream: str) -> list[Any]:
+    """Paged XRANGE with an exclusive start, ``json.loads`` of every entry's ``e`` field."""
+    field_name = FIELD.encode()
+    out: list[Any] = []
+    start = "0-0"
+    while True:
+        entries = client.xrange(stream, min=f"({start}", max="+", count=PAGE)
+        out += [json.loads(fields[field_name]) for _, fields in entries]
+        if len(entries) < PAGE:
+            return out
+        start = entries[-1][0].decode()
+
+
+def timed_ms(call: Callable[[], object]) -> tuple[float, object]:
+    gc.collect()
+    start = time.perf_counter_ns()
+    result = call()
+    return (time.perf_counter_ns() - start) / 1e6, result
+
+
+def check_rebuild(size: int, journal: object, decoded: object) -> None:
+    calls = (size - 2) // 2
+    if not isinstance(journal, Journal) or len(journal.completed) != calls:
+        raise RuntimeError(f"dres rebuild of {size}: unexpected journal")
+    if not isinstance(decoded, list) or len(decoded) != size:
+        raise RuntimeError(f"raw rebuild of {size}: unexpected entry count")
+
+
+def bench_rebuild(ledger: Ledger, client: redis.Redis, size: int, repeats: int) -> Row:
+    turn_id = write_stream(ledger, size)
+    stream = keys.turn_events(turn_id)
+    sides: dict[str, Callable[[], object]] = {
+        "dres": lambda: dres_rebuild(ledger, turn_id),
+        "raw": lambda: raw_rebuild(client, stream),
+    }
+    check_rebuild(size, sides["dres"](), sides["raw"]())  # also the warm-up
+    times: dict[str, list[float]] = {"dres": [], "raw": []}
+    for repeat in range(repeats):
+        order = ("dres", "raw") if repeat % 2 == 0 else ("raw", "dres")
+        for mode in order:
+            ms, _ = timed_ms(sides[mode])
+            times[mode].append(ms)
+    client.delete(*keys.turn_keys(turn_id))
+    target = REBUILD_TARGET if size == REBUILD_TARGET_SIZE else None
+    name = f"rebuild {size // 1000}k"
+    return Row(name, "ms", times["dres"], times["raw"], target, {"entries": size})
+
+
+# -- report ------------------------------------------------------------------------------------
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def environment(client: redis.Redis) -> dict[str, Any]:
+    server = client.info("server")
+    fsync = client.config_get("appendfsync").get("appendfsync", "?")
+    return {
+        "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "redis_server": server.get("redis_version", "?"),
+        "appendfsync": fsync,
+        "redis_py": redis.__version__,
+        "hiredis": _version("hiredis"),
+        "hiredis_parser": bool(redis.utils.HIREDIS_AVAILABLE),
+        "pydantic": _version("pydantic"),
+        "pydantic_core": _version("pydantic-core"),
+        "cpu_count": os.cpu_count(),
+        "loadavg_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def _num(value: float) -> str:
+    return f"{value:.1f}" if value >= 100 else f"{value:.2f}"
+
+
+def _cell(values: Sequence[float]) -> str:
+    return f"{_num(statistics.median(values))} [{_num(min(values))}..{_num(max(values))}]"
+
+
+def render(env: dict[str, Any], rows: Sequence[Row], mode: str) -> str:
+    parser = "hiredis parser" if env["hiredis_parser"] else "pure-Python parser"
+    header = [
+        f"dres ledger benchmark ({mode})  {env['date']}",
+        f"python {env['python']} on {env['platform']}, cpu_count {env['cpu_count']}, "
+        f"loadavg {env['loadavg_start']} -> {env['loadavg_end']}",
+        f"redis-server {env['redis_server']} (AOF, appendfsync {env['appendfsync']}), "
+        f"redis-py {env['redis_py']}, hiredis {env['hiredis']} ({parser}), "
+        f"pydantic {env['pydantic']} (core {env['pydantic_core']})",
+        "figures: median [min..max] over blocks/repeats; ratio = median dres / median raw "
+        "[range of per-pair ratios]",
+        "",
+    ]
+    table = [("row", "dres", "raw", "ratio", "target", "verdict")]
+    for row in rows:
+        ratios = row.pair_ratios
+        table.append(
+            (
+                f"{row.name} ({row.unit})",
+                _cell(row.dres),
+                _cell(row.raw),
+                f"{row.ratio:.2f} [{min(ratios):.2f}..{max(ratios):.2f}]",
+                "-" if row.target is None else f"<= {row.target}",
+                row.verdict,
+            )
+        )
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in table]
+    return "\n".join([*header, lines[0], "-" * len(lines[0]), *lines[1:]])
+
+
+def misses(rows: Sequence[Row]) -> list[str]:
+    return [
+        f"{row.name} ratio {row.ratio:.2f} > {row.target}"
+        for row in rows
+        if row.verdict == "misses"
+    ]
+
+
+def run(plan: Plan) -> tuple[dict[str, Any], list[Row]]:
+    with RedisServer(appendfsync="everysec") as server:
+        client = redis.Redis(port=server.port)
+        try:
+            env = environment(client)
+            ledger = Ledger(client)
+            rows = bench_append(ledger, client, plan)
+            for size, repeats in plan.rebuild:
+                rows.append(bench_rebuild(ledger, client, size, repeats))
+            env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        finally:
+            client.close()
+    return env, rows
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.ledger_bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="few repeats: a smoke test")
+    parser.add_argument("--json", metavar="PATH", type=Path, help="also write results as JSON")
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan, mode = (QUICK, "quick") if args.quick else (FULL, "full")
+    started = time.monotonic()
+    env, rows = run(plan)
+    env["elapsed_s"] = round(time.monotonic() - started, 1)
+    print(render(env, rows, mode))
+    missed = misses(rows)
+    print()
+    print(f"MISSES: {'; '.join(missed)}" if missed else "all targets met")
+    print(f"elapsed {env['elapsed_s']} s")
+    if args.json:
+        result = {"mode": mode, "plan": asdict(plan), "environment": env, "misses": missed}
+        result["rows"] = [row.as_dict() for row in rows]
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
