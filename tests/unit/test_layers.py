@@ -44,3 +44,16 @@ def test_the_import_walk_sees_a_forbidden_import(tmp_path: Path) -> None:
     probe.write_text("import celery\nfrom worker.tools import tool\ndef f():\n    import tasks\n")
     assert {"celery", "worker", "tasks"} <= imported_roots(probe)
     assert "tasks" not in imported_roots(probe, module_level_only=True)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        *(ROOT / "worker" / name for name in ("loop.py", "history.py", "recorder.py")),
+        *modules("worker/tools"),
+        *modules("worker/models"),
+    ],
+    ids=lambda p: f"{p.parent.name}/{p.name}",
+)
+def test_the_loop_executor_and_models_do_not_import_celery(path: Path) -> None:
+    assert "celery" not in imported_roots(path)

@@ -1,0 +1,95 @@
+"""No lost record (CONTRACT §7.6): a soft limit that fires while a tool runs waits for tool_done.
+
+Celery's prefork pool delivers the soft limit as SIGUSR1 whose handler raises; these tests install
+such a handler and deliver the real signal, in this process and in a forked child process.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import FrameType
+
+import pytest
+import redis
+from harness import Harness, SeqIds
+from sample_tools import SimulatedSoftLimit, effects
+
+from ledger.events import ToolDone
+from worker.redis_server import RedisServer
+
+DONE = {"text": "Done."}
+
+
+def raise_soft_limit(signum: int, frame: FrameType | None) -> None:
+    raise SimulatedSoftLimit("soft time limit exceeded (SIGUSR1)")
+
+
+@pytest.fixture
+def soft_limit_handler() -> Iterator[None]:
+    previous = signal.signal(signal.SIGUSR1, raise_soft_limit)
+    yield
+    signal.signal(signal.SIGUSR1, previous)
+
+
+def call(name: str, label: str) -> dict[str, object]:
+    return {"tool_calls": [{"name": name, "input": {"label": label}}]}
+
+
+def test_a_soft_limit_signal_during_a_write_is_raised_after_its_tool_done_is_recorded(
+    client: redis.Redis, tmp_path: Path, soft_limit_handler: None
+) -> None:
+    h = Harness(client, tmp_path)
+    h.start([call("write_signalled", "x"), DONE], on_resume="restart")
+    assert h.run_next() is None, "the soft limit did not end the chunk"
+    types = [e.type for e in h.events()]
+    assert types[-3:] == ["tool_start", "tool_done", "run_ended"]
+    assert h.run_to_end().status == "completed"
+    assert len(effects(client, "write_signalled")) == 1
+    assert [e.reason for e in h.events("tool_blocked")] == ["completed"]  # type: ignore[attr-defined]
+
+
+def _run_chunk_in_child(h: Harness) -> None:
+    signal.signal(signal.SIGUSR1, raise_soft_limit)
+    h.client.connection_pool.reset()  # a forked child opens its own connections
+    h.ledger = type(h.ledger)(h.client)
+    h.ids = SeqIds("child")  # the parent goes on counting from the same state: keep ids apart
+    result = h.run_next()
+    os._exit(0 if result is None else 3)  # 0: the chunk ended on the soft limit and handed over
+
+
+def test_a_soft_limit_delivered_to_a_child_process_mid_write_loses_no_record(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    h = Harness(client, tmp_path)
+    h.start([call("slow_write", "report"), DONE], on_resume="restart")
+    child = multiprocessing.get_context("fork").Process(target=_run_chunk_in_child, args=(h,))
+    child.start()
+    try:
+        _wait_for_tool_start(h, deadline=time.monotonic() + 20)
+        os.kill(child.pid, signal.SIGUSR1)  # type: ignore[arg-type]
+        child.join(timeout=20)
+        assert child.exitcode == 0, f"child exited {child.exitcode}"
+    finally:
+        if child.is_alive():
+            child.kill()
+    dones = [e for e in h.events("tool_done") if isinstance(e, ToolDone)]
+    assert [d.tool for d in dones] == ["slow_write"] and not dones[0].is_error
+    assert h.events()[-1].type == "run_ended"
+    h.pending = h.ledger.meta(h.turn_id).next_run
+    assert h.run_to_end().status == "completed"
+    assert len(effects(client, "slow_write")) == 1
+    assert [e.reason for e in h.events("tool_blocked")] == ["completed"]  # type: ignore[attr-defined]
+
+
+def _wait_for_tool_start(h: Harness, deadline: float) -> None:
+    for batch in h.ledger.tail(h.turn_id, block_ms=100):
+        if any(env.event.type == "tool_start" for env in batch):
+            return
+        assert time.monotonic() < deadline, "the write never started"

@@ -1,0 +1,84 @@
+"""Tools for the executor and loop tests; each records its side effect in Redis to be counted."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import time
+from typing import Any
+
+from worker.tools import Reconciliation, ToolContext, tool
+
+EFFECTS = "test:effects"
+#: seconds ``slow_write`` works before it returns (long enough for a signal to arrive mid-call)
+SLOW_S = 1.0
+
+
+class SimulatedSoftLimit(Exception):
+    """Stands in for ``SoftTimeLimitExceeded`` (an Exception too) in in-process tests."""
+
+
+def effects(client: Any, tool_name: str | None = None) -> list[dict[str, Any]]:
+    rows = [json.loads(raw) for raw in client.lrange(EFFECTS, 0, -1)]
+    return [r for r in rows if tool_name is None or r["tool"] == tool_name]
+
+
+def _effect(ctx: ToolContext, **data: Any) -> None:
+    row = {"tool": ctx.tool, "key": ctx.idempotency_key, "call_id": ctx.call_id, **data}
+    ctx.redis.rpush(EFFECTS, json.dumps(row))
+
+
+@tool
+def write_then_die(label: str, *, ctx: ToolContext) -> dict[str, Any]:
+    """The side effect lands, then the run is cut off before its tool_done (a hard kill)."""
+    _effect(ctx, label=label)
+    raise SimulatedSoftLimit("cut off after the side effect")
+
+
+@tool(idempotent=True)
+def charge(amount: int, *, ctx: ToolContext) -> dict[str, Any]:
+    """An idempotent write: the provider dedupes on the key, the test counts every attempt."""
+    _effect(ctx, amount=amount)
+    return {"charged": amount, "key": ctx.idempotency_key}
+
+
+def _find_booking(data: dict[str, Any], ctx: ToolContext) -> Reconciliation:
+    if data["room"] == "unknowable":
+        return Reconciliation.unknown()
+    landed = [e for e in effects(ctx.redis, "book") if e["room"] == data["room"]]
+    if landed:
+        return Reconciliation.landed({"booked": data["room"], "reconciled": True})
+    return Reconciliation.not_landed()
+
+
+@tool(reconcile=_find_booking)
+def book(room: str, *, ctx: ToolContext) -> dict[str, Any]:
+    _effect(ctx, room=room)
+    return {"booked": room}
+
+
+@tool
+def slow_write(label: str, *, ctx: ToolContext) -> dict[str, Any]:
+    """A write that takes SLOW_S seconds after its side effect, so a soft limit lands mid-call."""
+    _effect(ctx, label=label)
+    time.sleep(SLOW_S)
+    return {"written": label}
+
+
+@tool
+def broken_write(value: int, *, ctx: ToolContext) -> dict[str, Any]:
+    raise ValueError(f"provider rejected {value}")
+
+
+@tool(read_only=True)
+async def async_lookup(key: str, *, ctx: ToolContext) -> dict[str, Any]:
+    return {"key": key, "found": False}
+
+
+@tool
+def write_signalled(label: str, *, ctx: ToolContext) -> dict[str, Any]:
+    """A write during which the soft-limit signal (SIGUSR1) reaches this very process."""
+    _effect(ctx, label=label)
+    os.kill(os.getpid(), signal.SIGUSR1)
+    return {"written": label}

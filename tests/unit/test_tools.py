@@ -1,0 +1,96 @@
+"""The @tool decorator, the registry and ToolContext (CONTRACT §4)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from worker.errors import ToolDefinitionError
+from worker.tools import Registry, ToolContext, tool
+from worker.tools.context import idempotency_key
+from worker.tools.registry import SPEC_ATTR, ToolSpec
+
+
+def spec_of(fn: Any) -> ToolSpec:
+    spec = getattr(fn, SPEC_ATTR)
+    assert isinstance(spec, ToolSpec)
+    return spec
+
+
+def test_the_input_schema_comes_from_the_signature_and_ctx_is_not_part_of_it() -> None:
+    @tool(identity=["to"])
+    def notify(to: str, count: int = 1, *, ctx: ToolContext) -> dict[str, Any]:
+        """Notify someone."""
+        return {}
+
+    spec = spec_of(notify)
+    schema = spec.input_schema()
+    assert set(schema["properties"]) == {"to", "count"} and schema["required"] == ["to"]
+    assert spec.wants_ctx and not spec.read_only and spec.identity == ("to",)
+    assert spec.description == "Notify someone."
+
+
+def test_input_validation_rejects_wrong_types_missing_and_unknown_fields() -> None:
+    @tool(read_only=True)
+    def lookup(key: str, limit: int = 10) -> dict[str, Any]:
+        return {}
+
+    model = spec_of(lookup).input_model
+    assert model.model_validate({"key": "a"}).limit == 10
+    for bad in ({"limit": 3}, {"key": "a", "limit": "many"}, {"key": "a", "extra": 1}):
+        with pytest.raises(ValidationError):
+            model.model_validate(bad)
+
+
+def test_identity_must_name_input_fields() -> None:
+    with pytest.raises(ToolDefinitionError, match="unknown fields"):
+
+        @tool(identity=["recipient"])
+        def send(to: str) -> None: ...
+
+
+def test_a_read_only_tool_cannot_declare_write_options() -> None:
+    with pytest.raises(ToolDefinitionError, match="write tools"):
+
+        @tool(read_only=True, idempotent=True)
+        def peek(key: str) -> None: ...
+
+
+def test_the_registry_loads_the_tools_of_the_dres_tools_modules() -> None:
+    registry = Registry.from_modules(["worker.demo_tools"])
+    assert registry.names() == ["create_ticket", "get_ticket", "list_outbox", "send_email"]
+    assert registry.read_only_names() == ["get_ticket", "list_outbox"]
+    assert registry.tools["create_ticket"].idempotent
+    assert registry.tools["send_email"].identity == ("to", "subject")
+
+
+def test_an_unimportable_or_empty_tools_module_is_a_clear_error() -> None:
+    with pytest.raises(ToolDefinitionError, match=r"cannot import 'no\.such\.module'"):
+        Registry.from_modules(["no.such.module"])
+    with pytest.raises(ToolDefinitionError, match="defines no @tool"):
+        Registry.from_modules(["json"])
+
+
+def test_two_tools_with_one_name_are_refused() -> None:
+    @tool(name="dup")
+    def one() -> None: ...
+
+    @tool(name="dup")
+    def two() -> None: ...
+
+    with pytest.raises(ToolDefinitionError, match="two tools are named 'dup'"):
+        Registry().add(one, two)
+
+
+def test_the_idempotency_key_depends_on_turn_tool_signature_and_occurrence_only() -> None:
+    key = idempotency_key("t1", "charge", "abc", 0)
+    assert key == idempotency_key("t1", "charge", "abc", 0)
+    others = {
+        idempotency_key("t2", "charge", "abc", 0),
+        idempotency_key("t1", "refund", "abc", 0),
+        idempotency_key("t1", "charge", "abd", 0),
+        idempotency_key("t1", "charge", "abc", 1),
+    }
+    assert key not in others and len(others) == 4

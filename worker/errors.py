@@ -1,0 +1,42 @@
+"""Errors of the worker package. One root, shallow, picklable (plain args only)."""
+
+from __future__ import annotations
+
+
+class DresError(Exception):
+    """Root of every error the worker raises on purpose."""
+
+
+class ConfigError(DresError):
+    """Bad configuration; the message is one line naming the variable."""
+
+
+class ToolDefinitionError(DresError):
+    """A ``@tool`` function or a DRES_TOOLS module cannot be registered."""
+
+
+class JournalUnreadable(DresError):
+    """A resumed run could not read its turn's ledger, so it must not run writes blind."""
+
+
+class ModelError(DresError):
+    """A model call failed. ``code`` says how: the loop decides from it whether to resume.
+
+    Codes: ``gateway_timeout``, ``connection_reset``, ``stream_ended``, ``http_5xx`` (resumable
+    transport errors), ``rate_limit`` (resumable once, background only), ``auth`` and
+    ``invalid_request`` (never resumable).
+    """
+
+    RESUMABLE = frozenset({"gateway_timeout", "connection_reset", "stream_ended", "http_5xx"})
+
+    def __init__(self, code: str, message: str = "") -> None:
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+    @property
+    def resumable(self) -> bool:
+        return self.code in self.RESUMABLE
+
+    def __str__(self) -> str:
+        return f"{self.code}: {self.message}" if self.message else self.code

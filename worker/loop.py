@@ -1,0 +1,250 @@
+"""The agent loop: one run of one chunk of a turn (model -> tools -> model until the turn ends).
+
+A run reads its turn's ledger once. On a resumed run that read is also the hard-block snapshot
+(layer 2), re-tried with backoff; if it still fails the run stops with ``journal_unreadable``
+rather than run writes blind. The journal note (layer 1) is best-effort. Resumable transport
+errors resume inside the same run with the nudge and a fresh snapshot. Time limits are not the
+loop's business: whatever ``interrupts`` the caller names (Celery's ``SoftTimeLimitExceeded``)
+propagates out untouched, and the caller hands the turn to its next chunk. No celery here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import redis
+import structlog
+
+from ledger.errors import LedgerError
+from ledger.events import (
+    Event,
+    ModelDone,
+    ModelStart,
+    Resumed,
+    RunEnded,
+    Text,
+    TurnEnded,
+)
+from ledger.journal import Journal, build_journal
+from ledger.note import journal_note
+from ledger.store import Ledger
+from worker.clock import Clock, Ids
+from worker.errors import JournalUnreadable, ModelError
+from worker.history import build_messages
+from worker.models.base import ChatModel, ModelRequest, TextDelta, ToolSchema
+from worker.recorder import Recorder, RunContext
+from worker.settings import Settings
+from worker.tools.executor import Attempt, ToolCall, ToolExecutor
+from worker.tools.guard import DeferSignals
+from worker.tools.registry import Registry
+
+log = structlog.get_logger("dres.loop")
+
+SYSTEM_PROMPT = (
+    "You are an agent that completes the user's request with the tools you are given. Tool calls "
+    "with side effects (sending, creating) must not be repeated once they have succeeded."
+)
+READ_ERRORS = (LedgerError, redis.RedisError)
+
+
+@dataclass(frozen=True)
+class RunResult:
+    #: completed, stopped, failed or cancelled
+    status: str
+    code: str = ""
+    can_continue: bool = False
+
+
+class AgentLoop:
+    def __init__(
+        self,
+        *,
+        ledger: Ledger,
+        registry: Registry,
+        make_model: Callable[[str | None], ChatModel],
+        settings: Settings,
+        clock: Clock,
+        ids: Ids,
+        interrupts: tuple[type[BaseException], ...] = (),
+        is_cancelled: Callable[[str], bool] = lambda turn_id: False,
+        guard: DeferSignals | None = None,
+        tool_redis: Any = None,
+    ) -> None:
+        self.ledger = ledger
+        self.registry = registry
+        self.make_model = make_model
+        self.settings = settings
+        self.clock = clock
+        self.ids = ids
+        self.interrupts = interrupts
+        self.is_cancelled = is_cancelled
+        self.guard = guard or DeferSignals()
+        self.tool_redis = tool_redis
+        self.tools = tuple(
+            ToolSchema(s.name, s.description, s.input_schema()) for s in registry.schemas().values()
+        )
+
+    # -- a run -------------------------------------------------------------------------------
+
+    def run(self, run: RunContext) -> RunResult:
+        """Run one chunk of the turn until it ends, stops, or an interrupt propagates."""
+        recorder = Recorder(self.ledger, run, self.clock, self.ids, [])
+        try:
+            events, note = self._read(run)
+        except JournalUnreadable as e:
+            log.error("journal unreadable; stopping the resumed run", error=str(e))
+            return self._end(recorder, "error", "stopped", "journal_unreadable", str(e), True)
+        recorder.events = events
+        journal: Journal | None = None
+        if run.resumed:
+            journal = build_journal(events)
+            recorder.record(Resumed, cause=run.cause, note=note)
+        executor = ToolExecutor(
+            self.registry,
+            recorder,
+            guard=self.guard,
+            interrupts=self.interrupts,
+            redis=self.tool_redis,
+        )
+        model = self.make_model(run.model)
+        return self._steps(recorder, executor, model, Attempt.begin(journal))
+
+    def _steps(
+        self, recorder: Recorder, executor: ToolExecutor, model: ChatModel, attempt: Attempt
+    ) -> RunResult:
+        transport_resumes = 0
+        while True:
+            if self.is_cancelled(recorder.run.turn_id):
+                return self._end(recorder, "stopped", "cancelled", "cancelled", "Stop requested")
+            request = self._request(recorder.events)
+            if request.step >= self.settings.max_model_calls:
+                detail = f"{request.step} model calls without finishing"
+                return self._end(recorder, "error", "stopped", "loop_limit", detail, True)
+            recorder.record(ModelStart, step=request.step, resume_step=request.resume_step)
+            try:
+                calls = self._stream(recorder, model, request)
+            except ModelError as e:
+                resumed = self._after_model_error(recorder, e, transport_resumes)
+                if isinstance(resumed, RunResult):
+                    return resumed
+                transport_resumes += 1
+                attempt = Attempt.begin(build_journal(recorder.events))
+                continue
+            recorder.record(ModelDone, tool_calls=len(calls))
+            if not calls:
+                return self._end(recorder, "completed", "completed")
+            for call in calls:
+                if self.is_cancelled(recorder.run.turn_id):
+                    return self._end(
+                        recorder, "stopped", "cancelled", "cancelled", "Stop requested"
+                    )
+                executor.execute(attempt, call)
+
+    def _stream(
+        self, recorder: Recorder, model: ChatModel, request: ModelRequest
+    ) -> list[ToolCall]:
+        calls: list[ToolCall] = []
+        for item in model.stream(request):
+            if isinstance(item, TextDelta):
+                if item.text:
+                    recorder.record(Text, text=item.text)
+            else:
+                calls.append(item)
+        return calls
+
+    def _after_model_error(
+        self, recorder: Recorder, error: ModelError, transport_resumes: int
+    ) -> RunResult | None:
+        """Resume in the same run (None) or end it (the result), by the error's kind."""
+        run = recorder.run
+        log.warning("model call failed", code=error.code, error=error.message)
+        if error.resumable and transport_resumes < self.settings.max_transport_resumes:
+            self._resume_in_run(recorder, "transport_error")
+            return None
+        if error.resumable:
+            return self._end(recorder, "transport_error", "stopped", error.code, str(error), True)
+        if error.code == "rate_limit":
+            already = any(
+                isinstance(e, Resumed) and e.cause == "rate_limit" for e in recorder.events
+            )
+            if run.mode == "background" and not already:
+                self.clock.sleep(self.settings.rate_limit_cooldown_s)
+                self._resume_in_run(recorder, "rate_limit")
+                return None
+            return self._end(recorder, "error", "stopped", "rate_limit", str(error), False)
+        return self._end(recorder, "error", "failed", error.code, str(error))
+
+    def _resume_in_run(self, recorder: Recorder, cause: str) -> None:
+        note = journal_note(build_journal(recorder.events)) if self.settings.journal_note else None
+        recorder.record(Resumed, cause=cause, note=note)
+
+    # -- reading the ledger ------------------------------------------------------------------
+
+    def _read(self, run: RunContext) -> tuple[list[Event], str | None]:
+        """The turn's events and, on a resumed run, the journal note (None if unavailable)."""
+        if not run.resumed:
+            return self.ledger.events(run.turn_id), None
+        try:
+            events = self.ledger.events(run.turn_id)
+        except READ_ERRORS as e:
+            # Layer 1 is best-effort: the resume goes on without the note.
+            log.warning("journal note unavailable; resuming without it", error=repr(e))
+            return self._snapshot(run), None
+        note = journal_note(build_journal(events)) if self.settings.journal_note else None
+        return events, note
+
+    def _snapshot(self, run: RunContext) -> list[Event]:
+        """Layer 2 needs the journal: re-read with backoff, else refuse to run writes blind."""
+        attempts = self.settings.journal_read_attempts
+        for attempt in range(attempts):
+            if attempt:
+                self.clock.sleep(self.settings.journal_read_backoff_s * 2 ** (attempt - 1))
+            try:
+                return self.ledger.events(run.turn_id)
+            except READ_ERRORS as e:
+                error = e
+        raise JournalUnreadable(f"turn {run.turn_id}: {attempts} reads failed: {error!r}")
+
+    def _request(self, events: list[Event]) -> ModelRequest:
+        step = resume_step = 0
+        prior: set[tuple[int, int]] = set()
+        for event in events:
+            if isinstance(event, ModelDone):
+                step += 1
+                resume_step += 1
+            elif isinstance(event, Resumed):
+                resume_step = 0
+            elif isinstance(event, ModelStart):
+                prior.add((event.step, event.resume_step))
+        return ModelRequest(
+            system=SYSTEM_PROMPT,
+            messages=tuple(build_messages(events)),
+            tools=self.tools,
+            step=step,
+            resume_step=resume_step,
+            prior_attempts=frozenset(prior),
+        )
+
+    # -- ending ------------------------------------------------------------------------------
+
+    def _end(
+        self,
+        recorder: Recorder,
+        run_reason: str,
+        status: str,
+        code: str = "",
+        detail: str = "",
+        can_continue: bool = False,
+    ) -> RunResult:
+        """Record the run's and the turn's end in one fenced step; the turn's keys then expire."""
+        events = [
+            recorder.make(RunEnded, reason=run_reason, detail=detail),
+            recorder.make(
+                TurnEnded, status=status, code=code, detail=detail, can_continue=can_continue
+            ),
+        ]
+        meta = {"status": status, "can_continue": int(can_continue), "code": code}
+        recorder.record_many(events, meta=meta, expire=True)
+        return RunResult(status, code, can_continue)

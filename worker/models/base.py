@@ -1,0 +1,69 @@
+"""The streaming model protocol: provider-neutral messages in, text deltas and tool calls out."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from worker.tools.executor import ToolCall
+
+
+@dataclass(frozen=True)
+class UserMessage:
+    text: str
+
+
+@dataclass(frozen=True)
+class AssistantMessage:
+    text: str
+    #: calls the model made; ``ToolCall.id`` is the call's id in the ledger
+    tool_calls: tuple[ToolCall, ...] = ()
+
+
+@dataclass(frozen=True)
+class ToolResultMessage:
+    call_id: str
+    tool: str
+    #: the result as text (JSON for structured results)
+    content: str
+    is_error: bool = False
+
+
+Message = UserMessage | AssistantMessage | ToolResultMessage
+
+
+@dataclass(frozen=True)
+class ToolSchema:
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class TextDelta:
+    text: str
+
+
+ModelEvent = TextDelta | ToolCall
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    system: str
+    messages: tuple[Message, ...]
+    tools: tuple[ToolSchema, ...] = ()
+    #: completed model calls of the turn before this one
+    step: int = 0
+    #: completed model calls since the turn last resumed
+    resume_step: int = 0
+    #: (step, resume_step) of every earlier attempted model call of the turn, from the ledger
+    prior_attempts: frozenset[tuple[int, int]] = field(default_factory=frozenset)
+
+
+class ChatModel(Protocol):
+    """A streaming chat model. Failures raise ``worker.errors.ModelError`` with a code."""
+
+    name: str
+
+    def stream(self, request: ModelRequest) -> Iterator[ModelEvent]: ...

@@ -1,0 +1,86 @@
+"""The scripted model of CONTRACT §5: deterministic answers from a JSON script.
+
+Step k answers the k-th model call of the turn counted from the ledger (``continue``), or the
+k-th call since the turn last resumed (``restart``: a model that ignores the journal note and
+re-issues what it already did). ``delay_s`` and ``fail`` act only on the first attempt at a step
+within the turn, so a resumed or restarted script runs through.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from worker.clock import Clock
+from worker.errors import ConfigError, ModelError
+from worker.models.base import ModelEvent, ModelRequest, TextDelta
+from worker.tools.executor import ToolCall
+
+FAILURES = {
+    "gateway_timeout": ("gateway_timeout", "upstream gateway timed out (scripted)"),
+    "connection_reset": ("connection_reset", "connection reset by peer (scripted)"),
+    "rate_limit": ("rate_limit", "429 too many requests (scripted)"),
+    "auth": ("auth", "401 invalid API key (scripted)"),
+}
+#: characters per streamed text delta
+DELTA_CHARS = 24
+
+
+class ScriptedCall(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str
+    input: dict[str, Any] = Field(default_factory=dict)
+
+
+class Step(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    text: str = ""
+    tool_calls: list[ScriptedCall] = Field(default_factory=list)
+    delay_s: float = Field(0.0, ge=0)
+    fail: Literal["gateway_timeout", "connection_reset", "rate_limit", "auth"] | None = None
+
+
+class Script(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    steps: list[Step] = Field(min_length=1)
+    on_resume: Literal["continue", "restart"] = "continue"
+
+    @classmethod
+    def load(cls, path: str | Path) -> Script:
+        try:
+            return cls.model_validate(json.loads(Path(path).read_text()))
+        except FileNotFoundError:
+            raise ConfigError(f"scripted model: no script file {str(path)!r}") from None
+        except (json.JSONDecodeError, ValidationError) as e:
+            raise ConfigError(f"scripted model: {path}: {e}".splitlines()[0]) from None
+
+
+class ScriptedModel:
+    def __init__(self, script: Script, clock: Clock, *, name: str = "scripted") -> None:
+        self.script = script
+        self.clock = clock
+        self.name = name
+
+    def stream(self, request: ModelRequest) -> Iterator[ModelEvent]:
+        restart = self.script.on_resume == "restart"
+        index = request.resume_step if restart else request.step
+        if index >= len(self.script.steps):
+            yield TextDelta("(the script has no more steps)")
+            return
+        step = self.script.steps[index]
+        first_attempt = not any(
+            (resume_step if restart else turn_step) == index
+            for turn_step, resume_step in request.prior_attempts
+        )
+        if first_attempt and step.delay_s:
+            self.clock.sleep(step.delay_s)
+        if first_attempt and step.fail:
+            raise ModelError(*FAILURES[step.fail])
+        for start in range(0, len(step.text), DELTA_CHARS):
+            yield TextDelta(step.text[start : start + DELTA_CHARS])
+        for call in step.tool_calls:
+            yield ToolCall(call.name, call.input)

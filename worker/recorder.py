@@ -1,0 +1,90 @@
+"""One run's view of its turn: who it is (``RunContext``) and its fenced writes (``Recorder``).
+
+The recorder fills in the fields every event carries (ids from the injected ``Ids``, time from the
+injected ``Clock``), appends under the run's lease epoch, and keeps the turn's events in memory so
+the loop rebuilds its prompt without reading Redis again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+from ledger.events import Event
+from ledger.store import Lease, Ledger, MetaValue
+from worker.clock import Clock, Ids
+
+E = TypeVar("E", bound=Event)
+
+
+@dataclass(frozen=True)
+class RunContext:
+    #: the run's hold on the turn (its epoch, chunk, cause and stream sequence)
+    lease: Lease
+    mode: str = "foreground"
+    model: str | None = None
+
+    @property
+    def turn_id(self) -> str:
+        return self.lease.turn_id
+
+    @property
+    def run_id(self) -> str:
+        return self.lease.run_id
+
+    @property
+    def chunk(self) -> int:
+        return self.lease.chunk
+
+    @property
+    def epoch(self) -> int:
+        return self.lease.epoch
+
+    @property
+    def cause(self) -> str:
+        """Why this run exists: first, next_chunk, redelivery, reaper, auto_continue, continue."""
+        return self.lease.cause
+
+    @property
+    def resumed(self) -> bool:
+        """Every run but the first resumes the turn: nudge, note and hard-block apply."""
+        return self.cause != "first"
+
+
+class Recorder:
+    def __init__(
+        self, ledger: Ledger, run: RunContext, clock: Clock, ids: Ids, events: list[Event]
+    ) -> None:
+        self.ledger = ledger
+        self.run = run
+        self.clock = clock
+        self.ids = ids
+        #: the turn's events: what was read at the start of the run plus what this run recorded
+        self.events = events
+
+    def make(self, cls: type[E], **fields: Any) -> E:
+        return cls(
+            event_id=self.ids.new("ev"),
+            turn_id=self.run.turn_id,
+            run_id=self.run.run_id,
+            chunk=self.run.chunk,
+            ts=self.clock.now(),
+            **fields,
+        )
+
+    def record(self, cls: type[E], **fields: Any) -> E:
+        event = self.make(cls, **fields)
+        self.ledger.append(event, lease=self.run.lease)
+        self.events.append(event)
+        return event
+
+    def record_many(
+        self,
+        events: Sequence[Event],
+        *,
+        meta: Mapping[str, MetaValue] | None = None,
+        expire: bool = False,
+    ) -> None:
+        self.ledger.append_many(events, lease=self.run.lease, meta=meta, expire=expire)
+        self.events.extend(events)

@@ -1,0 +1,80 @@
+"""The one typed settings object, and the only reader of the environment (CONTRACT §3)."""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from pydantic import Field, ValidationError, model_validator
+from pydantic_settings import BaseSettings, SettingsConfigDict
+
+from worker.errors import ConfigError
+
+DEMO_TOOLS = "worker.demo_tools"
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="DRES_", extra="ignore", frozen=True)
+
+    redis_url: str = "redis://127.0.0.1:6379/0"
+    #: empty: the ledger Redis
+    broker_url: str = ""
+    #: comma-separated modules whose ``@tool`` functions are registered
+    tools: str = DEMO_TOOLS
+    #: default model spec; empty: the scripted demo script
+    model: str = ""
+    #: seconds: foreground chunk soft / hard time limits
+    soft_limit_s: float = Field(60.0, gt=0)
+    hard_limit_s: float = Field(90.0, gt=0)
+    #: seconds: background chunk soft / hard time limits
+    bg_soft_limit_s: float = Field(600.0, gt=0)
+    bg_hard_limit_s: float = Field(660.0, gt=0)
+    max_auto_continue: int = Field(3, ge=0)
+    max_chunks: int = Field(50, ge=1)
+    api_token: str | None = None
+    #: seconds a finished turn's keys are kept
+    finished_ttl_s: int = Field(7 * 24 * 3600, gt=0)
+    #: model calls one turn may make before it stops (a runaway loop guard)
+    max_model_calls: int = Field(100, ge=1)
+    #: resumes of one run after resumable transport errors before the turn stops
+    max_transport_resumes: int = Field(3, ge=0)
+    #: seconds: cooldown before the one background resume after a provider rate limit
+    rate_limit_cooldown_s: float = Field(20.0, ge=0)
+    #: attempts to read the journal for the hard-block before a resumed run stops
+    journal_read_attempts: int = Field(3, ge=1)
+    #: seconds: backoff before each journal re-read
+    journal_read_backoff_s: float = Field(0.25, ge=0)
+    #: include the journal note in resume prompts (layer 1); the hard-block is always on
+    journal_note: bool = True
+
+    @model_validator(mode="after")
+    def _limits_in_order(self) -> Settings:
+        if self.hard_limit_s <= self.soft_limit_s:
+            raise ValueError("DRES_HARD_LIMIT_S must be greater than DRES_SOFT_LIMIT_S")
+        if self.bg_hard_limit_s <= self.bg_soft_limit_s:
+            raise ValueError("DRES_BG_HARD_LIMIT_S must be greater than DRES_BG_SOFT_LIMIT_S")
+        return self
+
+    @property
+    def broker(self) -> str:
+        return self.broker_url or self.redis_url
+
+    @property
+    def tool_modules(self) -> list[str]:
+        return [name.strip() for name in self.tools.split(",") if name.strip()]
+
+
+def load_settings(**overrides: object) -> Settings:
+    """Read the environment; bad values raise ``ConfigError`` with one line naming the variable."""
+    try:
+        return Settings(**overrides)  # type: ignore[arg-type]
+    except ValidationError as e:
+        first = e.errors()[0]
+        if first["loc"]:
+            name = "DRES_" + str(first["loc"][0]).upper()
+            raise ConfigError(f"{name}: {first['msg']}") from None
+        raise ConfigError(str(first["msg"]).removeprefix("Value error, ")) from None
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return load_settings()

@@ -1,0 +1,158 @@
+"""The ``@tool`` decorator and the registry of tools loaded from DRES_TOOLS (CONTRACT §4).
+
+A tool's input schema comes from its signature: every parameter but a keyword ``ctx`` becomes a
+field of a pydantic model (unknown fields forbidden), so a model's call with invalid input is
+rejected with the field named before anything runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, create_model
+
+from worker.errors import ToolDefinitionError
+from worker.tools.context import Reconciliation, ToolContext
+
+#: attribute under which ``@tool`` leaves a function's spec
+SPEC_ATTR = "__dres_tool__"
+
+Reconcile = Callable[[dict[str, Any], ToolContext], Reconciliation]
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    name: str
+    fn: Callable[..., Any]
+    description: str
+    input_model: type[BaseModel]
+    read_only: bool = False
+    #: input fields that identify a write's side effect (CONTRACT §7.4)
+    identity: tuple[str, ...] = ()
+    #: the tool hands ``ctx.idempotency_key`` to its provider, so a retry is safe
+    idempotent: bool = False
+    reconcile: Reconcile | None = None
+    wants_ctx: bool = False
+    is_async: bool = False
+
+    def input_schema(self) -> dict[str, Any]:
+        return self.input_model.model_json_schema()
+
+    def invoke(self, arguments: BaseModel, ctx: ToolContext) -> Any:
+        kwargs = {name: getattr(arguments, name) for name in type(arguments).model_fields}
+        if self.wants_ctx:
+            kwargs["ctx"] = ctx
+        if self.is_async:
+            return asyncio.run(self.fn(**kwargs))
+        return self.fn(**kwargs)
+
+
+def _input_model(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], bool]:
+    fields: dict[str, Any] = {}
+    wants_ctx = False
+    for param in inspect.signature(fn).parameters.values():
+        if param.name == "ctx":
+            wants_ctx = True
+            continue
+        if param.kind in (param.VAR_POSITIONAL, param.VAR_KEYWORD):
+            raise ToolDefinitionError(f"tool {name}: *args/**kwargs cannot form an input schema")
+        annotation = Any if param.annotation is param.empty else param.annotation
+        default = ... if param.default is param.empty else param.default
+        fields[param.name] = (annotation, default)
+    model = create_model(  # type: ignore[call-overload]
+        f"{name}_input", __config__=ConfigDict(extra="forbid"), **fields
+    )
+    return model, wants_ctx
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+    identity: Iterable[str] | None = None,
+    idempotent: bool = False,
+    reconcile: Reconcile | None = None,
+) -> Any:
+    """Declare a tool. ``@tool`` or ``@tool(read_only=True)``, ``@tool(identity=[...])``, …"""
+
+    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+        tool_name = name or func.__name__
+        model, wants_ctx = _input_model(func, tool_name)
+        ident = tuple(identity or ())
+        unknown = [f for f in ident if f not in model.model_fields]
+        if unknown:
+            raise ToolDefinitionError(f"tool {tool_name}: identity names unknown fields {unknown}")
+        if read_only and (ident or idempotent or reconcile):
+            raise ToolDefinitionError(
+                f"tool {tool_name}: identity, idempotent and reconcile are for write tools"
+            )
+        spec = ToolSpec(
+            name=tool_name,
+            fn=func,
+            description=description or inspect.getdoc(func) or tool_name,
+            input_model=model,
+            read_only=read_only,
+            identity=ident,
+            idempotent=idempotent,
+            reconcile=reconcile,
+            wants_ctx=wants_ctx,
+            is_async=inspect.iscoroutinefunction(func),
+        )
+        setattr(func, SPEC_ATTR, spec)
+        return func
+
+    return decorate(fn) if fn is not None else decorate
+
+
+@dataclass
+class Registry:
+    tools: dict[str, ToolSpec] = field(default_factory=dict)
+
+    def add(self, *functions: Callable[..., Any]) -> Registry:
+        for func in functions:
+            spec = getattr(func, SPEC_ATTR, None)
+            if not isinstance(spec, ToolSpec):
+                raise ToolDefinitionError(f"{func!r} is not decorated with @tool")
+            existing = self.tools.get(spec.name)
+            if existing is not None and existing.fn is not func:
+                raise ToolDefinitionError(f"two tools are named {spec.name!r}")
+            self.tools[spec.name] = spec
+        return self
+
+    @classmethod
+    def from_modules(cls, modules: Iterable[str]) -> Registry:
+        """Import each module and register its ``@tool`` functions (DRES_TOOLS)."""
+        registry = cls()
+        for module_name in modules:
+            try:
+                module = importlib.import_module(module_name)
+            except ImportError as e:
+                raise ToolDefinitionError(f"DRES_TOOLS: cannot import {module_name!r}: {e}") from e
+            found = [
+                v
+                for v in vars(module).values()
+                if isinstance(getattr(v, SPEC_ATTR, None), ToolSpec)
+            ]
+            if not found:
+                raise ToolDefinitionError(f"DRES_TOOLS: module {module_name!r} defines no @tool")
+            registry.add(*found)
+        return registry
+
+    def get(self, name: str) -> ToolSpec | None:
+        return self.tools.get(name)
+
+    def names(self) -> list[str]:
+        return sorted(self.tools)
+
+    def read_only_names(self) -> list[str]:
+        return sorted(n for n, spec in self.tools.items() if spec.read_only)
+
+    def schemas(self) -> Mapping[str, ToolSpec]:
+        return dict(sorted(self.tools.items()))

@@ -1,0 +1,113 @@
+"""A turn's life outside the loop: create it, claim a run, hand it over to the next chunk.
+
+These are the steps the Celery tasks, the API and the tests share, so that the rules (who may
+claim, what a handover records) live in one place; each is one atomic ledger script.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ledger import keys
+from ledger.events import RunEnded, TurnStarted
+from ledger.store import Ledger
+from worker.clock import Clock, Ids
+from worker.recorder import RunContext
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    turn_id: str
+    conversation_id: str
+    run_id: str
+
+
+def create_turn(
+    ledger: Ledger,
+    message: str,
+    *,
+    clock: Clock,
+    ids: Ids,
+    conversation_id: str | None = None,
+    mode: str = "foreground",
+    model: str | None = None,
+    turn_id: str | None = None,
+    prior_turn_note: str | None = None,
+) -> NewTurn:
+    """Record a new turn (``turn_started``, status queued, its first run pending)."""
+    turn_id = turn_id or ids.new("turn")
+    conversation_id = conversation_id or ids.new("conv")
+    run_id = ids.new("run")
+    event = TurnStarted(
+        event_id=ids.new("ev"),
+        turn_id=turn_id,
+        run_id=run_id,
+        chunk=0,
+        ts=clock.now(),
+        conversation_id=conversation_id,
+        message=message,
+        mode=mode,
+        model=model,
+        prior_turn_note=prior_turn_note,
+    )
+    meta = {"model": model or ""}
+    if ledger.create_turn(event, first_run=run_id, meta=meta):
+        ledger.client.rpush(keys.conversation_turns(conversation_id), turn_id)
+    return NewTurn(turn_id, conversation_id, run_id)
+
+
+def claim_run(
+    ledger: Ledger, turn_id: str, run_id: str, *, clock: Clock, ids: Ids, lease_s: float
+) -> RunContext | None:
+    """Claim the turn's pending run (recording run_started); None when ``run_id`` is not it.
+
+    ``lease_s`` seconds is how long the lease holds before the reaper may take the turn over.
+    """
+    claim = ledger.claim(
+        turn_id,
+        run_id,
+        lease_until_ms=int((clock.now() + lease_s) * 1000),
+        event_id=ids.new("ev"),
+        ts=clock.now(),
+    )
+    if claim.lease is None or claim.meta is None:
+        return None
+    extra = claim.meta.extra
+    return RunContext(
+        claim.lease, mode=extra.get("mode", "foreground"), model=extra.get("model") or None
+    )
+
+
+def hand_over(
+    ledger: Ledger,
+    run: RunContext,
+    *,
+    clock: Clock,
+    ids: Ids,
+    reason: str = "soft_limit",
+    cause: str = "next_chunk",
+    detail: str = "",
+) -> str:
+    """End ``run`` and record its successor (the next chunk) as the turn's pending run.
+
+    One fenced step: a run that no longer holds the turn cannot hand it over. Returns the
+    successor's run id, which the caller then dispatches (ids only).
+    """
+    successor = ids.new("run")
+    ended = RunEnded(
+        event_id=ids.new("ev"),
+        turn_id=run.turn_id,
+        run_id=run.run_id,
+        chunk=run.chunk,
+        ts=clock.now(),
+        reason=reason,
+        detail=detail,
+    )
+    meta = {
+        "status": "resuming",
+        "next_run": successor,
+        "next_chunk": run.chunk + 1 if reason == "soft_limit" else run.chunk,
+        "next_cause": cause,
+    }
+    ledger.append_many([ended], lease=run.lease, meta=meta)
+    return successor
