@@ -33,3 +33,17 @@ def turn_keys(turn_id: str) -> tuple[str, str]:
 def conversation_turns(conversation_id: str) -> str:
     """List of the conversation's turn ids, oldest first."""
     return f"{PREFIX}:conv:{_tag(conversation_id)}:turns"
+
+
+def turn_cancel(turn_id: str) -> str:
+    """Flag: Stop was requested; the running run ends at its next safe point."""
+    return f"{PREFIX}:turn:{_tag(turn_id)}:cancel"
+
+
+def active_turns() -> str:
+    """Sorted set of unfinished turn ids, scored by when the reaper should look at them (ms).
+
+    Global on purpose (the reaper scans it) and written beside the turn scripts, never inside
+    them, so it does not break the one-slot rule of a turn's keys.
+    """
+    return f"{PREFIX}:active"

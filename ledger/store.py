@@ -1,12 +1,12 @@
 """The run ledger in Redis: one stream per turn, fenced idempotent appends, paged reads, live tail.
 
 Fencing by stream id: a run appends with explicit ids ``E-n``, E being its lease epoch and n its
-own sequence. Claiming a turn writes ``run_started`` at ``E-0`` atomically with the epoch bump
-(``lua/claim.lua``), so once a successor holds epoch E+1 every XADD of the old epoch is refused
-by Redis itself ("equal or smaller than the top item"): the hot path is one plain XADD, and the
-fence needs no read. A refused or interrupted append is resolved by looking at the stream: the
-event already at its id (a retried XADD that had landed) is success, a newer epoch is
-``FencedOut``. Writes that must change metadata too go through ``lua/append.lua``.
+own sequence. Every change of holder (``lua/seize.lua``) bumps the epoch and writes its first
+event at ``E-0`` in the same atomic step, so once a successor holds epoch E+1 every XADD of the
+old epoch is refused by Redis itself ("equal or smaller than the top item"): the hot path is one
+plain XADD, and the fence needs no read. A refused or interrupted append is resolved by looking
+at the stream: the event already at its id (a retried XADD that had landed) is success, a newer
+epoch is ``FencedOut``. Writes that must change metadata too go through ``lua/append.lua``.
 
 ``Ledger`` takes an injected redis-py client (``redis.Redis`` or ``fakeredis.FakeRedis``, with or
 without ``decode_responses``).
@@ -132,7 +132,7 @@ class Ledger:
         self.page = page
         self._append_meta = client.register_script(_script("append.lua"))
         self._create = client.register_script(_script("create.lua"))
-        self._claim = client.register_script(_script("claim.lua"))
+        self._seize = client.register_script(_script("seize.lua"))
 
     # -- creating and claiming ---------------------------------------------------------------
 
@@ -160,18 +160,25 @@ class Ledger:
         return bool(int(created))
 
     def claim(
-        self, turn_id: str, run_id: str, *, lease_until_ms: int, event_id: str, ts: float
+        self,
+        turn_id: str,
+        run_id: str,
+        *,
+        lease_until_ms: int,
+        event_id: str,
+        ts: float,
+        meta: TurnMeta | None = None,
     ) -> Claim:
         """Make ``run_id`` the lease holder if it is the turn's pending run (atomic).
 
         The claim records ``run_started`` (with ``event_id`` and ``ts``) at the new epoch's
         first stream id. A run that is not the pending one (a duplicate delivery, a run already
-        claimed, a stale message) gets no lease.
+        claimed, a stale message) gets no lease. ``meta``: the turn's metadata if the caller has
+        just read it (the claim is still checked against Redis).
         """
-        meta = self.meta(turn_id)
+        meta = meta or self.meta(turn_id)
         if meta.next_run != run_id:
             return Claim(None, meta, status=meta.status, holder=meta.run_id)
-        epoch = meta.epoch + 1
         chunk = int(meta.extra.get("next_chunk", meta.chunk))
         cause = meta.extra.get("next_cause", "first")
         started = RunStarted(
@@ -181,20 +188,69 @@ class Ledger:
             chunk=chunk,
             ts=ts,
             cause=cause,
-            epoch=epoch,
+            epoch=meta.epoch + 1,
         )
-        args: list[MetaValue] = [run_id, lease_until_ms, meta.epoch, encode(started)]
-        try:
-            reply = self._retry(lambda: self._claim(keys=keys.turn_keys(turn_id), args=args))
-        except redis.ResponseError as e:
-            raise self._translate(turn_id, 0, e) from e
-        if int(reply[0]) == 1:
-            return Claim(Lease(turn_id, run_id, int(reply[1]), int(reply[2]), cause), meta)
-        # Lost a race; or a retried claim whose first reply was lost finds its own epoch.
+        lease = self.seize(
+            meta,
+            expect={"next_run": run_id},
+            events=[started],
+            set_meta={
+                "run_id": run_id,
+                "chunk": chunk,
+                "next_run": "",
+                "status": "running",
+                "runs": meta.runs + 1,
+                "lease_until": lease_until_ms,
+            },
+            run_id=run_id,
+        )
+        if lease is not None:
+            return Claim(lease, meta)
         now = self.meta(turn_id)
-        if now.run_id == run_id and now.epoch == epoch:
-            return Claim(Lease(turn_id, run_id, epoch, chunk, cause), meta)
-        return Claim(None, now, status=_text(reply[1]), holder=_text(reply[2]))
+        if now.run_id == run_id and now.epoch == meta.epoch + 1:
+            # A retried claim whose first reply was lost: the claim is ours.
+            return Claim(Lease(turn_id, run_id, now.epoch, chunk, cause, seq=1), meta)
+        return Claim(None, now, status=now.status, holder=now.run_id)
+
+    def seize(
+        self,
+        meta: TurnMeta,
+        *,
+        expect: Mapping[str, MetaValue],
+        events: Sequence[Event] = (),
+        set_meta: Mapping[str, MetaValue] | None = None,
+        run_id: str = "",
+        expire: bool | None = None,
+    ) -> Lease | None:
+        """Take the turn under epoch ``meta.epoch + 1`` if it is as ``meta`` and ``expect`` say.
+
+        ``meta`` is the metadata the caller decided on; the epoch must still be the one read,
+        and each ``expect`` field must hold its value (``""`` for unset). The ``events`` are
+        written first under the new epoch and ``set_meta`` is applied, atomically. ``expire``:
+        True gives the turn's keys the finished-turn expiry, False removes an expiry (a stopped
+        turn continued), None leaves it. Returns the new lease (held by ``run_id``), or None when
+        the turn changed in between.
+        """
+        conditions: dict[str, MetaValue] = {"epoch": meta.epoch, **expect}
+        ttl = 0 if expire is None else (self.finished_ttl_s if expire else -1)
+        args: list[MetaValue] = [ttl, len(conditions)]
+        for name, value in conditions.items():
+            args += [name, value]
+        args.append(len(events))
+        args += [encode(event) for event in events]
+        for name, value in (set_meta or {}).items():
+            args += [name, value]
+        turn_keys = keys.turn_keys(meta.turn_id)
+        try:
+            reply = self._retry(lambda: self._seize(keys=turn_keys, args=args))
+        except redis.ResponseError as e:
+            raise self._translate(meta.turn_id, 0, e) from e
+        if int(reply[0]) != 1:
+            return None
+        epoch = int(reply[1])
+        chunk = int((set_meta or {}).get("chunk", meta.chunk))
+        cause = meta.extra.get("next_cause", "first")
+        return Lease(meta.turn_id, run_id, epoch, chunk, cause, seq=len(events))
 
     # -- appending ---------------------------------------------------------------------------
 

@@ -119,7 +119,12 @@ class Harness:
         """One chunk: claim, run; on the soft limit hand over and return None."""
         assert self.pending, "no pending run"
         run = claim_run(
-            self.ledger, self.turn_id, self.pending, clock=self.clock, ids=self.ids, lease_s=3600
+            self.ledger,
+            self.turn_id,
+            self.pending,
+            clock=self.clock,
+            ids=self.ids,
+            settings=self.settings,
         )
         assert run is not None, "the pending run could not be claimed"
         self.pending = None

@@ -19,6 +19,10 @@ class JournalUnreadable(DresError):
     """A resumed run could not read its turn's ledger, so it must not run writes blind."""
 
 
+class TurnCancelled(DresError):
+    """Stop was requested for the turn; the run ends at this safe point."""
+
+
 class ModelError(DresError):
     """A model call failed. ``code`` says how: the loop decides from it whether to resume.
 

@@ -23,15 +23,13 @@ from ledger.events import (
     ModelDone,
     ModelStart,
     Resumed,
-    RunEnded,
     Text,
-    TurnEnded,
 )
 from ledger.journal import Journal, build_journal
 from ledger.note import journal_note
 from ledger.store import Ledger
 from worker.clock import Clock, Ids
-from worker.errors import JournalUnreadable, ModelError
+from worker.errors import JournalUnreadable, ModelError, TurnCancelled
 from worker.history import build_messages
 from worker.models.base import ChatModel, ModelRequest, TextDelta, ToolSchema
 from worker.recorder import Recorder, RunContext
@@ -39,6 +37,7 @@ from worker.settings import Settings
 from worker.tools.executor import Attempt, ToolCall, ToolExecutor
 from worker.tools.guard import DeferSignals
 from worker.tools.registry import Registry
+from worker.turns import finish
 
 log = structlog.get_logger("dres.loop")
 
@@ -109,7 +108,10 @@ class AgentLoop:
             redis=self.tool_redis,
         )
         model = self.make_model(run.model)
-        return self._steps(recorder, executor, model, Attempt.begin(journal))
+        try:
+            return self._steps(recorder, executor, model, Attempt.begin(journal))
+        except TurnCancelled:
+            return self._end(recorder, "stopped", "cancelled", "cancelled", "Stop requested")
 
     def _steps(
         self, recorder: Recorder, executor: ToolExecutor, model: ChatModel, attempt: Attempt
@@ -146,7 +148,13 @@ class AgentLoop:
         self, recorder: Recorder, model: ChatModel, request: ModelRequest
     ) -> list[ToolCall]:
         calls: list[ToolCall] = []
+        turn_id = recorder.run.turn_id
+        checked = self.clock.now()
         for item in model.stream(request):
+            if self.clock.now() - checked >= self.settings.cancel_poll_s:
+                checked = self.clock.now()
+                if self.is_cancelled(turn_id):
+                    raise TurnCancelled("Stop requested")
             if isinstance(item, TextDelta):
                 if item.text:
                     recorder.record(Text, text=item.text)
@@ -238,13 +246,16 @@ class AgentLoop:
         detail: str = "",
         can_continue: bool = False,
     ) -> RunResult:
-        """Record the run's and the turn's end in one fenced step; the turn's keys then expire."""
-        events = [
-            recorder.make(RunEnded, reason=run_reason, detail=detail),
-            recorder.make(
-                TurnEnded, status=status, code=code, detail=detail, can_continue=can_continue
-            ),
-        ]
-        meta = {"status": status, "can_continue": int(can_continue), "code": code}
-        recorder.record_many(events, meta=meta, expire=True)
+        events = finish(
+            self.ledger,
+            recorder.run,
+            clock=self.clock,
+            ids=self.ids,
+            run_reason=run_reason,
+            status=status,
+            code=code,
+            detail=detail,
+            can_continue=can_continue,
+        )
+        recorder.events.extend(events)
         return RunResult(status, code, can_continue)

@@ -45,6 +45,21 @@ class Settings(BaseSettings):
     journal_read_backoff_s: float = Field(0.25, ge=0)
     #: include the journal note in resume prompts (layer 1); the hard-block is always on
     journal_note: bool = True
+    #: seconds a run's lease outlives its chunk's hard limit before the reaper may take over
+    lease_grace_s: float = Field(10.0, gt=0)
+    #: seconds a recorded successor may wait unclaimed before the reaper re-dispatches it
+    handoff_grace_s: float = Field(15.0, gt=0)
+    #: re-dispatches of one lost handoff before the reaper stops the turn (loudly)
+    max_redispatches: int = Field(3, ge=0)
+    #: seconds between reaper sweeps on each worker
+    reaper_interval_s: float = Field(5.0, gt=0)
+    #: seconds an unacknowledged message stays invisible before Redis redelivers it; must exceed
+    #: every hard limit (0: twice the longest hard limit)
+    visibility_timeout_s: float = Field(0.0, ge=0)
+    #: seconds between checks of the Stop flag while the model is waiting or streaming
+    cancel_poll_s: float = Field(0.2, gt=0)
+    foreground_queue: str = "dres.foreground"
+    background_queue: str = "dres.background"
 
     @model_validator(mode="after")
     def _limits_in_order(self) -> Settings:
@@ -52,7 +67,33 @@ class Settings(BaseSettings):
             raise ValueError("DRES_HARD_LIMIT_S must be greater than DRES_SOFT_LIMIT_S")
         if self.bg_hard_limit_s <= self.bg_soft_limit_s:
             raise ValueError("DRES_BG_HARD_LIMIT_S must be greater than DRES_BG_SOFT_LIMIT_S")
+        if self.visibility_timeout_s and self.visibility_timeout_s <= self.longest_hard_limit_s:
+            raise ValueError(
+                "DRES_VISIBILITY_TIMEOUT_S must exceed every hard limit, or a running chunk "
+                "is delivered again to another worker"
+            )
         return self
+
+    @property
+    def longest_hard_limit_s(self) -> float:
+        return max(self.hard_limit_s, self.bg_hard_limit_s)
+
+    @property
+    def visibility_timeout(self) -> float:
+        return self.visibility_timeout_s or 2 * self.longest_hard_limit_s
+
+    def limits(self, mode: str) -> tuple[float, float]:
+        """(soft, hard) time limits in seconds of a chunk of a ``mode`` turn."""
+        if mode == "background":
+            return self.bg_soft_limit_s, self.bg_hard_limit_s
+        return self.soft_limit_s, self.hard_limit_s
+
+    def queue(self, mode: str) -> str:
+        return self.background_queue if mode == "background" else self.foreground_queue
+
+    def lease_s(self, mode: str) -> float:
+        """How long a run's lease holds: its chunk cannot outlive the hard limit."""
+        return self.limits(mode)[1] + self.lease_grace_s
 
     @property
     def broker(self) -> str:

@@ -9,10 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ledger import keys
-from ledger.events import RunEnded, TurnStarted
+from ledger.events import Event, RunEnded, TurnEnded, TurnStarted
 from ledger.store import Ledger
 from worker.clock import Clock, Ids
 from worker.recorder import RunContext
+from worker.settings import Settings
 
 
 @dataclass(frozen=True)
@@ -50,32 +51,66 @@ def create_turn(
         model=model,
         prior_turn_note=prior_turn_note,
     )
-    meta = {"model": model or ""}
+    meta = {"model": model or "", "dispatched": clock.now(), "redispatches": 0}
     if ledger.create_turn(event, first_run=run_id, meta=meta):
         ledger.client.rpush(keys.conversation_turns(conversation_id), turn_id)
     return NewTurn(turn_id, conversation_id, run_id)
 
 
 def claim_run(
-    ledger: Ledger, turn_id: str, run_id: str, *, clock: Clock, ids: Ids, lease_s: float
+    ledger: Ledger, turn_id: str, run_id: str, *, clock: Clock, ids: Ids, settings: Settings
 ) -> RunContext | None:
     """Claim the turn's pending run (recording run_started); None when ``run_id`` is not it.
 
-    ``lease_s`` seconds is how long the lease holds before the reaper may take the turn over.
+    The lease lasts the chunk's hard limit plus a grace: the run cannot outlive its hard limit,
+    so a lease that ran out means the run is dead and the reaper may take the turn over.
     """
+    meta = ledger.meta(turn_id)
+    mode = meta.extra.get("mode", "foreground")
     claim = ledger.claim(
         turn_id,
         run_id,
-        lease_until_ms=int((clock.now() + lease_s) * 1000),
+        lease_until_ms=int((clock.now() + settings.lease_s(mode)) * 1000),
         event_id=ids.new("ev"),
         ts=clock.now(),
+        meta=meta,
     )
-    if claim.lease is None or claim.meta is None:
+    if claim.lease is None:
         return None
-    extra = claim.meta.extra
-    return RunContext(
-        claim.lease, mode=extra.get("mode", "foreground"), model=extra.get("model") or None
-    )
+    return RunContext(claim.lease, mode=mode, model=meta.extra.get("model") or None)
+
+
+def finish(
+    ledger: Ledger,
+    run: RunContext,
+    *,
+    clock: Clock,
+    ids: Ids,
+    run_reason: str,
+    status: str,
+    code: str = "",
+    detail: str = "",
+    can_continue: bool = False,
+) -> list[Event]:
+    """Record the run's and the turn's end in one fenced step; the turn's keys then expire."""
+    common = {"turn_id": run.turn_id, "run_id": run.run_id, "chunk": run.chunk}
+    events: list[Event] = [
+        RunEnded(
+            event_id=ids.new("ev"), ts=clock.now(), reason=run_reason, detail=detail, **common
+        ),
+        TurnEnded(
+            event_id=ids.new("ev"),
+            ts=clock.now(),
+            status=status,
+            code=code,
+            detail=detail,
+            can_continue=can_continue,
+            **common,
+        ),
+    ]
+    meta = {"status": status, "can_continue": int(can_continue), "code": code, "next_run": ""}
+    ledger.append_many(events, lease=run.lease, meta=meta, expire=True)
+    return events
 
 
 def hand_over(
@@ -108,6 +143,8 @@ def hand_over(
         "next_run": successor,
         "next_chunk": run.chunk + 1 if reason == "soft_limit" else run.chunk,
         "next_cause": cause,
+        "dispatched": clock.now(),
+        "redispatches": 0,
     }
     ledger.append_many([ended], lease=run.lease, meta=meta)
     return successor

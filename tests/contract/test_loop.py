@@ -207,7 +207,9 @@ def test_text_an_interrupted_attempt_streamed_is_carried_into_the_resumed_histor
     loop.make_model = lambda spec: CutMidStream()
     from worker.turns import claim_run, hand_over
 
-    run = claim_run(h.ledger, h.turn_id, h.pending or "", clock=h.clock, ids=h.ids, lease_s=60)
+    run = claim_run(
+        h.ledger, h.turn_id, h.pending or "", clock=h.clock, ids=h.ids, settings=h.settings
+    )
     assert run is not None
     with pytest.raises(SimulatedSoftLimit):
         loop.run(run)

@@ -1,0 +1,74 @@
+"""The Celery app: the only ``Celery(...)`` in dres, built from the one settings object.
+
+Durable chunk settings (see shared/research/celery-redis-facts.md):
+- JSON only; results ignored (the ledger is the record);
+- prefork pool (the only pool that raises soft time limits), ``acks_late`` with
+  ``reject_on_worker_lost`` (a killed pool child's message is delivered again at once) and
+  prefetch 1 (a worker reserves only what it runs);
+- acks on failure and timeout: a chunk killed by its hard limit is not requeued forever; the
+  reaper resumes the turn when the run's lease runs out;
+- one visibility timeout, set everywhere Celery reads it and above every hard limit, so a
+  running chunk is never delivered to a second worker; unacked messages of a dead worker are
+  restored every ``unacked_restore_interval`` seconds instead of every ~100;
+- two queues, foreground and background; each message carries its mode's time limits.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from celery import Celery, signals
+from kombu import Queue
+
+from worker.settings import Settings
+
+#: the chunk task's registered name (dispatch goes by name: worker never imports tasks)
+CHUNK_TASK = "dres.run_chunk"
+#: seconds between sweeps that restore a dead worker's unacknowledged messages
+UNACKED_RESTORE_INTERVAL_S = 5
+
+
+def create_app(settings: Settings) -> Celery:
+    vt = settings.visibility_timeout
+    transport = {
+        "visibility_timeout": vt,
+        "unacked_restore_interval": UNACKED_RESTORE_INTERVAL_S,
+        "unacked_restore_throttle": 1,
+    }
+    app = Celery("dres", broker=settings.broker, include=["tasks.chunks"])
+    app.conf.update(
+        task_serializer="json",
+        result_serializer="json",
+        event_serializer="json",
+        accept_content=["json"],
+        task_ignore_result=True,
+        task_acks_late=True,
+        task_reject_on_worker_lost=True,
+        task_acks_on_failure_or_timeout=True,
+        worker_prefetch_multiplier=1,
+        worker_pool="prefork",
+        worker_hijack_root_logger=False,
+        worker_cancel_long_running_tasks_on_connection_loss=True,
+        broker_connection_retry_on_startup=True,
+        broker_transport_options=transport,
+        result_backend_transport_options={"visibility_timeout": vt},
+        visibility_timeout=vt,
+        task_default_queue=settings.foreground_queue,
+        task_queues=(Queue(settings.foreground_queue), Queue(settings.background_queue)),
+    )
+    app.conf.dres_settings = settings
+    return app
+
+
+@signals.task_prerun.connect
+def _bind_log_context(task_id: str | None = None, args: Any = None, **_: Any) -> None:
+    """Bind turn_id and run_id once per task; the chunk task adds ``chunk`` after its claim."""
+    structlog.contextvars.clear_contextvars()
+    if args and len(args) >= 2:
+        structlog.contextvars.bind_contextvars(turn_id=args[0], run_id=args[1])
+
+
+@signals.task_postrun.connect
+def _clear_log_context(**_: Any) -> None:
+    structlog.contextvars.clear_contextvars()

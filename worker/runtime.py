@@ -1,0 +1,131 @@
+"""What a worker process needs, built once from the settings: Redis, ledger, tools, Celery.
+
+Built lazily per process: a prefork child builds its own on its first task (redis-py also
+reopens connections after a fork by itself).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+import redis
+from celery import Celery
+
+from ledger.store import Ledger
+from worker.celery_app import CHUNK_TASK, create_app
+from worker.clock import Clock, Ids, RandomIds, SystemClock
+from worker.control import TurnControl
+from worker.errors import TurnCancelled
+from worker.loop import AgentLoop
+from worker.models import make_model
+from worker.reaper import Reaper
+from worker.settings import Settings
+from worker.tools import Registry
+
+#: seconds: Redis socket timeouts of the worker's ledger client
+SOCKET_TIMEOUT_S = 30
+
+
+class CancellableClock:
+    """A clock whose sleeps end early, raising ``TurnCancelled``, once Stop is requested."""
+
+    def __init__(self, inner: Clock, cancelled: Callable[[], bool], poll_s: float) -> None:
+        self.inner = inner
+        self.cancelled = cancelled
+        self.poll_s = poll_s
+
+    def now(self) -> float:
+        return self.inner.now()
+
+    def sleep(self, seconds: float) -> None:
+        end = self.inner.now() + seconds
+        while (left := end - self.inner.now()) > 0:
+            if self.cancelled():
+                raise TurnCancelled("Stop requested")
+            self.inner.sleep(min(left, self.poll_s))
+
+
+class CeleryDispatcher:
+    def __init__(self, app: Celery, settings: Settings) -> None:
+        self.app = app
+        self.settings = settings
+
+    @staticmethod
+    def task_id(turn_id: str, run_id: str) -> str:
+        """Deterministic: a repeated dispatch of one run is recognisably the same message."""
+        return f"{turn_id}:{run_id}"
+
+    def dispatch(self, turn_id: str, run_id: str, mode: str) -> None:
+        soft, hard = self.settings.limits(mode)
+        self.app.send_task(
+            CHUNK_TASK,
+            args=[turn_id, run_id],
+            task_id=self.task_id(turn_id, run_id),
+            queue=self.settings.queue(mode),
+            soft_time_limit=soft,
+            time_limit=hard,
+        )
+
+    def revoke(self, turn_id: str, run_id: str) -> None:
+        self.app.control.revoke(self.task_id(turn_id, run_id))
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    clock: Clock
+    ids: Ids
+    #: the Celery app to dispatch with (a worker's own); None: one built from the settings
+    celery: Celery | None = None
+
+    @classmethod
+    def from_settings(cls, settings: Settings, celery: Celery | None = None) -> Runtime:
+        return cls(settings, SystemClock(), RandomIds(), celery)
+
+    @cached_property
+    def redis(self) -> redis.Redis:
+        return redis.Redis.from_url(
+            self.settings.redis_url,
+            socket_timeout=SOCKET_TIMEOUT_S,
+            socket_connect_timeout=5,
+            health_check_interval=30,
+        )
+
+    @cached_property
+    def ledger(self) -> Ledger:
+        return Ledger(self.redis, finished_ttl_s=self.settings.finished_ttl_s)
+
+    @cached_property
+    def registry(self) -> Registry:
+        return Registry.from_modules(self.settings.tool_modules)
+
+    @cached_property
+    def app(self) -> Celery:
+        return self.celery or create_app(self.settings)
+
+    @cached_property
+    def control(self) -> TurnControl:
+        dispatcher = CeleryDispatcher(self.app, self.settings)
+        return TurnControl(self.ledger, self.settings, self.clock, self.ids, dispatcher)
+
+    def reaper(self) -> Reaper:
+        return Reaper(self.control)
+
+    def loop(self, turn_id: str, interrupts: tuple[type[BaseException], ...]) -> AgentLoop:
+        cancelled = self.control.is_cancelled
+        clock = CancellableClock(
+            self.clock, lambda: cancelled(turn_id), self.settings.cancel_poll_s
+        )
+        return AgentLoop(
+            ledger=self.ledger,
+            registry=self.registry,
+            make_model=lambda spec: make_model(spec or self.settings.model, clock),
+            settings=self.settings,
+            clock=clock,
+            ids=self.ids,
+            interrupts=interrupts,
+            is_cancelled=cancelled,
+            tool_redis=self.redis,
+        )

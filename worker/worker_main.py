@@ -1,0 +1,63 @@
+"""``dres worker``: a prefork Celery worker with dres's settings, and the reaper beside it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import structlog
+from celery import signals
+
+from worker.errors import ConfigError
+from worker.logging import configure_logging
+from worker.reaper import ReaperThread
+from worker.runtime import Runtime
+from worker.settings import load_settings
+
+log = structlog.get_logger("dres.worker")
+
+#: pools that never raise soft time limits; dres refuses them
+NO_SOFT_LIMIT_POOLS = {"solo", "threads", "gevent", "eventlet"}
+
+
+def _pool_option(extra: list[str]) -> str | None:
+    for i, arg in enumerate(extra):
+        if arg in {"-P", "--pool"} and i + 1 < len(extra):
+            return extra[i + 1]
+        if arg.startswith("--pool="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def run_worker(extra: list[str], *, reaper: bool) -> int:
+    settings = load_settings()
+    pool = _pool_option(extra)
+    if pool in NO_SOFT_LIMIT_POOLS:
+        raise ConfigError(
+            f"the {pool} pool never raises soft time limits, so chunks could not self-chain; "
+            "dres workers use prefork"
+        )
+    configure_logging()
+    runtime = Runtime.from_settings(settings)
+    app = runtime.app
+    threads: list[ReaperThread] = []
+
+    def start_reaper(**_: Any) -> None:
+        thread = ReaperThread(runtime.reaper())
+        thread.start()
+        threads.append(thread)
+        log.info("reaper started", interval_s=settings.reaper_interval_s)
+
+    def stop_reaper(**_: Any) -> None:
+        for thread in threads:
+            thread.stop()
+
+    if reaper:
+        signals.worker_ready.connect(start_reaper, weak=False)
+        signals.worker_shutdown.connect(stop_reaper, weak=False)
+    argv = ["worker", "--pool=prefork", "--without-gossip", "--without-mingle", *extra]
+    if not any(a in {"-Q", "--queues"} or a.startswith("--queues=") for a in extra):
+        argv.append(f"--queues={settings.foreground_queue},{settings.background_queue}")
+    if not any(a in {"-l", "--loglevel"} or a.startswith("--loglevel=") for a in extra):
+        argv.append("--loglevel=INFO")
+    app.worker_main(argv)
+    return 0
