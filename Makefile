@@ -30,6 +30,10 @@ lint: install
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict ledger
 
+# The demo: a private redis-server (or DRES_REDIS_URL), a prefork worker, one turn; it stops all.
+run: install redis-server
+	$(PY) -m worker.cli demo
+
 bench: install redis-server
 	$(PY) -m bench.ledger_bench
 

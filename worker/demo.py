@@ -1,0 +1,178 @@
+"""``dres demo``: one turn on a real prefork worker, cut by its soft limit, resumed safely.
+
+The demo turn's model ignores the journal note and re-issues the writes it already made (the
+``restart`` script); the first chunk's soft time limit lands while it "thinks". The output is the
+turn's ledger timeline as it happens, the journal note the resumed chunk was given, the blocked
+duplicates, and the outbox: one email. Everything it starts, it stops. Exit 0 when the turn
+completed with exactly one email sent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from ledger.events import Event, Resumed, Text, ToolBlocked, TurnEnded
+from ledger.store import Ledger
+from worker.client import enqueue
+from worker.demo_tools import outbox
+from worker.embedded import embedded_redis
+from worker.runtime import Runtime
+from worker.settings import load_settings
+
+MESSAGE = "Email Ada the launch notes, then track the launch in a ticket."
+#: seconds: the demo's foreground soft / hard limits (the script's third step thinks for 5 s)
+SOFT_LIMIT_S = 1.5
+HARD_LIMIT_S = 10.0
+#: seconds the demo waits for the turn before it gives up
+DEADLINE_S = 45.0
+WORKER_READY_S = 20.0
+
+
+def _env(url: str) -> dict[str, str]:
+    limits = {
+        "SOFT_LIMIT_S": SOFT_LIMIT_S,
+        "HARD_LIMIT_S": HARD_LIMIT_S,
+        "BG_SOFT_LIMIT_S": SOFT_LIMIT_S,
+        "BG_HARD_LIMIT_S": HARD_LIMIT_S,
+    }
+    env = {f"DRES_{name}": str(value) for name, value in limits.items()}
+    env.update(DRES_REDIS_URL=url, DRES_VISIBILITY_TIMEOUT_S="60", DRES_REAPER_INTERVAL_S="1")
+    return env
+
+
+def run_demo() -> int:
+    started = time.monotonic()
+    with embedded_redis() as redis_info, tempfile.TemporaryDirectory(prefix="dres-demo-") as tmp:
+        env = _env(redis_info.url)
+        os.environ.update(env)
+        settings = load_settings()
+        print("dres demo: an agent turn cut off by its soft time limit, resumed without repeats")
+        print(f"  redis:  {redis_info.description}")
+        if not redis_info.durable:
+            print("  WARNING: no redis-server found; fakeredis keeps nothing on disk")
+        worker = _start_worker(env, Path(tmp) / "worker.log")
+        try:
+            runtime = Runtime.from_settings(settings)
+            _wait_ready(worker, Path(tmp) / "worker.log")
+            print(f"  worker: prefork, 1 process, soft limit {SOFT_LIMIT_S} s (pid {worker.pid})")
+            turn = enqueue(runtime, MESSAGE)
+            print(f"  turn:   {turn.turn_id}\n")
+            events = _follow(runtime.ledger, turn.turn_id)
+            ok = _report(events, runtime, turn.turn_id)
+        finally:
+            _stop(worker)
+    print(f"\ndone in {time.monotonic() - started:.1f} s")
+    return 0 if ok else 1
+
+
+def _start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
+    command = [sys.executable, "-m", "worker.cli", "worker", "-c", "1", "--without-heartbeat"]
+    with log.open("wb") as out:
+        return subprocess.Popen(
+            command,
+            env={**os.environ, **env},
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _wait_ready(worker: subprocess.Popen[bytes], log: Path) -> None:
+    deadline = time.monotonic() + WORKER_READY_S
+    while b"ready." not in log.read_bytes():
+        if worker.poll() is not None or time.monotonic() > deadline:
+            tail = log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"the demo worker did not start:\n{tail}")
+        time.sleep(0.05)
+
+
+def _stop(worker: subprocess.Popen[bytes]) -> None:
+    if worker.poll() is None:
+        worker.send_signal(signal.SIGTERM)
+        try:
+            worker.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            os.killpg(worker.pid, signal.SIGKILL)
+            worker.wait(timeout=10)
+
+
+def _follow(ledger: Ledger, turn_id: str) -> list[Event]:
+    """Print the timeline as the worker writes it, until the turn ends."""
+    print(f"  {'stream id':<10}{'chunk':<7}event")
+    events: list[Event] = []
+    text: list[str] = []
+    deadline = time.monotonic() + DEADLINE_S
+    for batch in ledger.tail(turn_id, block_ms=200):
+        for envelope in batch:
+            event = envelope.event
+            events.append(event)
+            if isinstance(event, Text):
+                text.append(event.text)
+                continue
+            if text:
+                print(f"  {'':<10}{'':<7}{'text':<14}{''.join(text)!r}")
+                text = []
+            print(f"  {envelope.stream_id:<10}{event.chunk:<7}{_describe(event)}")
+        if any(isinstance(e, TurnEnded) for e in events):
+            return events
+        if time.monotonic() > deadline:
+            print(f"  ... the turn did not end within {DEADLINE_S:.0f} s")
+            return events
+    return events
+
+
+def _describe(event: Event) -> str:
+    data: dict[str, Any] = event.model_dump(mode="json")
+    kind = event.type
+    detail = {
+        "turn_started": lambda: repr(data["message"]),
+        "run_started": lambda: f"cause={data['cause']} epoch={data['epoch']}",
+        "resumed": lambda: f"cause={data['cause']} (the prompt gets the nudge and the note)",
+        "tool_start": lambda: f"{data['tool']} {_short(data['input'])}",
+        "tool_done": lambda: f"{data['tool']} -> {_short(data['result'])}",
+        "tool_blocked": lambda: (
+            f"{data['tool']} NOT RUN ({data['reason']}): journaled result returned"
+        ),
+        "run_ended": lambda: (
+            f"{data['reason']}"
+            + (
+                "   <- the soft time limit cut the chunk mid-turn"
+                if data["reason"] == "soft_limit"
+                else ""
+            )
+        ),
+        "turn_ended": lambda: data["status"],
+    }.get(kind, lambda: "")()
+    return f"{kind:<14}{detail}"
+
+
+def _short(value: Any, limit: int = 70) -> str:
+    text = json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _report(events: list[Event], runtime: Runtime, turn_id: str) -> bool:
+    notes = [e.note for e in events if isinstance(e, Resumed) and e.note]
+    print("\nThe journal note the resumed chunk gave the model:")
+    for line in (notes[0] if notes else "(none)").splitlines():
+        print(f"  | {line}")
+    blocked = [e for e in events if isinstance(e, ToolBlocked)]
+    print(f"\nDuplicates the executor refused to run again: {len(blocked)}")
+    for event in blocked:
+        print(f"  - {event.tool} {_short(event.input)} -> matched {event.matched_call_id}")
+    sent = [m for m in outbox(runtime.redis) if m.get("turn_id") == turn_id]
+    print(f"\nOutbox: {len(sent)} email(s) sent by this turn")
+    for message in sent:
+        print(f"  - to {message['to']}: {message['subject']!r}")
+    ended = [e for e in events if isinstance(e, TurnEnded)]
+    status = ended[-1].status if ended else "not ended"
+    print(f"Turn status: {status}")
+    return status == "completed" and len(sent) == 1
