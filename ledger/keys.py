@@ -47,3 +47,8 @@ def active_turns() -> str:
     them, so it does not break the one-slot rule of a turn's keys.
     """
     return f"{PREFIX}:active"
+
+
+def idempotency(key: str) -> str:
+    """An API Idempotency-Key: the request's hash and the turn it created."""
+    return f"{PREFIX}:idem:{_tag(key)}"

@@ -48,7 +48,8 @@ def _show(value: Any) -> str:
         return json.dumps(value, default=str, ensure_ascii=False)
 
 
-def _line(entry: JournalEntry, with_result: bool) -> str:
+def entry_line(entry: JournalEntry, with_result: bool) -> str:
+    """One call as the note lists it: ``- tool input: … → result``."""
     text = f"- {entry.tool}"
     if entry.input not in (None, {}, []):
         text += f" input: {shorten(_show(entry.input), INPUT_CHARS)}"
@@ -65,8 +66,8 @@ def journal_note(journal: Journal) -> str | None:
     lines = [LEAD]
     if journal.completed:
         lines += ["", COMPLETED_HEADER]
-        lines += [_line(entry, with_result=True) for entry in journal.completed]
+        lines += [entry_line(entry, with_result=True) for entry in journal.completed]
     if journal.interrupted:
         lines += ["", INTERRUPTED_HEADER]
-        lines += [_line(entry, with_result=False) for entry in journal.interrupted]
+        lines += [entry_line(entry, with_result=False) for entry in journal.interrupted]
     return "\n".join(lines)

@@ -3,21 +3,36 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
+import json
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import redis
 
 from ledger.errors import LedgerError
-from worker.errors import DresError
+from worker.errors import ConfigError, DresError
+
+if TYPE_CHECKING:
+    from worker.runtime import Runtime
 
 #: exit status for bad input, bad configuration or an unreachable Redis
 USAGE_ERROR = 2
+#: exit status when Continue or Stop is refused
+REFUSED = 1
 
 
 def _fail(message: str) -> int:
     print(f"dres: {message}", file=sys.stderr)
     return USAGE_ERROR
+
+
+def _runtime() -> Runtime:
+    from worker.runtime import Runtime
+    from worker.settings import load_settings
+
+    return Runtime.from_settings(load_settings())
 
 
 def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
@@ -32,9 +47,106 @@ def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
     return run_demo()
 
 
+def cmd_api(args: argparse.Namespace, extra: list[str]) -> int:
+    import uvicorn
+
+    from worker.api import create_api
+    from worker.logging import configure_logging
+    from worker.settings import load_settings
+
+    settings = load_settings()
+    if not _loopback(args.host) and not settings.api_token:
+        raise ConfigError(f"refusing to serve on {args.host} without DRES_API_TOKEN set")
+    configure_logging()
+    uvicorn.run(create_api(settings), host=args.host, port=args.port, log_config=None)
+    return 0
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def cmd_enqueue(args: argparse.Namespace, extra: list[str]) -> int:
+    from worker.client import enqueue
+
+    mode = "background" if args.background else "foreground"
+    turn = enqueue(
+        _runtime(), args.message, conversation_id=args.conversation, mode=mode, model=args.model
+    )
+    print(turn.turn_id)
+    return 0
+
+
+def cmd_watch(args: argparse.Namespace, extra: list[str]) -> int:
+    from worker.watch import watch
+
+    status = watch(_runtime().ledger, args.turn_id)
+    return 0 if status == "completed" else REFUSED
+
+
+def cmd_journal(args: argparse.Namespace, extra: list[str]) -> int:
+    from ledger.journal import build_journal
+
+    rt = _runtime()
+    rt.ledger.meta(args.turn_id)
+    journal = build_journal(rt.ledger.events(args.turn_id))
+    rows = [("completed", e) for e in journal.completed]
+    rows += [("interrupted", e) for e in journal.interrupted]
+    if args.json:
+        out = {
+            kind: [
+                {
+                    "tool": e.tool,
+                    "call_id": e.call_id,
+                    "input": e.input,
+                    "signature": e.signature,
+                    "result": e.result,
+                }
+                for k, e in rows
+                if k == kind
+            ]
+            for kind in ("completed", "interrupted")
+        }
+        print(json.dumps({"turn_id": args.turn_id, **out}, indent=2, ensure_ascii=False))
+        return 0
+    print(f"{'state':<12} {'tool':<16} {'call_id':<40} input -> result")
+    for kind, entry in rows:
+        result = "" if kind == "interrupted" else f" -> {json.dumps(entry.result)[:60]}"
+        print(
+            f"{kind:<12} {entry.tool:<16} {entry.call_id or '-':<40} "
+            f"{json.dumps(entry.input)[:60]}{result}"
+        )
+    if not rows:
+        print("(no tool calls)")
+    return 0
+
+
+def cmd_continue(args: argparse.Namespace, extra: list[str]) -> int:
+    outcome = _runtime().control.continue_turn(args.turn_id, auto=args.auto)
+    print(outcome.run_id if outcome.ok else f"refused: {outcome.reason}")
+    return 0 if outcome.ok else REFUSED
+
+
+def cmd_stop(args: argparse.Namespace, extra: list[str]) -> int:
+    outcome = _runtime().control.stop(args.turn_id)
+    print(outcome.reason if outcome.ok else f"refused: {outcome.reason}")
+    return 0 if outcome.ok else REFUSED
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "worker": cmd_worker,
     "demo": cmd_demo,
+    "api": cmd_api,
+    "enqueue": cmd_enqueue,
+    "watch": cmd_watch,
+    "journal": cmd_journal,
+    "continue": cmd_continue,
+    "stop": cmd_stop,
 }
 
 
@@ -44,6 +156,26 @@ def build_parser() -> argparse.ArgumentParser:
     worker = sub.add_parser("worker", help="a prefork Celery worker with dres's settings")
     worker.add_argument("--no-reaper", action="store_true", help="do not run the reaper here")
     sub.add_parser("demo", help="run the demo turn on embedded defaults")
+    api = sub.add_parser("api", help="serve the HTTP API")
+    api.add_argument("--host", default="127.0.0.1")
+    api.add_argument("--port", type=int, default=8000)
+    enq = sub.add_parser("enqueue", help="enqueue a turn; prints its turn_id")
+    enq.add_argument("message")
+    enq.add_argument("--conversation", default=None)
+    enq.add_argument("--background", action="store_true")
+    enq.add_argument("--model", default=None, help="scripted:PATH, anthropic:MODEL, openai:MODEL")
+    for name, text in (
+        ("watch", "follow a turn's events until it ends"),
+        ("journal", "the turn's completed and interrupted tool calls"),
+        ("continue", "continue a stopped turn"),
+        ("stop", "stop a turn"),
+    ):
+        command = sub.add_parser(name, help=text)
+        command.add_argument("turn_id")
+    sub.choices["journal"].add_argument("--json", action="store_true")
+    sub.choices["continue"].add_argument(
+        "--auto", action="store_true", help="count it as an automatic continuation"
+    )
     return parser
 
 
@@ -54,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"unexpected arguments: {' '.join(extra)}")
     try:
         return COMMANDS[args.command](args, extra)
-    except (DresError, LedgerError) as e:
+    except (DresError, LedgerError, ValueError) as e:
         return _fail(str(e))
     except redis.ConnectionError as e:
         return _fail(f"cannot reach Redis: {e}")

@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from ledger import keys
+from ledger.errors import UnknownTurn
+from ledger.journal import build_journal
+from worker.history import unfinished_turn_note
 from worker.runtime import Runtime
 from worker.settings import get_settings
 from worker.turns import NewTurn, create_turn
@@ -23,6 +27,7 @@ def enqueue(
         raise ValueError(f"mode must be foreground or background, not {mode!r}")
     if not message.strip():
         raise ValueError("message is empty")
+    note = prior_turn_note(runtime, conversation_id) if conversation_id else None
     turn = create_turn(
         runtime.ledger,
         message,
@@ -32,9 +37,30 @@ def enqueue(
         mode=mode,
         model=model,
         turn_id=turn_id,
+        prior_turn_note=note,
     )
     runtime.control.launch(turn.turn_id, turn.run_id, mode)
     return turn
+
+
+def prior_turn_note(runtime: Runtime, conversation_id: str) -> str | None:
+    """A short account of the conversation's newest turn if it did not complete, else None."""
+    newest = runtime.redis.lindex(keys.conversation_turns(conversation_id), -1)
+    if newest is None:
+        return None
+    turn_id = newest.decode() if isinstance(newest, bytes) else str(newest)
+    try:
+        meta = runtime.ledger.meta(turn_id)
+    except UnknownTurn:
+        return None
+    if meta.status == "completed":
+        return None
+    status = {
+        "running": "is still running",
+        "resuming": "is still running",
+        "queued": "has not started yet",
+    }.get(meta.status, f"ended as {meta.status}")
+    return unfinished_turn_note(status, build_journal(runtime.ledger.events(turn_id)))
 
 
 def enqueue_turn(

@@ -25,6 +25,8 @@ from ledger.events import (
     ToolStart,
     TurnStarted,
 )
+from ledger.journal import Journal
+from ledger.note import entry_line
 from worker.models.base import AssistantMessage, Message, ToolResultMessage, UserMessage
 from worker.tools.executor import ToolCall
 
@@ -35,6 +37,20 @@ NUDGE = (
 INTERRUPTED_RESULT = (
     "(interrupted before this call returned a result; it may or may not have taken effect)"
 )
+
+
+def unfinished_turn_note(status: str, journal: Journal) -> str:
+    """What a new turn's prompt says of the conversation's unfinished previous turn (§7.7)."""
+    lines = [f"(Context: the previous request in this conversation did not finish: it {status}.)"]
+    if journal.completed:
+        lines.append("Calls it completed (their side effects happened):")
+        lines += [entry_line(entry, with_result=True) for entry in journal.completed]
+    if journal.interrupted:
+        lines.append("Calls it started without a recorded result (outcome unknown; verify first):")
+        lines += [entry_line(entry, with_result=False) for entry in journal.interrupted]
+    if not journal:
+        lines.append("It made no tool calls.")
+    return "\n".join(lines)
 
 
 def resume_prompt(note: str | None) -> str:

@@ -1,0 +1,66 @@
+"""``dres watch``: a turn's events from the start, then live, with a status line, until it ends."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import sys
+from typing import Any, TextIO
+
+from ledger.events import Event
+from ledger.store import Ledger
+
+SPINNER = "|/-\\"
+LABELS = {
+    "queued": "Queued",
+    "running": "Running",
+    "resuming": "Resuming",
+    "completed": "Completed",
+    "stopped": "Stopped",
+    "failed": "Failed",
+    "cancelled": "Cancelled",
+}
+#: milliseconds each live read waits before the status line is refreshed
+POLL_MS = 250
+
+
+def describe(event: Event) -> str:
+    data: dict[str, Any] = event.model_dump(mode="json")
+    for name in ("v", "event_id", "turn_id", "run_id", "chunk", "ts", "type"):
+        data.pop(name, None)
+    if event.type == "text":
+        return repr(data["text"])
+    return " ".join(f"{k}={_short(v)}" for k, v in data.items() if v not in (None, "", [], {}))
+
+
+def _short(value: Any, limit: int = 80) -> str:
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def watch(ledger: Ledger, turn_id: str, out: TextIO = sys.stdout) -> str:
+    """Print every event (replay, then live); return the turn's final status."""
+    ledger.meta(turn_id)  # an unknown turn is an error before anything is printed
+    live = out.isatty()
+    spin = itertools.cycle(SPINNER)
+    for batch in ledger.tail(turn_id, block_ms=POLL_MS):
+        if live:
+            out.write("\r\x1b[K")
+        for envelope in batch:
+            event = envelope.event
+            out.write(
+                f"{envelope.stream_id:>8}  c{event.chunk}  {event.type:<13} {describe(event)}\n"
+            )
+        status = ledger.meta(turn_id).status
+        if any(env.event.type == "turn_ended" for env in batch) or (not batch and _ended(status)):
+            out.write(f"{LABELS.get(status, status)}\n")
+            out.flush()
+            return status
+        if live:
+            out.write(f"{next(spin)} {LABELS.get(status, status)}…")
+        out.flush()
+    return "unknown"  # pragma: no cover - tail never ends by itself
+
+
+def _ended(status: str) -> bool:
+    return status in {"completed", "stopped", "failed", "cancelled"}
