@@ -310,11 +310,13 @@ class Ledger:
     ) -> list[str]:
         """Append events in order and set ``meta`` fields, fenced and atomic per batch.
 
-        With ``expire`` the turn's keys get the finished-turn expiry in the same step. Use it for
-        writes that change metadata; plain events go through ``append``.
+        With ``expire`` the turn's keys get the finished-turn expiry in the same step. A single
+        event with nothing else to change takes ``append``'s one-XADD path.
         """
         if not events and not meta:
             return []
+        if len(events) == 1 and not meta and not expire:
+            return [self.append(events[0], lease=lease)]  # the one-XADD fast path
         turn_keys = keys.turn_keys(lease.turn_id)
         batches = [events[i : i + BATCH] for i in range(0, len(events), BATCH)] or [[]]
         ids: list[str] = []

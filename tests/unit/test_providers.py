@@ -1,0 +1,596 @@
+"""The provider adapters against a local server speaking each provider's streaming wire format.
+
+No network: the SDKs are pointed at a ``http.server`` on 127.0.0.1 through ``base_url``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from worker.clock import SystemClock
+from worker.errors import ConfigError, ModelError
+from worker.models import make_model, providers
+from worker.models.base import (
+    AssistantMessage,
+    ModelEvent,
+    ModelRequest,
+    TextDelta,
+    ToolResultMessage,
+    ToolSchema,
+    UserMessage,
+)
+from worker.models.providers import AnthropicModel, OpenAIModel
+from worker.tools.executor import ToolCall
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+#: seconds any one request may take before the SDK gives up
+TIMEOUT_S = 5.0
+
+
+def require(package: str) -> None:
+    """The SDKs are in the ``dev`` extra: missing locally skips, missing under CI fails."""
+    try:
+        __import__(package)
+    except ImportError:
+        if IN_CI:
+            pytest.fail(f"CI=true requires the {package} package", pytrace=False)
+        pytest.skip(f"the {package} package is not installed")
+
+
+# -- a fake provider -----------------------------------------------------------------------
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: bytes = b""
+    content_type: str = "text/event-stream"
+    #: promise more bytes than are sent, then drop the connection (a cut-off stream)
+    cut: bool = False
+    #: never answer (until the test ends): the client must time out
+    hang: bool = False
+
+
+@dataclass
+class Received:
+    path: str
+    body: dict[str, Any]
+
+
+@dataclass
+class FakeProvider:
+    url: str
+    replies: list[Reply] = field(default_factory=list)
+    received: list[Received] = field(default_factory=list)
+    released: threading.Event = field(default_factory=threading.Event)
+
+
+class Handler(BaseHTTPRequestHandler):
+    server: ProviderServer
+
+    def do_POST(self) -> None:
+        fake = self.server.fake
+        length = int(self.headers.get("Content-Length", "0"))
+        fake.received.append(Received(self.path, json.loads(self.rfile.read(length) or b"{}")))
+        reply = fake.replies.pop(0)
+        if reply.hang:
+            fake.released.wait(TIMEOUT_S)
+            return
+        self.send_response(reply.status)
+        self.send_header("Content-Type", reply.content_type)
+        self.send_header("Content-Length", str(len(reply.body) + (64 if reply.cut else 0)))
+        self.end_headers()
+        self.wfile.write(reply.body)
+        self.wfile.flush()
+        self.close_connection = True
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Quiet: the tests assert on what was received, not on the access log."""
+
+
+class ProviderServer(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        super().__init__(("127.0.0.1", 0), Handler)
+        self.fake = FakeProvider(f"http://127.0.0.1:{self.server_address[1]}")
+
+
+@pytest.fixture
+def server() -> Iterator[FakeProvider]:
+    httpd = ProviderServer()
+    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
+    thread.start()
+    yield httpd.fake
+    httpd.fake.released.set()
+    httpd.shutdown()
+    httpd.server_close()
+    thread.join(TIMEOUT_S)
+
+
+def sse(events: list[dict[str, Any]], *, named: bool = True) -> bytes:
+    """Server-Sent Events: Anthropic names each event by its type; OpenAI sends data only."""
+    lines = []
+    for event in events:
+        name = f"event: {event['type']}\n" if named else ""
+        lines.append(f"{name}data: {json.dumps(event)}\n\n")
+    return "".join(lines).encode()
+
+
+def collect(model: AnthropicModel | OpenAIModel, request: ModelRequest) -> list[ModelEvent]:
+    return list(model.stream(request))
+
+
+def failure(model: AnthropicModel | OpenAIModel, request: ModelRequest) -> ModelError:
+    with pytest.raises(ModelError) as info:
+        collect(model, request)
+    return info.value
+
+
+TOOL = ToolSchema(
+    "send_email",
+    "Send an email.",
+    {"type": "object", "properties": {"to": {"type": "string"}}, "required": ["to"]},
+)
+HISTORY = ModelRequest(
+    system="You are terse.",
+    messages=(
+        UserMessage("Email a@x.io and b@x.io."),
+        AssistantMessage(
+            "Sending.",
+            (
+                ToolCall("send_email", {"to": "a@x.io"}, id="call_a"),
+                ToolCall("send_email", {"to": "b@x.io"}, id="call_b"),
+            ),
+        ),
+        ToolResultMessage("call_a", "send_email", '{"sent": true}'),
+        ToolResultMessage("call_b", "send_email", "mailbox full", is_error=True),
+        UserMessage("Continue from where you left off."),
+    ),
+    tools=(TOOL,),
+)
+SIMPLE = ModelRequest(system="", messages=(UserMessage("hi"),))
+
+
+# -- Anthropic -----------------------------------------------------------------------------
+
+
+def anthropic_model(fake: FakeProvider, **options: Any) -> AnthropicModel:
+    require("anthropic")
+    options.setdefault("timeout", TIMEOUT_S)
+    return AnthropicModel(
+        "claude-test", base_url=fake.url, api_key="test", max_retries=0, **options
+    )
+
+
+def anthropic_stream(*blocks: list[dict[str, Any]], stop: bool = True) -> bytes:
+    message = {
+        "id": "msg_1",
+        "type": "message",
+        "role": "assistant",
+        "model": "claude-test",
+        "content": [],
+        "stop_reason": None,
+        "stop_sequence": None,
+        "usage": {"input_tokens": 3, "output_tokens": 1},
+    }
+    events = [{"type": "message_start", "message": message}]
+    for block in blocks:
+        events += block
+    events.append(
+        {
+            "type": "message_delta",
+            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
+            "usage": {"output_tokens": 9},
+        }
+    )
+    if stop:
+        events.append({"type": "message_stop"})
+    return sse(events)
+
+
+def text_block(index: int, *parts: str) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "content_block_start",
+            "index": index,
+            "content_block": {"type": "text", "text": ""},
+        },
+        *(
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "text_delta", "text": p},
+            }
+            for p in parts
+        ),
+        {"type": "content_block_stop", "index": index},
+    ]
+
+
+def tool_block(index: int, call_id: str, name: str, *parts: str) -> list[dict[str, Any]]:
+    start = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
+    return [
+        {"type": "content_block_start", "index": index, "content_block": start},
+        *(
+            {
+                "type": "content_block_delta",
+                "index": index,
+                "delta": {"type": "input_json_delta", "partial_json": p},
+            }
+            for p in parts
+        ),
+        {"type": "content_block_stop", "index": index},
+    ]
+
+
+def anthropic_error(status: int, kind: str) -> Reply:
+    body = {"type": "error", "error": {"type": kind, "message": f"{kind} (fake)"}}
+    return Reply(status, json.dumps(body).encode(), "application/json")
+
+
+def test_anthropic_streams_text_deltas_in_order_then_the_assembled_tool_call(
+    server: FakeProvider,
+) -> None:
+    server.replies.append(
+        Reply(
+            body=anthropic_stream(
+                text_block(0, "Sending ", "it", " now."),
+                tool_block(1, "toolu_1", "send_email", '{"to": ', '"a@x', '.io"}'),
+                tool_block(2, "toolu_2", "list_inbox"),
+            )
+        )
+    )
+    events = collect(anthropic_model(server), HISTORY)
+    assert events == [
+        TextDelta("Sending "),
+        TextDelta("it"),
+        TextDelta(" now."),
+        ToolCall("send_email", {"to": "a@x.io"}, "toolu_1"),
+        ToolCall("list_inbox", {}, "toolu_2"),
+    ]
+
+
+def test_anthropic_request_carries_system_converted_history_and_tools(
+    server: FakeProvider,
+) -> None:
+    server.replies.append(Reply(body=anthropic_stream(text_block(0, "ok"))))
+    collect(anthropic_model(server, max_tokens=321), HISTORY)
+    (received,) = server.received
+    body = received.body
+    assert received.path == "/v1/messages"
+    assert body["stream"] is True
+    assert (body["model"], body["max_tokens"], body["system"]) == (
+        "claude-test",
+        321,
+        "You are terse.",
+    )
+    assert body["tools"] == [
+        {"name": "send_email", "description": "Send an email.", "input_schema": TOOL.input_schema}
+    ]
+    assert body["messages"] == [
+        {"role": "user", "content": [{"type": "text", "text": "Email a@x.io and b@x.io."}]},
+        {
+            "role": "assistant",
+            "content": [
+                {"type": "text", "text": "Sending."},
+                {
+                    "type": "tool_use",
+                    "id": "call_a",
+                    "name": "send_email",
+                    "input": {"to": "a@x.io"},
+                },
+                {
+                    "type": "tool_use",
+                    "id": "call_b",
+                    "name": "send_email",
+                    "input": {"to": "b@x.io"},
+                },
+            ],
+        },
+        {
+            "role": "user",
+            "content": [
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "call_a",
+                    "content": '{"sent": true}',
+                    "is_error": False,
+                },
+                {
+                    "type": "tool_result",
+                    "tool_use_id": "call_b",
+                    "content": "mailbox full",
+                    "is_error": True,
+                },
+                {"type": "text", "text": "Continue from where you left off."},
+            ],
+        },
+    ]
+
+
+def test_anthropic_malformed_tool_input_is_passed_on_raw_for_the_executor_to_reject(
+    server: FakeProvider,
+) -> None:
+    server.replies.append(
+        Reply(body=anthropic_stream(tool_block(0, "toolu_1", "send_email", '{"to')))
+    )
+    assert collect(anthropic_model(server), SIMPLE) == [ToolCall("send_email", '{"to', "toolu_1")]
+
+
+@pytest.mark.parametrize(
+    ("status", "kind", "code"),
+    [
+        (429, "rate_limit_error", "rate_limit"),
+        (529, "overloaded_error", "rate_limit"),
+        (401, "authentication_error", "auth"),
+        (403, "permission_error", "auth"),
+        (400, "invalid_request_error", "invalid_request"),
+        (404, "not_found_error", "invalid_request"),
+        (500, "api_error", "http_5xx"),
+        (503, "api_error", "http_5xx"),
+    ],
+)
+def test_anthropic_http_errors_map_to_model_error_codes(
+    server: FakeProvider, status: int, kind: str, code: str
+) -> None:
+    server.replies.append(anthropic_error(status, kind))
+    error = failure(anthropic_model(server), SIMPLE)
+    assert error.code == code
+    assert error.resumable is (code == "http_5xx")
+
+
+def test_anthropic_error_event_inside_a_stream_maps_by_its_type(server: FakeProvider) -> None:
+    """An overloaded error sent mid-stream (after 200 OK) is a rate limit, not a 2xx success."""
+    error_event = {"type": "error", "error": {"type": "overloaded_error", "message": "busy"}}
+    body = sse([{"type": "ping"}]) + sse([error_event])
+    server.replies.append(Reply(body=body))
+    assert failure(anthropic_model(server), SIMPLE).code == "rate_limit"
+
+
+def test_anthropic_stream_without_message_stop_is_a_resumable_stream_ended(
+    server: FakeProvider,
+) -> None:
+    server.replies.append(Reply(body=anthropic_stream(text_block(0, "Half"), stop=False)))
+    model = anthropic_model(server)
+    events: list[ModelEvent] = []
+    with pytest.raises(ModelError) as info:
+        events.extend(model.stream(SIMPLE))
+    assert events == [TextDelta("Half")]
+    assert (info.value.code, info.value.resumable) == ("stream_ended", True)
+
+
+def test_anthropic_connection_dropped_mid_stream_is_resumable(server: FakeProvider) -> None:
+    server.replies.append(Reply(body=anthropic_stream(text_block(0, "Half"), stop=False), cut=True))
+    error = failure(anthropic_model(server), SIMPLE)
+    assert error.code in {"connection_reset", "stream_ended"}
+    assert error.resumable
+
+
+def test_anthropic_read_timeout_is_a_resumable_gateway_timeout(server: FakeProvider) -> None:
+    server.replies.append(Reply(hang=True))
+    error = failure(anthropic_model(server, timeout=0.2), SIMPLE)
+    assert (error.code, error.resumable) == ("gateway_timeout", True)
+
+
+def test_anthropic_unreachable_server_is_a_resumable_connection_reset() -> None:
+    require("anthropic")
+    # A port that was just listening and is now closed: the connection is refused.
+    with ProviderServer() as closed:
+        url = closed.fake.url
+    model = AnthropicModel("m", base_url=url, api_key="test", max_retries=0, timeout=TIMEOUT_S)
+    error = failure(model, SIMPLE)
+    assert (error.code, error.resumable) == ("connection_reset", True)
+
+
+# -- OpenAI --------------------------------------------------------------------------------
+
+
+def openai_model(fake: FakeProvider, **options: Any) -> OpenAIModel:
+    require("openai")
+    options.setdefault("timeout", TIMEOUT_S)
+    return OpenAIModel(
+        "gpt-test", base_url=f"{fake.url}/v1", api_key="test", max_retries=0, **options
+    )
+
+
+def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+    return {
+        "id": "chatcmpl-1",
+        "object": "chat.completion.chunk",
+        "created": 0,
+        "model": "gpt-test",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    }
+
+
+def openai_stream(*chunks: dict[str, Any], done: bool = True) -> bytes:
+    body = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks)
+    return body + (b"data: [DONE]\n\n" if done else b"")
+
+
+def tool_delta(
+    index: int, *, call_id: str | None = None, name: str | None = None, args: str = ""
+) -> dict[str, Any]:
+    function: dict[str, Any] = {"arguments": args}
+    if name:
+        function["name"] = name
+    part: dict[str, Any] = {"index": index, "function": function}
+    if call_id:
+        part.update(id=call_id, type="function")
+    return {"tool_calls": [part]}
+
+
+def openai_error(status: int, kind: str) -> Reply:
+    body = {"error": {"message": f"{kind} (fake)", "type": kind, "code": None, "param": None}}
+    return Reply(status, json.dumps(body).encode(), "application/json")
+
+
+def test_openai_streams_text_deltas_then_tool_calls_assembled_by_index(
+    server: FakeProvider,
+) -> None:
+    server.replies.append(
+        Reply(
+            body=openai_stream(
+                chunk({"role": "assistant", "content": "Send"}),
+                chunk({"content": "ing."}),
+                chunk(tool_delta(0, call_id="call_1", name="send_email")),
+                chunk(tool_delta(1, call_id="call_2", name="list_inbox")),
+                chunk(tool_delta(0, args='{"to": "a@')),
+                chunk(tool_delta(0, args='x.io"}')),
+                chunk({}, finish="tool_calls"),
+            )
+        )
+    )
+    assert collect(openai_model(server), HISTORY) == [
+        TextDelta("Send"),
+        TextDelta("ing."),
+        ToolCall("send_email", {"to": "a@x.io"}, "call_1"),
+        ToolCall("list_inbox", {}, "call_2"),
+    ]
+
+
+def test_openai_request_carries_system_converted_history_and_tools(server: FakeProvider) -> None:
+    server.replies.append(Reply(body=openai_stream(chunk({"content": "ok"}, finish="stop"))))
+    collect(openai_model(server, max_tokens=321), HISTORY)
+    (received,) = server.received
+    body = received.body
+    assert received.path == "/v1/chat/completions"
+    assert (body["stream"], body["model"], body["max_completion_tokens"]) == (True, "gpt-test", 321)
+    assert body["tools"] == [
+        {
+            "type": "function",
+            "function": {
+                "name": "send_email",
+                "description": "Send an email.",
+                "parameters": TOOL.input_schema,
+            },
+        }
+    ]
+
+    def call(call_id: str, to: str) -> dict[str, Any]:
+        arguments = json.dumps({"to": to})
+        return {
+            "id": call_id,
+            "type": "function",
+            "function": {"name": "send_email", "arguments": arguments},
+        }
+
+    assert body["messages"] == [
+        {"role": "system", "content": "You are terse."},
+        {"role": "user", "content": "Email a@x.io and b@x.io."},
+        {
+            "role": "assistant",
+            "content": "Sending.",
+            "tool_calls": [call("call_a", "a@x.io"), call("call_b", "b@x.io")],
+        },
+        {"role": "tool", "tool_call_id": "call_a", "content": '{"sent": true}'},
+        {"role": "tool", "tool_call_id": "call_b", "content": "Error: mailbox full"},
+        {"role": "user", "content": "Continue from where you left off."},
+    ]
+
+
+@pytest.mark.parametrize(
+    ("status", "code"),
+    [
+        (429, "rate_limit"),
+        (401, "auth"),
+        (403, "auth"),
+        (400, "invalid_request"),
+        (404, "invalid_request"),
+        (422, "invalid_request"),
+        (502, "http_5xx"),
+        (503, "http_5xx"),
+        (504, "http_5xx"),
+    ],
+)
+def test_openai_http_errors_map_to_model_error_codes(
+    server: FakeProvider, status: int, code: str
+) -> None:
+    server.replies.append(openai_error(status, "some_error"))
+    error = failure(openai_model(server), SIMPLE)
+    assert error.code == code
+    assert error.resumable is (code == "http_5xx")
+
+
+def test_openai_error_inside_a_stream_maps_by_its_type(server: FakeProvider) -> None:
+    mid_stream = {"error": {"message": "upstream failed", "type": "server_error", "code": None}}
+    body = openai_stream(chunk({"content": "Hel"}), mid_stream, done=False)
+    server.replies.append(Reply(body=body))
+    error = failure(openai_model(server), SIMPLE)
+    assert (error.code, error.resumable) == ("http_5xx", True)
+
+
+def test_openai_stream_without_a_finish_reason_is_a_resumable_stream_ended(
+    server: FakeProvider,
+) -> None:
+    server.replies.append(Reply(body=openai_stream(chunk({"content": "Hel"}), done=False)))
+    error = failure(openai_model(server), SIMPLE)
+    assert (error.code, error.resumable) == ("stream_ended", True)
+
+
+def test_openai_connection_dropped_mid_stream_is_resumable(server: FakeProvider) -> None:
+    server.replies.append(
+        Reply(body=openai_stream(chunk({"content": "Hel"}), done=False), cut=True)
+    )
+    error = failure(openai_model(server), SIMPLE)
+    assert error.code in {"connection_reset", "stream_ended"}
+    assert error.resumable
+
+
+def test_openai_read_timeout_is_a_resumable_gateway_timeout(server: FakeProvider) -> None:
+    server.replies.append(Reply(hang=True))
+    error = failure(openai_model(server, timeout=0.2), SIMPLE)
+    assert (error.code, error.resumable) == ("gateway_timeout", True)
+
+
+def test_openai_missing_api_key_is_an_auth_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    require("openai")
+    for name in ("OPENAI_API_KEY", "OPENAI_ADMIN_KEY"):
+        monkeypatch.delenv(name, raising=False)
+    model = OpenAIModel("gpt-test", base_url="http://127.0.0.1:9/v1", max_retries=0)
+    assert failure(model, SIMPLE).code == "auth"
+
+
+# -- building adapters ---------------------------------------------------------------------
+
+
+def test_make_builds_the_adapter_for_each_provider() -> None:
+    require("anthropic")
+    require("openai")
+    anthropic = providers.make("anthropic", "claude-x")
+    openai = providers.make("openai", "gpt-x")
+    assert isinstance(anthropic, AnthropicModel)
+    assert isinstance(openai, OpenAIModel)
+    assert (anthropic.name, openai.name) == ("anthropic:claude-x", "openai:gpt-x")
+
+
+def test_make_with_an_unknown_provider_is_a_config_error() -> None:
+    with pytest.raises(ConfigError, match="unknown provider"):
+        providers.make("mistral", "large")
+
+
+def test_make_model_routes_provider_specs_through_make() -> None:
+    require("anthropic")
+    assert isinstance(make_model("anthropic:claude-x", SystemClock()), AnthropicModel)
+
+
+@pytest.mark.parametrize("kind", ["anthropic", "openai"])
+def test_a_missing_sdk_is_a_config_error_naming_the_extra(
+    monkeypatch: pytest.MonkeyPatch, kind: str
+) -> None:
+    monkeypatch.setitem(sys.modules, kind, None)  # makes `import kind` raise ImportError
+    with pytest.raises(ConfigError) as info:
+        providers.make(kind, "m")
+    assert str(info.value) == (
+        f"model spec {kind}:m: the {kind} package is not installed (pip install 'dres[{kind}]')"
+    )

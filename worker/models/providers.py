@@ -1,0 +1,349 @@
+"""Provider adapters (CONTRACT §5): Anthropic and OpenAI(-compatible) chat models, streaming.
+
+Each adapter speaks through the provider's official SDK, imported when the adapter is built so
+the rest of dres runs without it. Text deltas are yielded as they arrive; a tool call is yielded
+once its JSON input is complete. Failures become ``ModelError`` codes (CONTRACT §7.7): timeouts
+``gateway_timeout``; dropped connections ``connection_reset``; a stream with no final event
+``stream_ended``; HTTP 5xx ``http_5xx``; 429 and Anthropic's 529 "overloaded" ``rate_limit``;
+401/402/403 and missing credentials ``auth``; any other 4xx ``invalid_request``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from worker.errors import ConfigError, ModelError
+from worker.models.base import (
+    AssistantMessage,
+    ChatModel,
+    Message,
+    ModelEvent,
+    ModelRequest,
+    TextDelta,
+    ToolResultMessage,
+    UserMessage,
+)
+from worker.tools.executor import ToolCall
+
+#: tokens one model response may generate
+DEFAULT_MAX_TOKENS = 4096
+#: retries the SDK makes on its own before dres's resume (with the journal note) takes over
+DEFAULT_MAX_RETRIES = 2
+#: characters of a provider's error message kept in a ModelError
+MESSAGE_CHARS = 300
+
+#: HTTP statuses with a code of their own (529 is Anthropic's "overloaded", a rate limit by
+#: CONTRACT §7.7); any other is ``http_5xx`` (5xx) or ``invalid_request`` (4xx)
+STATUSES = {
+    **dict.fromkeys([401, 402, 403], "auth"),
+    **dict.fromkeys([429, 529], "rate_limit"),
+    408: "gateway_timeout",
+}
+#: the error type of an error event inside a 200 stream -> code; unknown types are ``http_5xx``
+ERROR_TYPES = {
+    **dict.fromkeys(["overloaded_error", "rate_limit_error", "rate_limit_exceeded"], "rate_limit"),
+    **dict.fromkeys(["authentication_error", "permission_error", "billing_error"], "auth"),
+    **dict.fromkeys(["invalid_request_error", "not_found_error"], "invalid_request"),
+    "request_too_large": "invalid_request",
+    "timeout_error": "gateway_timeout",
+}
+
+
+def make(kind: str, model: str) -> ChatModel:
+    """The adapter for a ``kind:model`` spec (``anthropic`` or ``openai``)."""
+    adapters = {"anthropic": AnthropicModel, "openai": OpenAIModel}
+    if kind not in adapters:
+        raise ConfigError(
+            f"model spec {kind}:{model}: unknown provider; expected anthropic or openai"
+        )
+    return adapters[kind](model)
+
+
+class _Adapter:
+    """A model over one provider's SDK. ``timeout`` is in seconds (None: the SDK's default);
+    ``base_url`` and ``api_key`` left None are read by the SDK from its own environment."""
+
+    #: the SDK's import name, which is also the spec prefix and the dres extra
+    kind: ClassVar[str]
+    client_class: ClassVar[str]
+    base_error: ClassVar[str]
+
+    def __init__(
+        self,
+        model: str,
+        *,
+        max_tokens: int = DEFAULT_MAX_TOKENS,
+        max_retries: int = DEFAULT_MAX_RETRIES,
+        timeout: float | None = None,
+        base_url: str | None = None,
+        api_key: str | None = None,
+    ) -> None:
+        self.name = f"{self.kind}:{model}"
+        self.model = model
+        self.max_tokens = max_tokens
+        try:
+            self._sdk: Any = importlib.import_module(self.kind)
+        except ImportError as e:
+            raise ConfigError(
+                f"model spec {self.name}: the {self.kind} package is not installed "
+                f"(pip install 'dres[{self.kind}]')"
+            ) from e
+        options = {"timeout": timeout, "base_url": base_url, "api_key": api_key}
+        self._options: dict[str, Any] = {k: v for k, v in options.items() if v is not None}
+        self._options["max_retries"] = max_retries
+        self._client: Any = None
+
+    def stream(self, request: ModelRequest) -> Iterator[ModelEvent]:
+        try:
+            yield from self._events(self._connect(), request)
+        except Exception as e:
+            error = model_error(self._sdk, e)
+            if error is None:
+                raise
+            raise error from e
+
+    def _connect(self) -> Any:
+        if self._client is None:
+            try:
+                self._client = getattr(self._sdk, self.client_class)(**self._options)
+            except getattr(self._sdk, self.base_error) as e:
+                # The OpenAI client refuses to be built without credentials.
+                raise ModelError("auth", _cut(str(e))) from e
+        return self._client
+
+    def _events(self, client: Any, request: ModelRequest) -> Iterator[ModelEvent]:
+        raise NotImplementedError
+
+
+class AnthropicModel(_Adapter):
+    kind = "anthropic"
+    client_class = "Anthropic"
+    base_error = "AnthropicError"
+
+    def _events(self, client: Any, request: ModelRequest) -> Iterator[ModelEvent]:
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "max_tokens": self.max_tokens,
+            "messages": anthropic_messages(request.messages),
+        }
+        if request.system:
+            kwargs["system"] = request.system
+        if request.tools:
+            kwargs["tools"] = [
+                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+                for t in request.tools
+            ]
+        try:
+            stream = client.messages.create(stream=True, **kwargs)
+        except TypeError as e:
+            # Raised before any request when no API key, token or credentials were found.
+            if "authentication" not in str(e):
+                raise
+            raise ModelError("auth", _cut(str(e))) from e
+        with stream:
+            yield from anthropic_events(stream)
+
+
+class OpenAIModel(_Adapter):
+    kind = "openai"
+    client_class = "OpenAI"
+    base_error = "OpenAIError"
+
+    def _events(self, client: Any, request: ModelRequest) -> Iterator[ModelEvent]:
+        kwargs: dict[str, Any] = {
+            "model": self.model,
+            "max_completion_tokens": self.max_tokens,
+            "messages": openai_messages(request.system, request.messages),
+        }
+        functions = [
+            {"name": t.name, "description": t.description, "parameters": t.input_schema}
+            for t in request.tools
+        ]
+        if functions:
+            kwargs["tools"] = [{"type": "function", "function": f} for f in functions]
+        with client.chat.completions.create(stream=True, **kwargs) as stream:
+            yield from openai_events(stream)
+
+
+# -- requests ------------------------------------------------------------------------------
+
+
+def anthropic_messages(messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """Messages API form: tool results are user content; same-role neighbours are merged."""
+    out: list[dict[str, Any]] = []
+    for m in messages:
+        content: list[dict[str, Any]]
+        if isinstance(m, UserMessage):
+            role, content = "user", [{"type": "text", "text": m.text}] if m.text else []
+        elif isinstance(m, AssistantMessage):
+            role = "assistant"
+            content = [{"type": "text", "text": m.text}] if m.text else []
+            content += [
+                {"type": "tool_use", "id": _call_id(c, i), "name": c.name, "input": _object(c)}
+                for i, c in enumerate(m.tool_calls)
+            ]
+        else:
+            result = {"type": "tool_result", "tool_use_id": m.call_id, "content": m.content}
+            role, content = "user", [{**result, "is_error": m.is_error}]
+        if not content:
+            continue
+        if out and out[-1]["role"] == role:
+            out[-1]["content"].extend(content)
+        else:
+            out.append({"role": role, "content": content})
+    for message in out:
+        # The API wants a user message's tool results before its text.
+        message["content"].sort(key=lambda block: block["type"] != "tool_result")
+    return out
+
+
+def openai_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str, Any]]:
+    """Chat Completions form: tool calls as functions, each result a ``tool`` message."""
+    out: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
+    for m in messages:
+        if isinstance(m, UserMessage):
+            out.append({"role": "user", "content": m.text})
+        elif isinstance(m, AssistantMessage):
+            message: dict[str, Any] = {"role": "assistant", "content": m.text or None}
+            if m.tool_calls:
+                message["tool_calls"] = [
+                    {
+                        "id": _call_id(c, i),
+                        "type": "function",
+                        "function": {"name": c.name, "arguments": _arguments(c)},
+                    }
+                    for i, c in enumerate(m.tool_calls)
+                ]
+            out.append(message)
+        elif isinstance(m, ToolResultMessage):
+            # Chat Completions has no error flag on a tool result; say it in the content.
+            content = f"Error: {m.content}" if m.is_error else m.content
+            out.append({"role": "tool", "tool_call_id": m.call_id, "content": content})
+    return out
+
+
+def _call_id(call: ToolCall, position: int) -> str:
+    return call.id or f"call_{position}"
+
+
+def _object(call: ToolCall) -> Any:
+    """Anthropic wants an object; a raw (malformed) input is wrapped so the history still reads."""
+    return call.input if isinstance(call.input, dict) else {"value": call.input}
+
+
+def _arguments(call: ToolCall) -> str:
+    return call.input if isinstance(call.input, str) else json.dumps(call.input, ensure_ascii=False)
+
+
+# -- responses -----------------------------------------------------------------------------
+
+
+@dataclass
+class _PendingCall:
+    id: str | None = None
+    name: str = ""
+    parts: list[str] = field(default_factory=list)
+
+    def done(self) -> ToolCall:
+        return ToolCall(self.name, parse_input("".join(self.parts)), self.id)
+
+
+def parse_input(text: str) -> Any:
+    """A call's JSON input. A truncated or malformed one is passed on as the raw text: the
+    executor then records an invalid-input error result the model can read and correct."""
+    if not text.strip():
+        return {}
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return text
+
+
+def anthropic_events(stream: Any) -> Iterator[ModelEvent]:
+    """Raw Messages stream events -> text deltas, and each tool call at its block's stop."""
+    calls: dict[int, _PendingCall] = {}
+    finished = False
+    for event in stream:
+        if event.type == "content_block_start" and event.content_block.type == "tool_use":
+            block = event.content_block
+            calls[event.index] = _PendingCall(block.id, block.name)
+        elif event.type == "content_block_delta":
+            delta = event.delta
+            if delta.type == "text_delta" and delta.text:
+                yield TextDelta(delta.text)
+            elif delta.type == "input_json_delta" and event.index in calls:
+                calls[event.index].parts.append(delta.partial_json)
+        elif event.type == "content_block_stop" and event.index in calls:
+            yield calls.pop(event.index).done()
+        elif event.type == "message_stop":
+            finished = True
+    if not finished:
+        raise ModelError("stream_ended", "the response stream ended before message_stop")
+
+
+def openai_events(stream: Any) -> Iterator[ModelEvent]:
+    """Completion chunks -> text deltas; tool calls, assembled by index, once the stream ends."""
+    calls: dict[int, _PendingCall] = {}
+    finished = False
+    for chunk in stream:
+        for choice in chunk.choices or ():
+            delta = choice.delta
+            if delta is not None and delta.content:
+                yield TextDelta(delta.content)
+            for part in (delta.tool_calls if delta is not None else None) or ():
+                call = calls.setdefault(part.index, _PendingCall())
+                call.id = call.id or part.id
+                if part.function is not None:
+                    # The name comes whole in a call's first delta; some servers repeat it.
+                    call.name = call.name or part.function.name or ""
+                    call.parts.append(part.function.arguments or "")
+            finished = finished or choice.finish_reason is not None
+    if not finished:
+        raise ModelError("stream_ended", "the completion stream ended without a finish_reason")
+    for index in sorted(calls):
+        yield calls[index].done()
+
+
+# -- errors --------------------------------------------------------------------------------
+
+
+def model_error(sdk: Any, e: Exception) -> ModelError | None:
+    """The ModelError an SDK or transport exception stands for; None for anything else."""
+    timeouts, transport = _transport_errors()
+    if isinstance(e, (sdk.APITimeoutError, *timeouts)):
+        return ModelError("gateway_timeout", _cut(str(e)))
+    if isinstance(e, (sdk.APIConnectionError, *transport)):
+        # The SDK's own message is a bare "Connection error."; the cause says which.
+        cause = e.__cause__ if isinstance(e, sdk.APIConnectionError) else None
+        return ModelError("connection_reset", _cut(f"{e} {cause}" if cause else str(e)))
+    if isinstance(e, sdk.APIStatusError) and e.status_code >= 400:
+        fallback = "http_5xx" if e.status_code >= 500 else "invalid_request"
+        return ModelError(STATUSES.get(e.status_code, fallback), _cut(str(e)))
+    if isinstance(e, sdk.APIError):
+        # An error event inside a stream that began 200 OK: classify by its error type.
+        body = e.body if isinstance(e.body, dict) else {}
+        error = body.get("error", body)
+        error = error if isinstance(error, dict) else {}
+        code = ERROR_TYPES.get(str(error.get("type"))) or ERROR_TYPES.get(str(error.get("code")))
+        return ModelError(code or "http_5xx", _cut(str(e)))
+    if isinstance(e, json.JSONDecodeError):
+        return ModelError("stream_ended", _cut(f"the stream broke off mid-event: {e}"))
+    return None
+
+
+def _transport_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]:
+    """Timeout and transport error classes of the HTTP library the SDK runs on (httpx, or
+    httpx2 in newer SDKs). The SDKs wrap these when sending, but not every SDK version wraps
+    them while a streamed body is being read."""
+    libs = [sys.modules[n] for n in ("httpx", "httpx2") if n in sys.modules]
+    return tuple(m.TimeoutException for m in libs), tuple(m.RequestError for m in libs)
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"
