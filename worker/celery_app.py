@@ -36,7 +36,8 @@ def create_app(settings: Settings) -> Celery:
         "unacked_restore_interval": UNACKED_RESTORE_INTERVAL_S,
         "unacked_restore_throttle": 1,
     }
-    app = Celery("dres", broker=settings.broker, include=["tasks.chunks"])
+    extra = [name.strip() for name in settings.celery_include.split(",") if name.strip()]
+    app = Celery("dres", broker=settings.broker, include=["tasks.chunks", *extra])
     app.conf.update(
         task_serializer="json",
         result_serializer="json",
