@@ -52,3 +52,8 @@ def active_turns() -> str:
 def idempotency(key: str) -> str:
     """An API Idempotency-Key: the request's hash and the turn it created."""
     return f"{PREFIX}:idem:{_tag(key)}"
+
+
+def chaos_fault() -> str:
+    """Hash: the one fault the chaos runner armed (point, action, skip, hits, fired)."""
+    return f"{PREFIX}:chaos:fault"

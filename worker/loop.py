@@ -30,6 +30,7 @@ from ledger.note import journal_note
 from ledger.store import Ledger
 from worker.clock import Clock, Ids
 from worker.errors import JournalUnreadable, ModelError, TurnCancelled
+from worker.failpoints import OFF, Failpoints
 from worker.history import build_messages
 from worker.models.base import ChatModel, ModelRequest, TextDelta, ToolSchema
 from worker.recorder import Recorder, RunContext
@@ -70,6 +71,7 @@ class AgentLoop:
         is_cancelled: Callable[[str], bool] = lambda turn_id: False,
         guard: DeferSignals | None = None,
         tool_redis: Any = None,
+        failpoints: Failpoints = OFF,
     ) -> None:
         self.ledger = ledger
         self.registry = registry
@@ -81,6 +83,7 @@ class AgentLoop:
         self.is_cancelled = is_cancelled
         self.guard = guard or DeferSignals()
         self.tool_redis = tool_redis
+        self.failpoints = failpoints
         self.tools = tuple(
             ToolSchema(s.name, s.description, s.input_schema()) for s in registry.schemas().values()
         )
@@ -106,6 +109,7 @@ class AgentLoop:
             guard=self.guard,
             interrupts=self.interrupts,
             redis=self.tool_redis,
+            failpoints=self.failpoints,
         )
         model = self.make_model(run.model)
         try:

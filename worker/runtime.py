@@ -18,6 +18,7 @@ from worker.celery_app import CHUNK_TASK, create_app
 from worker.clock import Clock, Ids, RandomIds, SystemClock
 from worker.control import TurnControl
 from worker.errors import TurnCancelled
+from worker.failpoints import OFF, Failpoints
 from worker.loop import AgentLoop
 from worker.models import make_model
 from worker.reaper import Reaper
@@ -110,6 +111,10 @@ class Runtime:
         dispatcher = CeleryDispatcher(self.app, self.settings)
         return TurnControl(self.ledger, self.settings, self.clock, self.ids, dispatcher)
 
+    @cached_property
+    def failpoints(self) -> Failpoints:
+        return Failpoints(self.redis) if self.settings.failpoints else OFF
+
     def reaper(self) -> Reaper:
         return Reaper(self.control)
 
@@ -128,4 +133,5 @@ class Runtime:
             interrupts=interrupts,
             is_cancelled=cancelled,
             tool_redis=self.redis,
+            failpoints=self.failpoints,
         )

@@ -58,6 +58,8 @@ class Settings(BaseSettings):
     visibility_timeout_s: float = Field(0.0, ge=0)
     #: seconds between checks of the Stop flag while the model is waiting or streaming
     cancel_poll_s: float = Field(0.2, gt=0)
+    #: arm the chaos runner's failpoints (worker.failpoints); never in production
+    failpoints: bool = False
     #: comma-separated modules of extra Celery tasks the dres worker should also run
     celery_include: str = ""
     foreground_queue: str = "dres.foreground"

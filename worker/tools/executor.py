@@ -27,6 +27,7 @@ from ledger.errors import SignatureError
 from ledger.events import ToolBlocked, ToolDone, ToolStart
 from ledger.journal import Journal, JournalEntry
 from ledger.signature import input_signature
+from worker.failpoints import OFF, Failpoints
 from worker.recorder import Recorder
 from worker.tools.context import Reconciliation, ToolContext, idempotency_key
 from worker.tools.guard import DeferSignals
@@ -103,6 +104,7 @@ class ToolExecutor:
         guard: DeferSignals | None = None,
         interrupts: tuple[type[BaseException], ...] = (),
         redis: Any = None,
+        failpoints: Failpoints = OFF,
     ) -> None:
         self.registry = registry
         self.recorder = recorder
@@ -110,6 +112,7 @@ class ToolExecutor:
         #: exceptions that end the run and must never become a tool error result
         self.interrupts = interrupts
         self.redis = redis
+        self.failpoints = failpoints
 
     def execute(self, attempt: Attempt, call: ToolCall) -> ToolOutcome:
         call_id = self.recorder.ids.new("call")
@@ -284,6 +287,7 @@ class ToolExecutor:
         supersedes: int | None = None,
     ) -> ToolOutcome:
         ctx = self._context(attempt, spec, call_id, sig)
+        self.failpoints.hit("tool.before_start")
         with self.guard:
             self.recorder.record(
                 ToolStart,
@@ -300,6 +304,7 @@ class ToolExecutor:
                 raise
             except Exception as e:  # a tool failure is recorded as an error result
                 result, is_error = _error(f"{type(e).__name__}: {e}"), True
+            self.failpoints.hit("tool.after_effect")
             done = [
                 self.recorder.make(
                     ToolDone, call_id=call_id, tool=spec.name, result=result, is_error=is_error
@@ -317,6 +322,7 @@ class ToolExecutor:
                     )
                 )
             self.recorder.record_many(done)
+        self.failpoints.hit("tool.after_done")
         if not is_error:
             attempt.completed[(spec.name, sig)] += 1
             if supersedes is not None:
