@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install redis-server test lint bench run clean
+.PHONY: install redis-server test lint bench run clean chaos
 
 install: $(STAMP)
 
@@ -39,3 +39,9 @@ bench: install redis-server
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+
+# Fault injection on a real worker and redis-server: `make chaos` (200 trials) or TRIALS=N.
+TRIALS ?= 200
+SEED ?= 1
+chaos: install redis-server
+	$(PY) -m chaos --trials $(TRIALS) --seed $(SEED)

@@ -96,7 +96,13 @@ def _chain(rt: Runtime, run: RunContext) -> str:
         rt.control.unwatch(run.turn_id)
         return "stopped: max_chunks"
     successor = hand_over(rt.ledger, run, clock=rt.clock, ids=rt.ids)
+    fault = rt.failpoints.hit("chunk.handoff")  # chaos only: crash, drop or duplicate here
+    if fault == "drop":
+        rt.control.watch(run.turn_id, rt.settings.handoff_grace_s)
+        return "chained (message dropped)"
     rt.control.launch(run.turn_id, successor, run.mode)
+    if fault == "duplicate":
+        rt.control.dispatcher.dispatch(run.turn_id, successor, run.mode)
     log.info("soft limit: chained the next chunk", successor=successor)
     return "chained"
 

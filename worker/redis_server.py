@@ -48,6 +48,7 @@ class RedisServer:
         self.port = port or free_port()
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="dres-redis-"))
+        self.data_dir.mkdir(parents=True, exist_ok=True)
         self.appendfsync = appendfsync
         self.process: subprocess.Popen[bytes] | None = None
 

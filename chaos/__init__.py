@@ -1,0 +1,1 @@
+"""Fault injection (``make chaos``): crash a real worker at chosen points, check invariants."""
