@@ -207,10 +207,23 @@ class Ledger:
         if lease is not None:
             return Claim(lease, meta)
         now = self.meta(turn_id)
-        if now.run_id == run_id and now.epoch == meta.epoch + 1:
-            # A retried claim whose first reply was lost: the claim is ours.
+        if now.run_id == run_id and now.epoch == meta.epoch + 1 and self._opened_by(started):
+            # A retried claim whose first reply was lost: the claim is ours. A duplicate delivery
+            # of the same run that lost the race looks alike, but the epoch opens with the
+            # winner's run_started, not ours.
             return Claim(Lease(turn_id, run_id, now.epoch, chunk, cause, seq=1), meta)
         return Claim(None, now, status=now.status, holder=now.run_id)
+
+    def _opened_by(self, started: RunStarted) -> bool:
+        """True if ``started`` is the first event of its epoch (stream id ``E-0``)."""
+        sid = f"{started.epoch}-0"
+        at: Any = self.client.xrange(keys.turn_events(started.turn_id), min=sid, max=sid)
+        if not at:
+            return False
+        try:
+            return decode_entry(at[0][0], at[0][1]).event.event_id == started.event_id
+        except EventDecodeError:
+            return False
 
     def seize(
         self,

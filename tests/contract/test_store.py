@@ -288,3 +288,16 @@ def test_an_unfinished_turn_has_no_expiry(client: redis.Redis) -> None:
 def test_meta_of_an_unknown_turn_raises_unknown_turn(client: redis.Redis) -> None:
     with pytest.raises(UnknownTurn):
         Ledger(client).meta("nope")
+
+
+def test_a_duplicate_delivery_racing_the_winner_of_a_claim_gets_no_lease(
+    client: redis.Redis,
+) -> None:
+    """Both read the turn before either claimed; only the one whose run_started opens E wins."""
+    ledger = Ledger(client)
+    ledger.create_turn(turn_started(), first_run="r1")
+    before = ledger.meta("t1")
+    winner = ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="a", ts=1.0, meta=before)
+    loser = ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="b", ts=1.0, meta=before)
+    assert winner.claimed and not loser.claimed
+    assert [e.event_id for e in ledger.events("t1") if e.type == "run_started"] == ["a"]
