@@ -12,6 +12,7 @@ import hmac
 import json
 import re
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Annotated, Any, Literal
 
 import redis
@@ -19,9 +20,11 @@ import redis.asyncio as aioredis
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import keys
 from ledger.codec import decode_entry
@@ -30,6 +33,7 @@ from ledger.journal import JournalEntry, build_journal
 from ledger.store import TurnMeta
 from worker.client import enqueue
 from worker.control import FINISHED
+from worker.errors import ConfigError
 from worker.runtime import Runtime
 from worker.settings import Settings
 
@@ -52,6 +56,14 @@ class TurnRequest(BaseModel):
     conversation_id: str | None = Field(None, pattern=ID)
     mode: Literal["foreground", "background"] = "foreground"
     model: str | None = Field(None, max_length=500)
+
+    @field_validator("message")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        # enqueue refuses a blank message too; refusing it here makes it a 422, not a 500
+        if not value.strip():
+            raise ValueError("message is blank")
+        return value
 
 
 class TurnCreated(BaseModel):
@@ -122,24 +134,29 @@ def _body_hash(body: TurnRequest) -> str:
 
 
 def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
-    api = FastAPI(title="dres", version="1", description="Durable resume for agent turns")
+    api = FastAPI(
+        title="dres", version="1", description="Durable resume for agent turns", lifespan=_lifespan
+    )
     api.state.settings = settings
     api.state.rt = runtime or Runtime.from_settings(settings)
     api.state.reader = aioredis.Redis.from_url(
         settings.redis_url, socket_timeout=SSE_KEEPALIVE_S + 30, socket_connect_timeout=5
     )
-    api.middleware("http")(limit_body)
+    api.add_middleware(BodyLimit)
     api.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
     api.add_exception_handler(RequestValidationError, invalid)  # type: ignore[arg-type]
     api.add_exception_handler(UnknownTurn, unknown)  # type: ignore[arg-type]
+    api.add_exception_handler(ConfigError, bad_config)  # type: ignore[arg-type]
     api.include_router(router)
     api.add_api_route("/healthz", healthz, methods=["GET"])
 
-    @api.on_event("shutdown")
-    async def close() -> None:
-        await api.state.reader.aclose()
-
     return api
+
+
+@asynccontextmanager
+async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
+    yield
+    await api.state.reader.aclose()
 
 
 async def authorize(
@@ -171,11 +188,32 @@ Reader = Annotated[aioredis.Redis, Depends(reader_of)]
 TurnId = Annotated[str, Path(pattern=ID, description="the turn's id")]
 
 
-async def limit_body(request: Request, call_next: Any) -> Any:
-    length = request.headers.get("content-length")
-    if length and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
-        return JSONResponse({"detail": f"request body over {MAX_BODY_BYTES} bytes"}, 413)
-    return await call_next(request)
+class BodyLimit:
+    """Refuse a body over MAX_BODY_BYTES: by its Content-Length, or as it arrives (chunked)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = f"request body over {MAX_BODY_BYTES} bytes"
+        length = Headers(scope=scope).get("content-length")
+        if length and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            await JSONResponse({"detail": too_large}, 413)(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > MAX_BODY_BYTES:
+                raise HTTPException(413, too_large)  # answered by ``http_error``
+            return message
+
+        await self.app(scope, counted, send)
 
 
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
@@ -188,6 +226,11 @@ async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse
         return JSONResponse({"detail": f"malformed JSON body: {first.get('msg')}"}, 400)
     where = ".".join(str(p) for p in first.get("loc", ())) or "request"
     return JSONResponse({"detail": f"{where}: {first.get('msg')}"}, 422)
+
+
+async def bad_config(request: Request, exc: ConfigError) -> JSONResponse:
+    """A request naming something unusable, such as a model spec with no script file."""
+    return JSONResponse({"detail": str(exc)}, 422)
 
 
 async def unknown(request: Request, exc: UnknownTurn) -> JSONResponse:
@@ -208,25 +251,35 @@ def create_turn(
     idempotency_key: Annotated[str | None, Header(pattern=ID)] = None,
 ) -> TurnCreated:
     """Enqueue a turn; a repeated Idempotency-Key with the same body returns the same turn."""
-    turn_id = None
-    if idempotency_key:
-        turn_id = rt.ids.new("turn")
-        record = json.dumps({"hash": _body_hash(body), "turn_id": turn_id})
-        key = keys.idempotency(idempotency_key)
-        if not rt.redis.set(key, record, nx=True, ex=IDEMPOTENCY_TTL_S):
-            seen = json.loads(rt.redis.get(key) or "{}")
-            if seen.get("hash") != _body_hash(body):
-                raise HTTPException(409, "Idempotency-Key was used with a different body")
-            meta = rt.ledger.meta(seen["turn_id"])
-            return _created(seen["turn_id"], meta.extra.get("conversation_id", ""))
-    turn = enqueue(
-        rt,
-        body.message,
-        conversation_id=body.conversation_id,
-        mode=body.mode,
-        model=body.model,
-        turn_id=turn_id,
-    )
+    if not idempotency_key:
+        turn = enqueue(
+            rt, body.message, conversation_id=body.conversation_id, mode=body.mode, model=body.model
+        )
+        return _created(turn.turn_id, turn.conversation_id)
+    # The record names the turn and its conversation before the turn exists, so a repeat that
+    # races the first request answers from the record alone.
+    turn_id = rt.ids.new("turn")
+    conversation_id = body.conversation_id or rt.ids.new("conv")
+    record = {"hash": _body_hash(body), "turn_id": turn_id, "conversation_id": conversation_id}
+    key = keys.idempotency(idempotency_key)
+    if not rt.redis.set(key, json.dumps(record), nx=True, ex=IDEMPOTENCY_TTL_S):
+        seen = json.loads(rt.redis.get(key) or "{}")
+        if seen.get("hash") != record["hash"]:
+            raise HTTPException(409, "Idempotency-Key was used with a different body")
+        return _created(seen["turn_id"], seen["conversation_id"])
+    try:
+        turn = enqueue(
+            rt,
+            body.message,
+            conversation_id=conversation_id,
+            mode=body.mode,
+            model=body.model,
+            turn_id=turn_id,
+        )
+    except BaseException:
+        if not rt.redis.exists(keys.turn_meta(turn_id)):
+            rt.redis.delete(key)  # no turn was made: the key must not answer for one
+        raise
     return _created(turn.turn_id, turn.conversation_id)
 
 
@@ -326,6 +379,26 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+async def _finished(reader: aioredis.Redis, turn_id: str, last: str) -> bool:
+    """The turn has ended and its stream holds nothing after ``last``.
+
+    A ``turn_ended`` alone is not the end: a stopped turn that was continued goes on in the
+    same stream, and its earlier ``turn_ended`` is followed by the new run's events.
+    """
+    status = await reader.hget(keys.turn_meta(turn_id), "status")
+    if status is None:
+        return True  # the turn expired or was removed
+    if _text(status) not in FINISHED | {"stopped"}:
+        return False
+    newest = await reader.xrevrange(keys.turn_events(turn_id), count=1)
+    return not newest or _stream_pos(_text(newest[0][0])) <= _stream_pos(last)
+
+
+def _stream_pos(stream_id: str) -> tuple[int, int]:
+    ms, _, seq = stream_id.partition("-")
+    return int(ms), int(seq)
+
+
 async def _sse(
     reader: aioredis.Redis, request: Request, turn_id: str, start: str
 ) -> AsyncIterator[bytes]:
@@ -346,14 +419,10 @@ async def _sse(
             data = envelope.event.model_dump_json()
             yield f"id: {last}\nevent: {envelope.event.type}\ndata: {data}\n\n".encode()
             ended = ended or envelope.event.type == "turn_ended"
-        if ended:
+        if (ended or not entries) and await _finished(reader, turn_id, last):
             return
-        if not entries:
-            status = await reader.hget(keys.turn_meta(turn_id), "status")
-            if status is None or _text(status) in FINISHED | {"stopped"}:
-                return
-            if block is not None:
-                yield b": keepalive\n\n"
+        if not entries and block is not None:
+            yield b": keepalive\n\n"
         if await request.is_disconnected():
             return
         block = int(SSE_KEEPALIVE_S * 1000)

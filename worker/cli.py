@@ -7,7 +7,7 @@ import ipaddress
 import json
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NoReturn
 
 import redis
 
@@ -150,8 +150,16 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse whose usage errors are one line too, like every other bad input (exit 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        print(f"{self.prog}: {message} (see {self.prog} --help)", file=sys.stderr)
+        sys.exit(USAGE_ERROR)
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="dres", description="durable resume for agent turns")
+    parser = _Parser(prog="dres", description="durable resume for agent turns")
     sub = parser.add_subparsers(dest="command", required=True)
     worker = sub.add_parser("worker", help="a prefork Celery worker with dres's settings")
     worker.add_argument("--no-reaper", action="store_true", help="do not run the reaper here")

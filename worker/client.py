@@ -6,6 +6,7 @@ from ledger import keys
 from ledger.errors import UnknownTurn
 from ledger.journal import build_journal
 from worker.history import unfinished_turn_note
+from worker.models import make_model
 from worker.runtime import Runtime
 from worker.settings import get_settings
 from worker.turns import NewTurn, create_turn
@@ -27,6 +28,7 @@ def enqueue(
         raise ValueError(f"mode must be foreground or background, not {mode!r}")
     if not message.strip():
         raise ValueError("message is empty")
+    make_model(model or runtime.settings.model, runtime.clock)  # a bad spec fails here, not later
     note = prior_turn_note(runtime, conversation_id) if conversation_id else None
     turn = create_turn(
         runtime.ledger,

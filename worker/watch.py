@@ -52,7 +52,9 @@ def watch(ledger: Ledger, turn_id: str, out: TextIO = sys.stdout) -> str:
                 f"{envelope.stream_id:>8}  c{event.chunk}  {event.type:<13} {describe(event)}\n"
             )
         status = ledger.meta(turn_id).status
-        if any(env.event.type == "turn_ended" for env in batch) or (not batch and _ended(status)):
+        # A turn_ended is final only if nothing follows it: after a Continue the turn goes on.
+        caught_up = not batch or ledger.last_id(turn_id) == batch[-1].stream_id
+        if _ended(status) and caught_up:
             out.write(f"{LABELS.get(status, status)}\n")
             out.flush()
             return status
