@@ -85,7 +85,7 @@ class AgentLoop:
         self.tool_redis = tool_redis
         self.failpoints = failpoints
         self.tools = tuple(
-            ToolSchema(s.name, s.description, s.input_schema()) for s in registry.schemas().values()
+            ToolSchema(s.name, s.description, s.schema) for s in registry.schemas().values()
         )
 
     # -- a run -------------------------------------------------------------------------------
@@ -94,14 +94,12 @@ class AgentLoop:
         """Run one chunk of the turn until it ends, stops, or an interrupt propagates."""
         recorder = Recorder(self.ledger, run, self.clock, self.ids, [])
         try:
-            events, note = self._read(run)
+            events, journal, note = self._read(run)
         except JournalUnreadable as e:
             log.error("journal unreadable; stopping the resumed run", error=str(e))
             return self._end(recorder, "error", "stopped", "journal_unreadable", str(e), True)
         recorder.events = events
-        journal: Journal | None = None
         if run.resumed:
-            journal = build_journal(events)
             recorder.record(Resumed, cause=run.cause, note=note)
         executor = ToolExecutor(
             self.registry,
@@ -194,18 +192,23 @@ class AgentLoop:
 
     # -- reading the ledger ------------------------------------------------------------------
 
-    def _read(self, run: RunContext) -> tuple[list[Event], str | None]:
-        """The turn's events and, on a resumed run, the journal note (None if unavailable)."""
+    def _read(self, run: RunContext) -> tuple[list[Event], Journal | None, str | None]:
+        """The turn's events; on a resumed run also its journal and note (None if unavailable).
+
+        The first run of a turn has no journal: nothing is blocked.
+        """
         if not run.resumed:
-            return self.ledger.events(run.turn_id), None
+            return self.ledger.events(run.turn_id), None, None
         try:
             events = self.ledger.events(run.turn_id)
         except READ_ERRORS as e:
             # Layer 1 is best-effort: the resume goes on without the note.
             log.warning("journal note unavailable; resuming without it", error=repr(e))
-            return self._snapshot(run), None
-        note = journal_note(build_journal(events)) if self.settings.journal_note else None
-        return events, note
+            events = self._snapshot(run)
+            return events, build_journal(events), None
+        journal = build_journal(events)
+        note = journal_note(journal) if self.settings.journal_note else None
+        return events, journal, note
 
     def _snapshot(self, run: RunContext) -> list[Event]:
         """Layer 2 needs the journal: re-read with backoff, else refuse to run writes blind."""

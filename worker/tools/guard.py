@@ -1,11 +1,11 @@
 """Deferring a soft time limit across a tool's critical section (CONTRACT §7.6).
 
 Celery's prefork pool delivers the soft limit as SIGUSR1, whose handler raises
-``SoftTimeLimitExceeded`` wherever the main thread happens to be. Inside ``DeferSignals`` the
-handler is swapped for one that only notes the signal; on exit the original handler is restored
-and, if the signal came, called — so the exception is raised right after the ``tool_done`` is
-recorded, never between a side effect and its record. Swapping the Python-level handler (rather
-than only masking the signal) also covers a signal the kernel hands to another thread. The hard
+``SoftTimeLimitExceeded`` wherever the main thread happens to be. Inside ``DeferSignals`` a
+handler of ours only notes the signal; on exit the original handler is called if the signal came —
+so the exception is raised right after the ``tool_done`` is recorded, never between a side effect
+and its record. Trapping at the Python level (rather than only masking the signal) also covers a
+signal the kernel hands to another thread. The hard
 limit (SIGTERM then SIGKILL from the pool) is not deferred: a tool that outlives it stays an
 interrupted call.
 """
@@ -21,22 +21,56 @@ from typing import Any
 SOFT_LIMIT_SIGNALS = (signal.SIGUSR1,)
 
 
+class _Trap:
+    """The one handler of the deferred signals in this process.
+
+    Installed over the handler it finds (Celery's) and kept there: outside a critical section it
+    hands each signal straight on; inside one it only notes it, and the section's exit hands it
+    on. Entering a section is then a counter, not a handler swap (a tool call's hot path).
+    """
+
+    def __init__(self) -> None:
+        self.depth = 0
+        self.pending: tuple[int, FrameType | None] | None = None
+        self.forward: dict[int, Any] = {}
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.depth:
+            self.pending = self.pending or (signum, frame)
+            return
+        self.deliver(signum, frame)
+
+    def deliver(self, signum: int, frame: FrameType | None) -> None:
+        handler = self.forward.get(signum, signal.SIG_DFL)
+        if callable(handler):
+            handler(signum, frame)  # Celery's raises SoftTimeLimitExceeded here
+        elif handler != signal.SIG_IGN:
+            signal.signal(signum, signal.SIG_DFL)
+            signal.raise_signal(signum)
+
+    def install(self, sig: signal.Signals) -> None:
+        current = signal.getsignal(sig)
+        if current is not self:  # first use, or someone installed another handler since
+            self.forward[sig] = current
+            signal.signal(sig, self)
+
+
+_TRAP = _Trap()
+
+
 class DeferSignals:
     def __init__(self, signals: tuple[signal.Signals, ...] = SOFT_LIMIT_SIGNALS) -> None:
         self.signals = signals
-        self._saved: dict[signal.Signals, Any] = {}
-        self._pending: list[tuple[int, FrameType | None]] = []
-        self._depth = 0
-
-    def _note(self, signum: int, frame: FrameType | None) -> None:
-        self._pending.append((signum, frame))
+        self._active: list[bool] = []
 
     def __enter__(self) -> DeferSignals:
-        self._depth += 1
-        if self._depth > 1 or threading.current_thread() is not threading.main_thread():
-            return self  # signal handlers can only be set from the main thread
-        for sig in self.signals:
-            self._saved[sig] = signal.signal(sig, self._note)
+        # signal handlers can only be set, and only run, in the main thread
+        active = threading.current_thread() is threading.main_thread()
+        self._active.append(active)
+        if active:
+            for sig in self.signals:
+                _TRAP.install(sig)
+            _TRAP.depth += 1
         return self
 
     def __exit__(
@@ -45,16 +79,9 @@ class DeferSignals:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
-        self._depth -= 1
-        if self._depth or not self._saved:
+        if not self._active.pop():
             return
-        saved, self._saved = self._saved, {}
-        for sig, handler in saved.items():
-            signal.signal(sig, handler)
-        pending, self._pending = self._pending, []
-        for signum, frame in pending[:1]:
-            handler = saved[signal.Signals(signum)]
-            if callable(handler):
-                handler(signum, frame)  # Celery's raises SoftTimeLimitExceeded here
-            elif handler == signal.SIG_DFL:
-                signal.raise_signal(signum)
+        _TRAP.depth -= 1
+        if _TRAP.depth == 0 and _TRAP.pending is not None:
+            pending, _TRAP.pending = _TRAP.pending, None
+            _TRAP.deliver(*pending)

@@ -12,6 +12,7 @@ import importlib
 import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, create_model
@@ -25,7 +26,7 @@ SPEC_ATTR = "__dres_tool__"
 Reconcile = Callable[[dict[str, Any], ToolContext], Reconciliation]
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class ToolSpec:
     name: str
     fn: Callable[..., Any]
@@ -40,8 +41,13 @@ class ToolSpec:
     wants_ctx: bool = False
     is_async: bool = False
 
-    def input_schema(self) -> dict[str, Any]:
+    @cached_property
+    def schema(self) -> dict[str, Any]:
+        """The input's JSON schema (built once: every chunk hands it to the model)."""
         return self.input_model.model_json_schema()
+
+    def input_schema(self) -> dict[str, Any]:
+        return self.schema
 
     def invoke(self, arguments: BaseModel, ctx: ToolContext) -> Any:
         kwargs = {name: getattr(arguments, name) for name in type(arguments).model_fields}
