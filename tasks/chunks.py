@@ -50,7 +50,8 @@ def run_chunk(self: Task, turn_id: Any, run_id: Any) -> str:
             rt, turn_id, run_id, bool(self.request.delivery_info.get("redelivered"))
         )
     structlog.contextvars.bind_contextvars(chunk=run.chunk)
-    rt.control.watch(turn_id, rt.settings.lease_s(run.mode))
+    # No watch here: the dispatch that sent this run already has the reaper look at the turn,
+    # and a reaper finding it running re-arms the look for the lease's end.
     try:
         result = rt.loop(turn_id, interrupts=(SoftTimeLimitExceeded,)).run(run)
     except SoftTimeLimitExceeded:

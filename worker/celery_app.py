@@ -63,10 +63,10 @@ def create_app(settings: Settings) -> Celery:
 
 
 @signals.task_prerun.connect
-def _bind_log_context(task_id: str | None = None, args: Any = None, **_: Any) -> None:
-    """Bind turn_id and run_id once per task; the chunk task adds ``chunk`` after its claim."""
+def _bind_log_context(sender: Any = None, args: Any = None, **_: Any) -> None:
+    """Bind turn_id and run_id once per chunk task; it adds ``chunk`` after its claim."""
     structlog.contextvars.clear_contextvars()
-    if args and len(args) >= 2:
+    if getattr(sender, "name", None) == CHUNK_TASK and args and len(args) >= 2:
         structlog.contextvars.bind_contextvars(turn_id=args[0], run_id=args[1])
 
 

@@ -93,6 +93,7 @@ class AgentLoop:
     def run(self, run: RunContext) -> RunResult:
         """Run one chunk of the turn until it ends, stops, or an interrupt propagates."""
         recorder = Recorder(self.ledger, run, self.clock, self.ids, [])
+        self.guard.arm()
         try:
             events, journal, note = self._read(run)
         except JournalUnreadable as e:

@@ -28,6 +28,16 @@ def _pool_option(extra: list[str]) -> str | None:
     return None
 
 
+def _loglevel(extra: list[str]) -> str:
+    """The worker's --loglevel, which dres's own logs follow too (INFO when not given)."""
+    for i, arg in enumerate(extra):
+        if arg in {"-l", "--loglevel"} and i + 1 < len(extra):
+            return extra[i + 1].upper()
+        if arg.startswith("--loglevel="):
+            return arg.split("=", 1)[1].upper()
+    return "INFO"
+
+
 def run_worker(extra: list[str], *, reaper: bool) -> int:
     settings = load_settings()
     pool = _pool_option(extra)
@@ -36,7 +46,7 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
             f"the {pool} pool never raises soft time limits, so chunks could not self-chain; "
             "dres workers use prefork"
         )
-    configure_logging()
+    configure_logging(_loglevel(extra))
     runtime = Runtime.from_settings(settings)
     app = runtime.app
     threads: list[ReaperThread] = []

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterator
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Literal
 
@@ -51,12 +52,22 @@ class Script(BaseModel):
 
     @classmethod
     def load(cls, path: str | Path) -> Script:
+        """The script at ``path``; parsed once per version of the file (every chunk asks)."""
         try:
-            return cls.model_validate(json.loads(Path(path).read_text()))
+            version = Path(path).stat().st_mtime_ns
         except FileNotFoundError:
             raise ConfigError(f"scripted model: no script file {str(path)!r}") from None
-        except (json.JSONDecodeError, ValidationError) as e:
-            raise ConfigError(f"scripted model: {path}: {e}".splitlines()[0]) from None
+        return _load(str(path), version)
+
+
+@lru_cache(maxsize=64)
+def _load(path: str, version: int) -> Script:
+    try:
+        return Script.model_validate(json.loads(Path(path).read_text()))
+    except FileNotFoundError:
+        raise ConfigError(f"scripted model: no script file {path!r}") from None
+    except (json.JSONDecodeError, ValidationError) as e:
+        raise ConfigError(f"scripted model: {path}: {e}".splitlines()[0]) from None
 
 
 class ScriptedModel:

@@ -108,7 +108,10 @@ class ToolExecutor:
     ) -> None:
         self.registry = registry
         self.recorder = recorder
-        self.guard = guard or DeferSignals()
+        if guard is None:
+            guard = DeferSignals()
+            guard.arm()
+        self.guard = guard
         #: exceptions that end the run and must never become a tool error result
         self.interrupts = interrupts
         self.redis = redis

@@ -59,17 +59,28 @@ _TRAP = _Trap()
 
 
 class DeferSignals:
+    """Critical sections in which the soft-limit signal waits. ``arm()`` once per run first."""
+
     def __init__(self, signals: tuple[signal.Signals, ...] = SOFT_LIMIT_SIGNALS) -> None:
         self.signals = signals
+        self._armed = False
         self._active: list[bool] = []
 
-    def __enter__(self) -> DeferSignals:
-        # signal handlers can only be set, and only run, in the main thread
-        active = threading.current_thread() is threading.main_thread()
-        self._active.append(active)
-        if active:
+    def arm(self) -> None:
+        """Put the trap over the current handlers (Celery's), once per run, in the main thread.
+
+        Signal handlers can only be set, and only run, in the main thread; elsewhere the
+        sections defer nothing.
+        """
+        self._armed = threading.current_thread() is threading.main_thread()
+        if self._armed:
             for sig in self.signals:
                 _TRAP.install(sig)
+
+    def __enter__(self) -> DeferSignals:
+        active = self._armed and threading.current_thread() is threading.main_thread()
+        self._active.append(active)
+        if active:
             _TRAP.depth += 1
         return self
 
