@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install redis-server test lint bench run clean chaos
+.PHONY: install redis-server test lint bench bench-peers run clean chaos
 
 install: $(STAMP)
 
@@ -34,8 +34,23 @@ lint: install
 run: install redis-server
 	$(PY) -m worker.cli demo
 
+# Every row in one table, each dres figure beside its baseline from the same run (private
+# redis-server, a real prefork worker); writes bench/results.json and bench/RESULTS.md.
 bench: install redis-server
-	$(PY) -m bench.ledger_bench
+	$(PY) -m bench --markdown bench/RESULTS.md
+
+# Row 6's peer, DBOS Transact on SQLite, in its own virtualenv (never in dres's): writes
+# bench/peers/dbos.json, which `make bench` then reads.
+PEERS_VENV ?= .venv-peers
+PEERS_STAMP := $(PEERS_VENV)/.installed-stamp
+
+$(PEERS_STAMP):
+	test -x $(PEERS_VENV)/bin/python || $(PYTHON) -m venv $(PEERS_VENV)
+	$(PEERS_VENV)/bin/python -m pip install --quiet 'dbos==3.4.0'
+	touch $(PEERS_STAMP)
+
+bench-peers: $(PEERS_STAMP)
+	$(PEERS_VENV)/bin/python bench/peers/dbos_bench.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info

@@ -6,11 +6,20 @@ What it measures, on a private redis-server (AOF on, ``appendfsync everysec``) s
    one XADD with the run's explicit, fencing stream id) beside a raw ``XADD key * e <json>`` of
    the same pre-serialised ~500-byte JSON. Only the call itself is timed (``perf_counter_ns``);
    events, their ids and the raw payloads are built before each block.
-2. Journal rebuild: ``build_journal(ledger.events(turn_id))`` (paged XRANGE, pydantic decode of
+2. Tool-call recording: what the executor adds around one tool call, the tool itself excluded —
+   a call id, then inside ``DeferSignals`` a ``Recorder.record(ToolStart)`` (event built with
+   its id and timestamp, one fenced XADD) and a ``Recorder.make(ToolDone)`` appended with
+   ``Recorder.record_many`` (the one-XADD path) — beside two raw XADDs of pre-serialised
+   payloads of the same sizes (~500 bytes each). The tool's validated input, its signature and
+   its result are computed before each block (validation and the tool are not recording).
+3. Journal rebuild: ``build_journal(ledger.events(turn_id))`` (paged XRANGE, pydantic decode of
    every entry, the fold) beside a raw paged XRANGE (COUNT 1000, exclusive start ``(id``) of the
-   same stream with ``json.loads`` of every entry's ``e`` field. Each stream (1k, 10k, 100k entries:
-   ``turn_started`` then alternating ``tool_start``/``tool_done`` of ~500 bytes) is written once
-   with ``Ledger.append_many``.
+   same stream with ``json.loads`` of every entry's ``e`` field. Each stream (1k, 10k, 100k entries,
+   and 2002 = 1000 tool calls for row 6's peer comparison: ``turn_started`` then alternating
+   ``tool_start``/``tool_done`` of ~500 bytes) is written once with ``Ledger.append_many``.
+
+Row 2 also times the parts of dres's own CPU per call with XADD stubbed out (``cpu_breakdown_us``
+in the JSON), the evidence for where its overhead goes.
 
 How: both sides share one process, one server and one ``redis.Redis`` client (hiredis parser,
 bytes replies), and alternate within the run (dres block, raw block, raw block, dres block, ...)
@@ -48,13 +57,17 @@ from ledger.events import Event, ToolDone, ToolStart, TurnStarted
 from ledger.journal import Journal, build_journal
 from ledger.signature import input_signature
 from ledger.store import Lease, Ledger
+from worker.clock import RandomIds, SystemClock
+from worker.recorder import Recorder, RunContext
 from worker.redis_server import RedisServer
+from worker.tools.guard import DeferSignals
 
 #: size of the JSON of each tool event, as stored in the entry's ``e`` field
 PAYLOAD_BYTES = 500
 #: XRANGE page of the raw read (the same as ``Ledger``'s default page)
 PAGE = 1000
 APPEND_TARGET = 1.3
+TOOL_CALL_TARGET = 1.3
 REBUILD_TARGET = 1.3
 #: the rebuild row whose ratio carries a target; the other sizes are reported for information
 REBUILD_TARGET_SIZE = 10_000
@@ -65,33 +78,68 @@ RUN_ID = "r1"
 FILLER = "grep: src/ledger/store.py:42: the quick brown fox jumps over the lazy dog; "
 
 
+#: the stream whose rebuild row 6 sets beside DBOS's recovery: 1000 tool calls (2000 events)
+#: after turn_started and run_started
+CALLS_1000 = 2_002
+
+
 @dataclass(frozen=True)
 class Plan:
     append_blocks: int
     append_ops: int
     #: (stream entries, repeats per side)
     rebuild: tuple[tuple[int, int], ...]
+    #: blocks x calls of the tool-call recording row (0 blocks: the row is left out)
+    tool_blocks: int = 0
+    tool_ops: int = 0
 
 
-FULL = Plan(append_blocks=20, append_ops=500, rebuild=((1_000, 7), (10_000, 7), (100_000, 3)))
-QUICK = Plan(append_blocks=4, append_ops=200, rebuild=((1_000, 3), (10_000, 3), (100_000, 1)))
+FULL = Plan(
+    append_blocks=20,
+    append_ops=500,
+    rebuild=((1_000, 7), (CALLS_1000, 7), (10_000, 7), (100_000, 3)),
+    tool_blocks=20,
+    tool_ops=250,
+)
+QUICK = Plan(
+    append_blocks=4,
+    append_ops=200,
+    rebuild=((1_000, 3), (CALLS_1000, 3), (10_000, 3), (100_000, 1)),
+    tool_blocks=4,
+    tool_ops=100,
+)
 
 
 @dataclass
 class Row:
+    """One figure of dres beside its baseline: ``ratio`` = median(dres) / median(raw)."""
+
     name: str
     unit: str
     dres: list[float]
     raw: list[float]
     target: float | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    #: throughput-like rows: a larger figure is better (ratios < 1 mean dres is slower)
+    higher_is_better: bool = False
+    #: the row's number in ``make bench``'s table (1-6); "" for a row only shown standalone
+    number: str = ""
+    #: what the baseline is, in a few words (the markdown report's legend)
+    baseline: str = "raw redis-py"
 
     @property
     def ratio(self) -> float:
         return statistics.median(self.dres) / statistics.median(self.raw)
 
     @property
+    def paired(self) -> bool:
+        """Samples were taken in interleaved pairs (else only the medians compare)."""
+        return len(self.dres) == len(self.raw) and not self.extra.get("unpaired", False)
+
+    @property
     def pair_ratios(self) -> list[float]:
+        if not self.paired:
+            return []
         return [d / r for d, r in zip(self.dres, self.raw, strict=True)]
 
     @property
@@ -100,17 +148,32 @@ class Row:
             return "info"
         return "meets" if self.ratio <= self.target else "misses"
 
+    @property
+    def wording(self) -> str:
+        """Which is faster and by how much, e.g. ``dres slower by 1.25x``."""
+        ratio = self.ratio
+        dres_faster = ratio > 1 if self.higher_is_better else ratio < 1
+        factor = max(ratio, 1 / ratio)
+        if factor < 1.005:
+            return "same"
+        return f"dres {'faster' if dres_faster else 'slower'} by {factor:.2f}x"
+
     def as_dict(self) -> dict[str, Any]:
+        pairs = self.pair_ratios
         return {
+            "number": self.number,
             "name": self.name,
             "unit": self.unit,
+            "baseline": self.baseline,
             "dres": summary(self.dres),
             "raw": summary(self.raw),
             "ratio": self.ratio,
-            "pair_ratio_min": min(self.pair_ratios),
-            "pair_ratio_max": max(self.pair_ratios),
+            "pair_ratio_min": min(pairs) if pairs else None,
+            "pair_ratio_max": max(pairs) if pairs else None,
+            "higher_is_better": self.higher_is_better,
             "target_ratio_max": self.target,
             "verdict": self.verdict,
+            "wording": self.wording,
             "dres_samples": self.dres,
             "raw_samples": self.raw,
             **self.extra,
@@ -237,8 +300,205 @@ def bench_append(ledger: Ledger, client: redis.Redis, plan: Plan) -> list[Row]:
     sizes = sorted({len(p) for p in payloads})
     extra = {"blocks": plan.append_blocks, "ops_per_block": plan.append_ops, "payload_bytes": sizes}
     return [
-        Row("append p50", "us", p50s["dres"], p50s["raw"], APPEND_TARGET, extra),
-        Row("append p99", "us", p99s["dres"], p99s["raw"], None, extra),
+        Row("append p50", "us", p50s["dres"], p50s["raw"], APPEND_TARGET, extra, number="1"),
+        Row("append p99", "us", p99s["dres"], p99s["raw"], None, extra, number="1"),
+    ]
+
+
+# -- 2. one tool call's recording ----------------------------------------------------------------
+
+TOOL = "bench_write"
+
+
+@dataclass(frozen=True)
+class CallData:
+    """What the executor has in hand before it records a call: validated input, signature, and
+    (after the tool ran) the JSON-ready result."""
+
+    input: dict[str, Any]
+    signature: str
+    result: dict[str, Any]
+
+
+#: filler lengths of (input, result) that make each tool event ``PAYLOAD_BYTES`` long
+_CALL_PADS: dict[str, int] = {}
+
+
+def _call_data(n: int, pad_in: int, pad_out: int) -> CallData:
+    tool_input = {"ticket": f"T-{n:09d}", "note": _filler(pad_in)}
+    return CallData(tool_input, input_signature(tool_input), {"ok": True, "log": _filler(pad_out)})
+
+
+def call_data(recorder: Recorder, n: int) -> CallData:
+    if not _CALL_PADS:
+        bare = _call_data(0, 0, 0)
+        start = recorder.make(
+            ToolStart,
+            call_id="call_" + "0" * 32,
+            tool=TOOL,
+            input=bare.input,
+            signature=bare.signature,
+        )
+        done = recorder.make(ToolDone, call_id="call_" + "0" * 32, tool=TOOL, result=bare.result)
+        _CALL_PADS["in"] = max(0, PAYLOAD_BYTES - len(encode(start)))
+        _CALL_PADS["out"] = max(0, PAYLOAD_BYTES - len(encode(done)))
+    return _call_data(n, _CALL_PADS["in"], _CALL_PADS["out"])
+
+
+def record_call(recorder: Recorder, guard: DeferSignals, data: CallData) -> None:
+    """What ``ToolExecutor._run`` does around ``spec.invoke``, with the tool's work taken out."""
+    call_id = recorder.ids.new("call")
+    with guard:
+        recorder.record(
+            ToolStart,
+            call_id=call_id,
+            tool=TOOL,
+            input=data.input,
+            signature=data.signature,
+            read_only=False,
+        )
+        done = [recorder.make(ToolDone, call_id=call_id, tool=TOOL, result=data.result)]
+        recorder.record_many(done)
+
+
+class _NoRedis:
+    """Stands in for ``redis.Redis``: every XADD lands at once, so what is left is dres's CPU."""
+
+    def register_script(self, script: str) -> None:
+        return None
+
+    def xadd(self, *args: Any, **kwargs: Any) -> bytes:
+        return b"1-1"
+
+
+def _median_us(call: Callable[[], object], ops: int) -> float:
+    clock = time.perf_counter_ns
+    samples = []
+    for _ in range(ops):
+        start = clock()
+        call()
+        samples.append(clock() - start)
+    return statistics.median(samples) / 1000
+
+
+def recording_breakdown(ops: int) -> dict[str, float]:
+    """Median microseconds of the parts of one call's recording, with no Redis round trip."""
+    ledger = Ledger(_NoRedis())  # type: ignore[arg-type]
+    lease = Lease("bench-cpu", RUN_ID, epoch=1, chunk=0)
+    recorder = Recorder(ledger, RunContext(lease), SystemClock(), RandomIds(), [])
+    guard = DeferSignals()
+    guard.arm()
+    data = call_data(recorder, 0)
+
+    def make_start() -> ToolStart:
+        return recorder.make(
+            ToolStart, call_id="call_x", tool=TOOL, input=data.input,
+            signature=data.signature, read_only=False,
+        )  # fmt: skip
+
+    def make_done() -> ToolDone:
+        return recorder.make(ToolDone, call_id="call_x", tool=TOOL, result=data.result)
+
+    def guarded() -> None:
+        with guard:
+            pass
+
+    start, done = make_start(), make_done()
+    parts: dict[str, Callable[[], object]] = {
+        "whole recording, XADD stubbed": lambda: record_call(recorder, guard, data),
+        "call id (RandomIds.new)": lambda: recorder.ids.new("call"),
+        "DeferSignals enter+exit": guarded,
+        "Recorder.make ToolStart (its id, ts, pydantic)": make_start,
+        "Recorder.make ToolDone (its id, ts, pydantic)": make_done,
+        "encode both (model_dump_json)": lambda: (encode(start), encode(done)),
+        "Ledger.append x2, XADD stubbed": lambda: (
+            ledger.append(start, lease=lease),
+            ledger.append(done, lease=lease),
+        ),
+    }
+    out = {}
+    for name, call in parts.items():
+        call()
+        recorder.events = []
+        out[name] = _median_us(call, ops)
+    return out
+
+
+def bench_tool_call(ledger: Ledger, client: redis.Redis, plan: Plan) -> list[Row]:
+    turn_id = "bench-tool-call"
+    lease = open_turn(ledger, turn_id)
+    recorder = Recorder(ledger, RunContext(lease), SystemClock(), RandomIds(), [])
+    shadow = Recorder(ledger, RunContext(lease), SystemClock(), RandomIds(), [])
+    guard = DeferSignals()
+    guard.arm()
+    raw_key = "bench:raw-tool-call"
+    client.delete(raw_key)
+    numbers = itertools.count()
+
+    def dres(data: CallData) -> object:
+        record_call(recorder, guard, data)
+        return None
+
+    def raw(pair: tuple[str, str]) -> object:
+        client.xadd(raw_key, {FIELD: pair[0]})
+        return client.xadd(raw_key, {FIELD: pair[1]})
+
+    p50s: dict[str, list[float]] = {"dres": [], "raw": []}
+    p99s: dict[str, list[float]] = {"dres": [], "raw": []}
+    means: dict[str, list[float]] = {"dres": [], "raw": []}
+    for block in range(-1, plan.tool_blocks):  # block -1 is the warm-up
+        calls = [call_data(recorder, next(numbers)) for _ in range(plan.tool_ops)]
+        payloads = []
+        for data in calls:  # the raw side's payloads: the same events, built untimed
+            call_id = shadow.ids.new("call")
+            start = shadow.make(
+                ToolStart,
+                call_id=call_id,
+                tool=TOOL,
+                input=data.input,
+                signature=data.signature,
+                read_only=False,
+            )
+            done = shadow.make(ToolDone, call_id=call_id, tool=TOOL, result=data.result)
+            payloads.append((encode(start), encode(done)))
+        recorder.events = []
+        order = ("dres", "raw") if block % 2 == 0 else ("raw", "dres")
+        for mode in order:
+            gc.collect()
+            ns = time_each(dres, calls) if mode == "dres" else time_each(raw, payloads)
+            if block >= 0:
+                p50s[mode].append(statistics.median(ns) / 1000)
+                p99s[mode].append(percentile(ns, 0.99) / 1000)
+                means[mode].append(statistics.fmean(ns) / 1000)
+    sizes = sorted({len(p) for pair in payloads for p in pair})
+    written = client.xlen(keys.turn_events(turn_id))
+    expected = 2 + 2 * plan.tool_ops * (plan.tool_blocks + 1)
+    if written != expected:
+        raise RuntimeError(f"tool-call row: {written} entries recorded, expected {expected}")
+    extra = {
+        "blocks": plan.tool_blocks,
+        "calls_per_block": plan.tool_ops,
+        "payload_bytes": sizes,
+        "dres_mean_us": summary(means["dres"]),
+        "raw_mean_us": summary(means["raw"]),
+        "cpu_breakdown_us": recording_breakdown(plan.tool_ops * 8),
+    }
+    client.delete(*keys.turn_keys(turn_id), raw_key)
+    base = "two raw XADDs"
+    return [
+        Row(
+            "tool call p50",
+            "us",
+            p50s["dres"],
+            p50s["raw"],
+            TOOL_CALL_TARGET,
+            extra,
+            number="2",
+            baseline=base,
+        ),
+        Row(
+            "tool call p99", "us", p99s["dres"], p99s["raw"], None, extra, number="2", baseline=base
+        ),
     ]
 
 
@@ -307,7 +567,19 @@ def bench_rebuild(ledger: Ledger, client: redis.Redis, size: int, repeats: int) 
     client.delete(*keys.turn_keys(turn_id))
     target = REBUILD_TARGET if size == REBUILD_TARGET_SIZE else None
     name = f"rebuild {size // 1000}k"
-    return Row(name, "ms", times["dres"], times["raw"], target, {"entries": size})
+    if size == CALLS_1000:
+        name = f"rebuild {(size - 2) // 2} calls"
+    extra = {"entries": size, "tool_calls": (size - 2) // 2}
+    return Row(
+        name,
+        "ms",
+        times["dres"],
+        times["raw"],
+        target,
+        extra,
+        number="3",
+        baseline="raw paged XRANGE + json.loads",
+    )
 
 
 # -- report ------------------------------------------------------------------------------------
@@ -340,11 +612,42 @@ def environment(client: redis.Redis) -> dict[str, Any]:
 
 
 def _num(value: float) -> str:
+    if value >= 1000:
+        return f"{value:,.0f}"
     return f"{value:.1f}" if value >= 100 else f"{value:.2f}"
 
 
 def _cell(values: Sequence[float]) -> str:
     return f"{_num(statistics.median(values))} [{_num(min(values))}..{_num(max(values))}]"
+
+
+def ratio_cell(row: Row) -> str:
+    ratios = row.pair_ratios
+    spread = f" [{min(ratios):.2f}..{max(ratios):.2f}]" if ratios else " (unpaired)"
+    return f"{row.ratio:.2f}{spread}"
+
+
+def table_lines(rows: Sequence[Row]) -> list[str]:
+    """The rows as an aligned text table (with the row numbers when the rows carry them)."""
+    numbered = any(row.number for row in rows)
+    head = ("row", "dres", "baseline", "ratio", "target", "verdict", "which is faster")
+    table = [("#", *head) if numbered else head]
+    for row in rows:
+        cells = (
+            f"{row.name} ({row.unit})",
+            _cell(row.dres),
+            _cell(row.raw),
+            ratio_cell(row),
+            "-" if row.target is None else f"<= {row.target}",
+            row.verdict,
+            row.wording,
+        )
+        table.append((row.number, *cells) if numbered else cells)
+    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)).rstrip() for line in table
+    ]
+    return [lines[0], "-" * max(len(line) for line in lines), *lines[1:]]
 
 
 def render(env: dict[str, Any], rows: Sequence[Row], mode: str) -> str:
@@ -360,22 +663,7 @@ def render(env: dict[str, Any], rows: Sequence[Row], mode: str) -> str:
         "[range of per-pair ratios]",
         "",
     ]
-    table = [("row", "dres", "raw", "ratio", "target", "verdict")]
-    for row in rows:
-        ratios = row.pair_ratios
-        table.append(
-            (
-                f"{row.name} ({row.unit})",
-                _cell(row.dres),
-                _cell(row.raw),
-                f"{row.ratio:.2f} [{min(ratios):.2f}..{max(ratios):.2f}]",
-                "-" if row.target is None else f"<= {row.target}",
-                row.verdict,
-            )
-        )
-    widths = [max(len(line[i]) for line in table) for i in range(len(table[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(line, widths, strict=True)) for line in table]
-    return "\n".join([*header, lines[0], "-" * len(lines[0]), *lines[1:]])
+    return "\n".join([*header, *table_lines(rows)])
 
 
 def misses(rows: Sequence[Row]) -> list[str]:
@@ -386,15 +674,23 @@ def misses(rows: Sequence[Row]) -> list[str]:
     ]
 
 
+def measure(client: redis.Redis, plan: Plan) -> list[Row]:
+    """Rows 1-3 on a running server (``client``: hiredis parser, bytes replies)."""
+    ledger = Ledger(client)
+    rows = bench_append(ledger, client, plan)
+    if plan.tool_blocks:
+        rows += bench_tool_call(ledger, client, plan)
+    for size, repeats in plan.rebuild:
+        rows.append(bench_rebuild(ledger, client, size, repeats))
+    return rows
+
+
 def run(plan: Plan) -> tuple[dict[str, Any], list[Row]]:
     with RedisServer(appendfsync="everysec") as server:
         client = redis.Redis(port=server.port)
         try:
             env = environment(client)
-            ledger = Ledger(client)
-            rows = bench_append(ledger, client, plan)
-            for size, repeats in plan.rebuild:
-                rows.append(bench_rebuild(ledger, client, size, repeats))
+            rows = measure(client, plan)
             env["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
         finally:
             client.close()

@@ -1,0 +1,411 @@
+"""``python -m bench``: every row of ``make bench`` in one table, each dres figure beside its
+baseline measured in the same run.
+
+1. fenced ledger append p50 / raw redis-py XADD p50 (target <= 1.3)
+2. one tool call's recording (start + done, fenced, as the executor does it) / two raw XADDs
+   (target <= 1.3)
+3. journal rebuild of 1k, 10k, 100k events / raw paged XRANGE + json.loads (target <= 1.3 at 10k)
+4. resume latency, soft limit caught -> next chunk's first model call / a plain Celery
+   task-to-task hop on the same worker (target <= 3)
+5. throughput of N turns x 5 write tool calls on a prefork worker of 2 processes, turns/s and
+   tool calls/s / N plain Celery tasks end to end (ratio reported, no target)
+6. a peer, when ``make bench-peers`` has written ``bench/peers/dbos.json``: DBOS Transact's
+   per-step overhead (SQLite) / dres's per-tool-call recording (row 2), and DBOS's recovery of
+   1000 completed steps / dres's journal rebuild of 1000 tool calls
+
+Rows 1-3 run in this process (``bench.ledger_bench``), rows 4-5 against a real dres worker
+subprocess (``bench.celery_bench``), all on one private redis-server (AOF, everysec) started
+here and stopped at the end. It reports and never asserts: the exit status is 0 even when a
+target is missed. ``--quick`` is a smoke test; ``--markdown PATH`` writes a RESULTS.md-style
+report (machine, versions, date, the table, notes).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from bench import celery_bench, ledger_bench
+from bench.ledger_bench import CALLS_1000, Row, misses, table_lines
+from worker.redis_server import RedisServer
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+DEFAULT_JSON = HERE / "results.json"
+DEFAULT_PEERS = HERE / "peers" / "dbos.json"
+
+
+# -- environment --------------------------------------------------------------------------------
+
+
+def _version(dist: str) -> str:
+    try:
+        return metadata.version(dist)
+    except metadata.PackageNotFoundError:
+        return "not installed"
+
+
+def _cpuinfo() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "?"
+
+
+def _memory_gib() -> float | None:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return round(int(line.split()[1]) / 1024 / 1024, 1)
+    except OSError:
+        pass
+    return None
+
+
+def _git(*args: str) -> str:
+    try:
+        out = subprocess.run(
+            ["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=10, check=True
+        )
+    except (OSError, subprocess.SubprocessError):
+        return "?"
+    return out.stdout.strip()
+
+
+def _loadavg() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
+def environment(client: redis.Redis) -> dict[str, Any]:
+    env = ledger_bench.environment(client)
+    dirty = _git("status", "--porcelain", "--untracked-files=no")
+    env.update(
+        cpu_model=_cpuinfo(),
+        cpu_affinity=len(os.sched_getaffinity(0)),
+        memory_gib=_memory_gib(),
+        kernel=platform.release(),
+        celery=_version("celery"),
+        kombu=_version("kombu"),
+        billiard=_version("billiard"),
+        dres_commit=_git("rev-parse", "--short", "HEAD") + (" (modified)" if dirty else ""),
+    )
+    return env
+
+
+# -- row 6: the peer ----------------------------------------------------------------------------
+
+
+def peer_rows(rows: Sequence[Row], path: Path) -> tuple[list[Row], dict[str, Any] | None]:
+    """Row 6 from the peer's JSON beside this run's dres figures (none without the JSON)."""
+    if not path.exists():
+        return [], None
+    peer = json.loads(path.read_text())
+    by_name = {row.name: row for row in rows}
+    tool = by_name.get("tool call p50")
+    rebuild = next((r for r in rows if r.extra.get("entries") == CALLS_1000), None)
+    steps = int(peer["steps"])
+    label = f"{peer['peer']} {peer['versions']['dbos']} (SQLite), measured {peer['date']}"
+    extra = {"unpaired": True, "peer_file": str(path), "peer_date": peer["date"]}
+    out = []
+    if tool is not None:
+        out.append(
+            Row(
+                f"per step: DBOS {steps} no-op steps vs dres tool call", "ms",
+                [us / 1000 for us in tool.dres], peer["per_step_ms_samples"], None,
+                {**extra, "dres_from": "row 2 (tool call p50)"},
+                number="6", baseline=f"{label}: per-step overhead",
+            )
+        )  # fmt: skip
+    if rebuild is not None:
+        calls = rebuild.extra["tool_calls"]
+        out.append(
+            Row(
+                f"recovery: DBOS {steps} steps vs dres rebuild {calls} calls", "ms",
+                rebuild.dres, peer["recovery_replay_ms_samples"], None,
+                {**extra, "dres_from": f"row 3 (rebuild of {calls} tool calls)"},
+                number="6", baseline=f"{label}: replay of recorded steps on recovery",
+            )
+        )  # fmt: skip
+    return out, peer
+
+
+# -- report -------------------------------------------------------------------------------------
+
+
+def header_lines(env: dict[str, Any], mode: str) -> list[str]:
+    parser = "hiredis parser" if env["hiredis_parser"] else "pure-Python parser"
+    return [
+        f"dres benchmark ({mode})  {env['date']}  dres {env['dres_commit']}",
+        f"{env['cpu_model']}, nproc {env['cpu_count']}, {env['memory_gib']} GiB, "
+        f"kernel {env['kernel']}; loadavg {env['loadavg_start']} -> {env['loadavg_end']}",
+        f"python {env['python']}, redis-server {env['redis_server']} (AOF, appendfsync "
+        f"{env['appendfsync']}), redis-py {env['redis_py']}, hiredis {env['hiredis']} ({parser}), "
+        f"celery {env['celery']}, kombu {env['kombu']}, pydantic {env['pydantic']}",
+        "figures: median [min..max] over blocks/rounds; ratio = median dres / median baseline "
+        "[range of per-pair ratios]",
+        "",
+    ]
+
+
+def _md_cell(values: Sequence[float]) -> str:
+    return ledger_bench._cell(values).replace("..", "–")
+
+
+def markdown_table(rows: Sequence[Row]) -> list[str]:
+    lines = [
+        "| # | row | dres | baseline | ratio [pair range] | target | verdict | which is faster |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    for row in rows:
+        target = "–" if row.target is None else f"≤ {row.target}"
+        lines.append(
+            f"| {row.number} | {row.name} ({row.unit}) | {_md_cell(row.dres)} | "
+            f"{_md_cell(row.raw)} | {ledger_bench.ratio_cell(row).replace('..', '–')} | "
+            f"{target} | {row.verdict} | {row.wording} |"
+        )
+    return lines
+
+
+def _fmt(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:.3g}" if abs(value) < 100 else f"{value:.0f}"
+    if isinstance(value, dict):
+        return ", ".join(f"{k} {_fmt(v)}" for k, v in value.items())
+    if isinstance(value, list):
+        return "[" + ", ".join(_fmt(v) for v in value) + "]"
+    return str(value)
+
+
+def markdown(result: dict[str, Any], rows: Sequence[Row]) -> str:
+    env = result["environment"]
+    peer = result.get("peer")
+    by = {row.name: row for row in rows}
+    out = [
+        "# dres benchmark results",
+        "",
+        f"Written by `make bench` (`python -m bench --markdown bench/RESULTS.md`, mode "
+        f"{result['mode']}) on {env['date']}; the whole run took {env['elapsed_s']} s. Every "
+        "dres figure stands beside its baseline measured in the same run, on the same private "
+        "redis-server, with interleaved repeats; figures are medians with [min–max] over "
+        "blocks/rounds, ratio = median dres / median baseline. Raw data: `bench/results.json`.",
+        "",
+        "## Machine",
+        "",
+        f"- CPU: {env['cpu_model']}, nproc {env['cpu_count']} (affinity {env['cpu_affinity']})",
+        f"- memory: {env['memory_gib']} GiB; kernel {env['kernel']} ({env['platform']})",
+        f"- load average: {env['loadavg_start']} at the start, "
+        f"{env['loadavg_after_ledger_rows']} after rows 1–3, {env['loadavg_end']} at the end",
+        "",
+        "## Versions",
+        "",
+        f"- dres commit {env['dres_commit']}",
+        f"- Python {env['python']}; redis-server {env['redis_server']} (AOF on, appendfsync "
+        f"{env['appendfsync']}, a private server started for the run)",
+        f"- redis-py {env['redis_py']}, hiredis {env['hiredis']} "
+        f"(parser in use: {'hiredis' if env['hiredis_parser'] else 'pure Python'})",
+        f"- celery {env['celery']}, kombu {env['kombu']}, billiard {env['billiard']}",
+        f"- pydantic {env['pydantic']} (core {env['pydantic_core']})",
+    ]
+    if peer:
+        v = peer["versions"]
+        out.append(
+            f"- peer (row 6): DBOS Transact {v['dbos']}, SQLAlchemy {v['sqlalchemy']}, SQLite "
+            f"{v['sqlite']}, Python {v['python']}, in `.venv-peers` (`make bench-peers`, run "
+            f"{peer['date']})"
+        )
+    out += ["", "## Results", "", *markdown_table(rows), ""]
+    missed = result["misses"]
+    out.append(f"Targets missed: {'; '.join(missed)}." if missed else "All targets met.")
+    out += ["", "## How each row is measured", ""]
+    out += [f"- {line}" for line in METHOD]
+    out += ["", "## Details", ""]
+    out += [f"- {line}" for line in details(by, result)]
+    out += ["", "## Noise", ""]
+    out += [f"- {line}" for line in NOISE]
+    out.append(
+        f"- This run: load average {env['loadavg_start']} -> {env['loadavg_end']} "
+        f"(1, 5, 15 min) on {env['cpu_count']} cores; the Celery rows started at "
+        f"{result['celery']['loadavg_before_resume']} (row 4) and "
+        f"{result['celery']['loadavg_before_throughput']} (row 5)."
+    )
+    return "\n".join(out) + "\n"
+
+
+METHOD = [
+    "**1** `Ledger.append(event, lease=…)` (encode, one XADD at the run's fencing stream id) vs "
+    "`XADD key * e <json>` of the same pre-serialised ~500-byte JSON; one redis-py client "
+    "(hiredis), alternating blocks of single calls; p50 per block.",
+    "**2** what `ToolExecutor._run` does around a call, the tool excluded: a call id, then "
+    "inside `DeferSignals` `Recorder.record(ToolStart)` and `Recorder.make(ToolDone)` + "
+    "`record_many` (both one fenced XADD), vs two raw XADDs of pre-serialised payloads of the "
+    "same sizes (~500 B each); p50 per call pair per block.",
+    "**3** `build_journal(ledger.events(turn))` (paged XRANGE, pydantic decode, fold) vs a "
+    "raw paged XRANGE (COUNT 1000) + `json.loads` of each entry; streams of ~500-byte tool "
+    "events written once; alternating repeats.",
+    "**4** a real `dres worker -c 2` (prefork) with a 0.3 s foreground soft limit: a scripted "
+    "turn whose every step thinks 3 s before one write call, so each step costs one chunk; per "
+    "boundary, from the ledger: `ts` of the next chunk's first `model_start` − `ts` of "
+    "`run_ended(soft_limit)`. Baseline: a self-chaining plain task on the same worker, "
+    "start(i+1) − time just before `apply_async` in hop i. Rounds alternate; the figure per "
+    "round is its median.",
+    "**5** the same worker: N turns (background mode, one chunk each) of a scripted model making "
+    "5 calls of a no-op write tool `bench_tools.record(n)` then answering, enqueued by the bench "
+    "process as fast as it can; first enqueue -> last `turn_ended` `ts`. Baseline: N plain "
+    "no-op tasks (one INCR each to detect the end), first send -> the last one's finish.",
+    "**6** DBOS Transact in its own virtualenv (`make bench-peers`, `bench/peers/dbos_bench.py`, "
+    "written to `bench/peers/dbos.json`, not measured in this run): per step = (workflow of "
+    "1000 no-op steps − empty workflow) / 1000; recovery = a workflow left PENDING with 1000 "
+    "completed steps (`os._exit` before it returns), relaunched, its body timing the replay. "
+    "Beside them: row 2's dres figure (p50 of one tool call's recording) and row 3's rebuild of "
+    "1000 tool calls (2002 events). Unpaired: no pair range.",
+]
+
+NOISE = [
+    "The machine has 2 shared vCPUs; other sessions may run tests on it at the same time. "
+    "Absolute times move with that load (shared/research/baselines.md saw a raw XADD p50 of "
+    "~35 µs quiet and ~80 µs contended on this machine kind), so the ratios, measured in "
+    "interleaved pairs, are the figures to read.",
+    "Under contention every Redis round trip also waits for a core to wake up or come free, so "
+    "a path of many sequential round trips (a chunk boundary) loses more to load than one of "
+    "few (a plain hop): the ratios of rows 4 and 5 tend to grow with the load average.",
+    "Rows 4 and 5 run the worker, redis-server and the bench process on the same 2 cores: the "
+    "producer competes with the worker, on both sides alike.",
+]
+
+
+def details(by: dict[str, Row], result: dict[str, Any]) -> list[str]:
+    lines = []
+    tool = by.get("tool call p50")
+    if tool:
+        cpu = tool.extra["cpu_breakdown_us"]
+        parts = "; ".join(f"{k} {v:.1f}" for k, v in cpu.items())
+        lines.append(
+            f"Row 2, dres's own CPU per call (µs, medians, XADD stubbed out): {parts}. Means per "
+            f"call: dres {_fmt(tool.extra['dres_mean_us'])}; raw {_fmt(tool.extra['raw_mean_us'])}."
+        )
+    resume = by.get("resume latency")
+    if resume:
+        x = resume.extra
+        early = next(v for k, v in x.items() if k.startswith("dres_first_"))
+        late = next(v for k, v in x.items() if k.startswith("dres_last_"))
+        lines.append(
+            f"Row 4: {x['rounds']} rounds x {x['boundaries_per_round']} boundaries and "
+            f"{x['hops_per_round']} hops; pooled medians dres {x['pooled_median_ms']['dres']:.2f} "
+            f"ms vs hop {x['pooled_median_ms']['raw']:.2f} ms (ratio {x['pooled_ratio']:.2f}), "
+            f"p90 {x['pooled_p90_ms']['dres']:.2f} vs {x['pooled_p90_ms']['raw']:.2f} ms. Split of "
+            f"the dres boundary: run_ended -> next run_started (handover, message, claim) "
+            f"{x['dres_handoff_ms']:.2f} ms; run_started -> first model_start (ledger read, "
+            f"journal, note, `resumed`, prompt) {x['dres_startup_ms']:.2f} ms. First tenth of "
+            f"the boundaries {early:.2f} ms, last tenth {late:.2f} ms (the turn's ledger grows to "
+            f"{x['dres_turn_events']} events)."
+        )
+    turns = next((r for r in by.values() if r.unit == "turns/s"), None)
+    if turns:
+        x = turns.extra
+        info = (
+            f"; {x['plain_info_tasks']} plain tasks for information: "
+            f"{x['plain_info_tasks_per_s']:.0f} tasks/s"
+            if "plain_info_tasks" in x
+            else ""
+        )
+        lines.append(
+            f"Row 5: {x['rounds']} rounds; dres enqueue rate {_fmt(x['dres_enqueue_per_s'])} "
+            f"turns/s, plain send rate {_fmt(x['plain_send_per_s'])} tasks/s; chunks per turn "
+            f"{_fmt(x['dres_chunks_per_turn'])}{info}."
+        )
+    peer = result.get("peer")
+    if peer:
+        lines.append(
+            f"Row 6 (DBOS, {peer['mode']} mode, {peer['workflows']} workflows of {peer['steps']} "
+            f"steps, {peer['recoveries']} recoveries): empty workflow "
+            f"{peer['empty_workflow_ms']['median']:.1f} ms; workflow "
+            f"{peer['workflow_ms']['median']:.0f} ms; SQLite journal_mode {peer['journal_mode']}; "
+            f"recovery launch -> workflow body {peer['recovery_launch_to_body_ms']['median']:.0f} "
+            f"ms and launch -> result {peer['recovery_launch_to_result_ms']['median']:.0f} ms "
+            "(DBOS's ~1 s queue polling, not the replay, and not in the row); load average at "
+            f"its end {peer['loadavg_end']}."
+        )
+    return lines
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+def progress(started: float, what: str) -> None:
+    print(f"[{time.monotonic() - started:5.1f} s] {what} ...", file=sys.stderr, flush=True)
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench", description=__doc__.splitlines()[0] if __doc__ else None
+    )
+    parser.add_argument("--quick", action="store_true", help="few, short repeats: a smoke test")
+    parser.add_argument("--markdown", metavar="PATH", type=Path, help="write a RESULTS.md")
+    parser.add_argument("--json", metavar="PATH", type=Path, default=DEFAULT_JSON)
+    parser.add_argument("--peers", metavar="PATH", type=Path, default=DEFAULT_PEERS)
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    quick = args.quick
+    mode = "quick" if quick else "full"
+    lplan = ledger_bench.QUICK if quick else ledger_bench.FULL
+    cplan = celery_bench.QUICK if quick else celery_bench.FULL
+    started = time.monotonic()
+    with RedisServer(appendfsync="everysec") as server:
+        client = redis.Redis(port=server.port)
+        try:
+            env = environment(client)
+            progress(started, f"rows 1-3: ledger vs raw redis-py ({mode})")
+            rows = ledger_bench.measure(client, lplan)
+            env["loadavg_after_ledger_rows"] = _loadavg()
+        finally:
+            client.close()
+        progress(started, "rows 4-5: a dres worker (prefork, 2 processes) vs plain Celery tasks")
+        celery_rows, celery_info = celery_bench.measure(server.url, cplan)
+        rows += celery_rows
+    env["loadavg_end"] = _loadavg()
+    extra_rows, peer = peer_rows(rows, args.peers)
+    rows += extra_rows
+    env["elapsed_s"] = round(time.monotonic() - started, 1)
+    missed = misses(rows)
+    print("\n".join([*header_lines(env, mode), *table_lines(rows)]))
+    print()
+    print(f"MISSES: {'; '.join(missed)}" if missed else "all targets met")
+    if peer is None:
+        print(f"(row 6: no {args.peers}; `make bench-peers` measures the DBOS peer)")
+    print(f"elapsed {env['elapsed_s']} s")
+    result: dict[str, Any] = {
+        "mode": mode,
+        "plan": {"ledger": asdict(lplan), "celery": asdict(cplan)},
+        "environment": env,
+        "celery": celery_info,
+        "misses": missed,
+        "rows": [row.as_dict() for row in rows],
+        "peer": peer,
+    }
+    args.json.write_text(json.dumps(result, indent=2) + "\n")
+    if args.markdown:
+        args.markdown.write_text(markdown(result, rows))
+        print(f"wrote {args.markdown} and {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

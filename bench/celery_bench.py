@@ -1,0 +1,543 @@
+"""Rows 4 and 5 of ``make bench``: dres on a real prefork worker beside plain Celery tasks.
+
+Everything runs against a private redis-server (AOF on, ``appendfsync everysec``) and one real
+dres worker subprocess, ``python -m worker.cli worker -c 2 --without-heartbeat`` (prefork, two
+pool processes, the reaper on, ``--loglevel=WARNING``), which also runs the plain tasks of
+``bench.hop_tasks`` (``DRES_CELERY_INCLUDE``): the baselines use the same app, settings, pool and
+processes as the chunks they are compared with. Foreground chunks get a 0.3 s soft limit (hard
+5 s) so that row 4 can cut one chunk per step; row 5's turns run in background mode, whose limits
+(60 s / 90 s) they never reach, so each of them is one chunk.
+
+4. Resume latency. A turn whose scripted model has B steps, each thinking for ``delay_s`` = 3 s
+   (far past the soft limit) before one call of the write tool ``bench_tools.record``, then a
+   final text step: chunk k replays step k-1 (``delay_s`` only acts on a step's first attempt),
+   runs its tool call, starts step k and is cut by the soft limit while it "thinks", so every
+   step costs one chunk boundary. Per boundary, from the turn's ledger: ``ts`` of the next
+   chunk's first ``model_start`` minus ``ts`` of ``run_ended(soft_limit)`` — the handover, the
+   successor's message, its claim, the ledger read, the journal and note, and the ``resumed``
+   record all lie in between. Baseline: a chain of plain self-chaining ``bench.hop`` tasks on
+   the same worker, start(i+1) - end(i), end taken just before ``apply_async``.
+5. Throughput. N turns (scripted: five steps with one ``record(n)`` call each, then a text step),
+   enqueued by this process as fast as it can, timed from the first enqueue to the last
+   ``turn_ended`` ``ts``; turns/s and tool calls/s. Baseline: N plain ``bench.noop`` tasks sent
+   as fast as possible, timed from the first send to the last task's finish (it stores its
+   time); for information also a larger batch of plain tasks.
+
+Rounds alternate (dres, plain, plain, dres, ...) so that noise from the shared cores falls on
+both sides; row figures are medians over rounds with [min..max] and per-round ratios.
+
+Run from the project root: ``.venv/bin/python -m bench.celery_bench [--quick]`` (or through
+``python -m bench``, which prints every row in one table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from bench.ledger_bench import Row, summary, table_lines
+from ledger import keys
+from ledger.events import Event, ModelStart, RunEnded, RunStarted, ToolDone, TurnEnded
+from worker.client import enqueue
+from worker.redis_server import RedisServer
+from worker.runtime import Runtime
+from worker.settings import Settings, load_settings
+
+ROOT = Path(__file__).resolve().parent.parent
+RESUME_TARGET = 3.0
+#: seconds: the foreground chunk limits of the worker (row 4 cuts at the soft one)
+SOFT_LIMIT_S = 0.3
+HARD_LIMIT_S = 5.0
+#: seconds: the background chunk limits (row 5's turns never reach them)
+BG_SOFT_LIMIT_S = 60.0
+BG_HARD_LIMIT_S = 90.0
+#: seconds each resume step "thinks" on its first attempt: far past the soft limit
+STEP_DELAY_S = 3.0
+#: a handoff may wait this long unclaimed before the reaper re-dispatches it; row 5's queued
+#: turns wait for a free process and must not be re-dispatched as lost
+HANDOFF_GRACE_S = 120.0
+WORKER_CONCURRENCY = 2
+WORKER_READY_S = 60.0
+POLL_S = 0.02
+#: Celery's per-task INFO lines (two structlog-rendered lines per task, on both sides) would
+#: weigh on a no-op baseline; the benchmark measures dres, not log rendering
+WORKER_ARGS = ("--loglevel=WARNING",)
+#: turn statuses after turn_ended
+ENDED = frozenset({"completed", "stopped", "failed", "cancelled"})
+
+
+@dataclass(frozen=True)
+class CeleryPlan:
+    resume_rounds: int
+    #: chunk boundaries of each round's dres turn
+    boundaries: int
+    #: hops of each round's plain chain
+    hops: int
+    throughput_rounds: int
+    turns: int
+    calls_per_turn: int
+    #: plain tasks of the information-only larger batch (0: none)
+    plain_info: int
+
+
+FULL = CeleryPlan(
+    resume_rounds=3,
+    boundaries=50,
+    hops=100,
+    throughput_rounds=3,
+    turns=200,
+    calls_per_turn=5,
+    plain_info=1000,
+)
+QUICK = CeleryPlan(
+    resume_rounds=1,
+    boundaries=8,
+    hops=30,
+    throughput_rounds=1,
+    turns=40,
+    calls_per_turn=5,
+    plain_info=0,
+)
+
+
+# -- the worker ---------------------------------------------------------------------------------
+
+
+def worker_env(redis_url: str) -> dict[str, str]:
+    values: dict[str, object] = {
+        "REDIS_URL": redis_url,
+        "CELERY_INCLUDE": "bench.hop_tasks",
+        "TOOLS": "worker.demo_tools,bench.bench_tools",
+        "SOFT_LIMIT_S": SOFT_LIMIT_S,
+        "HARD_LIMIT_S": HARD_LIMIT_S,
+        "BG_SOFT_LIMIT_S": BG_SOFT_LIMIT_S,
+        "BG_HARD_LIMIT_S": BG_HARD_LIMIT_S,
+        "MAX_CHUNKS": 1000,
+        "MAX_MODEL_CALLS": 1000,
+        "HANDOFF_GRACE_S": HANDOFF_GRACE_S,
+    }
+    return {f"DRES_{name}": str(value) for name, value in values.items()}
+
+
+def bench_settings(redis_url: str) -> Settings:
+    """The settings the worker reads from ``worker_env``, for this (the producer's) process."""
+    return load_settings(
+        redis_url=redis_url,
+        celery_include="bench.hop_tasks",
+        tools="worker.demo_tools,bench.bench_tools",
+        soft_limit_s=SOFT_LIMIT_S,
+        hard_limit_s=HARD_LIMIT_S,
+        bg_soft_limit_s=BG_SOFT_LIMIT_S,
+        bg_hard_limit_s=BG_HARD_LIMIT_S,
+        max_chunks=1000,
+        max_model_calls=1000,
+        handoff_grace_s=HANDOFF_GRACE_S,
+    )
+
+
+class BenchWorker:
+    """A dres worker subprocess, stopped by its PID (SIGTERM, then SIGKILL) whatever happens."""
+
+    def __init__(self, redis_url: str, log: Path) -> None:
+        self.env = {**os.environ, **worker_env(redis_url)}
+        self.env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+        )
+        self.log = log
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def start(self, probe: Callable[[], bool]) -> BenchWorker:
+        """Start the worker; ready once ``probe()`` (a plain task round trip) returns True."""
+        command = [sys.executable, "-m", "worker.cli", "worker"]
+        command += ["-c", str(WORKER_CONCURRENCY), "--without-heartbeat", *WORKER_ARGS]
+        with self.log.open("wb") as out:
+            self.process = subprocess.Popen(
+                command,
+                cwd=ROOT,
+                env=self.env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+            )
+        deadline = time.monotonic() + WORKER_READY_S
+        while not probe():
+            if self.process.poll() is not None or time.monotonic() > deadline:
+                tail = self.tail()
+                self.stop()
+                raise RuntimeError(f"the benchmark worker did not start:\n{tail}")
+            time.sleep(0.05)
+        return self
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid if self.process else 0
+
+    def stop(self) -> None:
+        proc, self.process = self.process, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+        # The pool children live in the worker's own session (pgid = its pid): none may stay.
+        try:
+            os.killpg(proc.pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(1.0)
+        with suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+
+    def tail(self, chars: int = 3000) -> str:
+        return self.log.read_text(errors="replace")[-chars:]
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
+        time.sleep(POLL_S)
+
+
+def write_script(path: Path, steps: list[dict[str, Any]]) -> str:
+    path.write_text(json.dumps({"steps": steps, "on_resume": "continue"}))
+    return f"scripted:{path}"
+
+
+def resume_script(boundaries: int) -> list[dict[str, Any]]:
+    """B thinking steps with one write each (one chunk boundary per step), then the answer."""
+    steps: list[dict[str, Any]] = [
+        {"delay_s": STEP_DELAY_S, "tool_calls": [{"name": "record", "input": {"n": k}}]}
+        for k in range(boundaries)
+    ]
+    return [*steps, {"text": "done"}]
+
+
+def throughput_script(calls: int) -> list[dict[str, Any]]:
+    steps: list[dict[str, Any]] = [
+        {"tool_calls": [{"name": "record", "input": {"n": k}}]} for k in range(calls)
+    ]
+    return [*steps, {"text": "done"}]
+
+
+def turn_statuses(rt: Runtime, turn_ids: Sequence[str]) -> list[str]:
+    pipe = rt.redis.pipeline(transaction=False)
+    for turn_id in turn_ids:
+        pipe.hget(keys.turn_meta(turn_id), "status")
+    return [(s or b"").decode() for s in pipe.execute()]
+
+
+def wait_turns(rt: Runtime, turn_ids: Sequence[str], timeout: float) -> None:
+    pending = list(turn_ids)
+    deadline = time.monotonic() + timeout
+    while pending:
+        statuses = turn_statuses(rt, pending)
+        pending = [t for t, s in zip(pending, statuses, strict=True) if s not in ENDED]
+        if not pending:
+            return
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{len(pending)} turn(s) did not end within {timeout:.0f} s")
+        time.sleep(0.1)  # the figures come from ledger timestamps, not from this poll
+
+
+def _median_ms(values: Sequence[float]) -> float:
+    return statistics.median(values) * 1000
+
+
+# -- 4. resume latency --------------------------------------------------------------------------
+
+
+@dataclass
+class ResumeRound:
+    #: seconds per boundary: next chunk's first model_start - run_ended(soft_limit)
+    latency: list[float]
+    #: run_started of the next chunk - run_ended (handover, message, claim)
+    handoff: list[float]
+    #: first model_start - run_started (ledger read, journal, note, resumed, prompt)
+    startup: list[float]
+    chunks: int
+    events: int
+
+
+def resume_boundaries(events: Sequence[Event]) -> ResumeRound:
+    ended: dict[int, float] = {}
+    started: dict[int, float] = {}
+    first_model: dict[int, float] = {}
+    for event in events:
+        if isinstance(event, RunEnded) and event.reason == "soft_limit":
+            ended.setdefault(event.chunk, event.ts)
+        elif isinstance(event, RunStarted):
+            started.setdefault(event.chunk, event.ts)
+        elif isinstance(event, ModelStart):
+            first_model.setdefault(event.chunk, event.ts)
+    latency, handoff, startup = [], [], []
+    for chunk, ts in sorted(ended.items()):
+        nxt = chunk + 1
+        if nxt in first_model and nxt in started:
+            latency.append(first_model[nxt] - ts)
+            handoff.append(started[nxt] - ts)
+            startup.append(first_model[nxt] - started[nxt])
+    chunks = len({e.chunk for e in events})
+    return ResumeRound(latency, handoff, startup, chunks, len(events))
+
+
+def dres_resume_round(rt: Runtime, model: str, boundaries: int) -> ResumeRound:
+    turn = enqueue(rt, "benchmark: one chunk boundary per step", model=model)
+    timeout = boundaries * (SOFT_LIMIT_S + 2.0) + 60
+    wait_turns(rt, [turn.turn_id], timeout)
+    events = rt.ledger.events(turn.turn_id)
+    ended = [e for e in events if isinstance(e, TurnEnded)]
+    if not ended or ended[-1].status != "completed":
+        raise RuntimeError(f"resume turn {turn.turn_id} did not complete: {ended[-1:]}")
+    result = resume_boundaries(events)
+    if len(result.latency) != boundaries:
+        raise RuntimeError(
+            f"resume turn {turn.turn_id}: {len(result.latency)} measured boundaries of "
+            f"{boundaries} expected ({result.chunks} chunks)"
+        )
+    return result
+
+
+def plain_hop_round(rt: Runtime, hops: int) -> list[float]:
+    key = f"bench:hop:{uuid.uuid4().hex}"
+    queue = rt.settings.foreground_queue
+    rt.app.send_task("bench.hop", args=[key, 0, hops, queue], queue=queue)
+    wait_for(lambda: bool(rt.redis.hexists(key, "done")), 60 + hops * 0.1, "the hop chain")
+    fields = {k.decode(): float(v) for k, v in rt.redis.hgetall(key).items()}
+    rt.redis.delete(key)
+    return [fields[f"start:{i + 1}"] - fields[f"end:{i}"] for i in range(hops)]
+
+
+def bench_resume(rt: Runtime, plan: CeleryPlan, model: str) -> Row:
+    rounds: list[ResumeRound] = []
+    hop_rounds: list[list[float]] = []
+    for n in range(plan.resume_rounds):
+        order = ("dres", "plain") if n % 2 == 0 else ("plain", "dres")
+        for side in order:
+            if side == "dres":
+                rounds.append(dres_resume_round(rt, model, plan.boundaries))
+            else:
+                hop_rounds.append(plain_hop_round(rt, plan.hops))
+    pooled = [x for r in rounds for x in r.latency]
+    hops = [x for h in hop_rounds for x in h]
+    tenth = max(1, plan.boundaries // 10)
+    early = [x for r in rounds for x in r.latency[:tenth]]
+    late = [x for r in rounds for x in r.latency[-tenth:]]
+    extra = {
+        "rounds": plan.resume_rounds,
+        "boundaries_per_round": plan.boundaries,
+        "hops_per_round": plan.hops,
+        "soft_limit_s": SOFT_LIMIT_S,
+        "pooled_median_ms": {"dres": _median_ms(pooled), "raw": _median_ms(hops)},
+        "pooled_ratio": statistics.median(pooled) / statistics.median(hops),
+        "pooled_p90_ms": {
+            "dres": statistics.quantiles(pooled, n=10)[-1] * 1000,
+            "raw": statistics.quantiles(hops, n=10)[-1] * 1000,
+        },
+        "dres_handoff_ms": _median_ms([x for r in rounds for x in r.handoff]),
+        "dres_startup_ms": _median_ms([x for r in rounds for x in r.startup]),
+        f"dres_first_{tenth}_boundaries_ms": _median_ms(early),
+        f"dres_last_{tenth}_boundaries_ms": _median_ms(late),
+        "dres_turn_events": [r.events for r in rounds],
+    }
+    return Row(
+        "resume latency",
+        "ms",
+        [_median_ms(r.latency) for r in rounds],
+        [_median_ms(h) for h in hop_rounds],
+        RESUME_TARGET,
+        extra,
+        number="4",
+        baseline="plain Celery task-to-task hop",
+    )
+
+
+# -- 5. throughput ------------------------------------------------------------------------------
+
+
+@dataclass
+class TurnBatch:
+    #: seconds from the first enqueue to the last turn_ended
+    elapsed: float
+    #: seconds the producer took to enqueue them all
+    enqueue: float
+    chunks: int
+    tool_calls: int
+
+
+def dres_turn_batch(rt: Runtime, model: str, turns: int, calls: int) -> TurnBatch:
+    t0 = time.time()
+    ids = [
+        enqueue(rt, f"benchmark turn {i}", mode="background", model=model).turn_id
+        for i in range(turns)
+    ]
+    enqueued = time.time() - t0
+    wait_turns(rt, ids, 120 + turns * 2.0)
+    last = 0.0
+    chunks = done = 0
+    for turn_id in ids:
+        events = rt.ledger.events(turn_id)
+        ended = [e for e in events if isinstance(e, TurnEnded)]
+        if not ended or ended[-1].status != "completed":
+            raise RuntimeError(f"throughput turn {turn_id} did not complete")
+        last = max(last, ended[-1].ts)
+        chunks += len({e.chunk for e in events})
+        done += sum(1 for e in events if isinstance(e, ToolDone) and not e.is_error)
+    if done != turns * calls:
+        raise RuntimeError(f"throughput: {done} completed tool calls, expected {turns * calls}")
+    return TurnBatch(last - t0, enqueued, chunks, done)
+
+
+def plain_task_batch(rt: Runtime, tasks: int) -> tuple[float, float]:
+    """(seconds from the first send to the last task's finish, seconds spent sending)."""
+    key = f"bench:noop:{uuid.uuid4().hex}"
+    queue = rt.settings.background_queue
+    t0 = time.time()
+    for _ in range(tasks):
+        rt.app.send_task("bench.noop", args=[key, tasks], queue=queue)
+    sent = time.time() - t0
+    wait_for(lambda: bool(rt.redis.exists(f"{key}:done")), 60 + tasks * 0.05, "plain tasks")
+    finished = float(rt.redis.get(f"{key}:done") or 0)
+    rt.redis.delete(key, f"{key}:done")
+    return finished - t0, sent
+
+
+def bench_throughput(rt: Runtime, plan: CeleryPlan, model: str) -> list[Row]:
+    batches: list[TurnBatch] = []
+    plain: list[tuple[float, float]] = []
+    for n in range(plan.throughput_rounds):
+        order = ("dres", "plain") if n % 2 == 0 else ("plain", "dres")
+        for side in order:
+            if side == "dres":
+                batches.append(dres_turn_batch(rt, model, plan.turns, plan.calls_per_turn))
+            else:
+                plain.append(plain_task_batch(rt, plan.turns))
+    info = plain_task_batch(rt, plan.plain_info) if plan.plain_info else None
+    turns_s = [plan.turns / b.elapsed for b in batches]
+    calls_s = [b.tool_calls / b.elapsed for b in batches]
+    plain_s = [plan.turns / elapsed for elapsed, _ in plain]
+    extra: dict[str, Any] = {
+        "rounds": plan.throughput_rounds,
+        "turns": plan.turns,
+        "calls_per_turn": plan.calls_per_turn,
+        "worker_processes": WORKER_CONCURRENCY,
+        "dres_enqueue_per_s": summary([plan.turns / b.enqueue for b in batches]),
+        "plain_send_per_s": summary([plan.turns / sent for _, sent in plain]),
+        "dres_chunks_per_turn": [b.chunks / plan.turns for b in batches],
+        "dres_elapsed_s": [b.elapsed for b in batches],
+        "plain_elapsed_s": [elapsed for elapsed, _ in plain],
+    }
+    if info:
+        extra["plain_info_tasks"] = plan.plain_info
+        extra["plain_info_tasks_per_s"] = plan.plain_info / info[0]
+    base = f"plain Celery tasks/s ({plan.turns} noop tasks)"
+    name = f"throughput {plan.turns} turns x {plan.calls_per_turn} calls"
+    return [
+        Row(
+            name, "turns/s", turns_s, plain_s, None, extra,
+            higher_is_better=True, number="5", baseline=base,
+        ),
+        Row(
+            "throughput tool calls", "calls/s", calls_s, plain_s, None, extra,
+            higher_is_better=True, number="5", baseline=base,
+        ),
+    ]  # fmt: skip
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+def warm_up(rt: Runtime, resume_model: str, turn_model: str) -> None:
+    """Every pool process builds its runtime and imports what it needs before anything counts."""
+    ids = [
+        enqueue(rt, f"warm-up {i}", mode="background", model=turn_model).turn_id for i in range(4)
+    ]
+    wait_turns(rt, ids, 120)
+    plain_task_batch(rt, 20)
+    plain_hop_round(rt, 10)
+    dres_resume_round(rt, resume_model, 2)
+
+
+@contextmanager
+def running_worker(redis_url: str) -> Iterator[tuple[Runtime, BenchWorker, Path]]:
+    with tempfile.TemporaryDirectory(prefix="dres-bench-") as tmp:
+        worker = BenchWorker(redis_url, Path(tmp) / "worker.log")
+        rt = Runtime.from_settings(bench_settings(redis_url))
+        key = f"bench:probe:{uuid.uuid4().hex}"
+        try:
+            rt.app.send_task("bench.noop", args=[key, 1], queue=rt.settings.foreground_queue)
+            worker.start(lambda: bool(rt.redis.exists(f"{key}:done")))
+            yield rt, worker, Path(tmp)
+        except BaseException:
+            if worker.process is not None:
+                print(f"worker log tail:\n{worker.tail()}", file=sys.stderr)
+            raise
+        finally:
+            worker.stop()
+            rt.redis.close()
+
+
+def measure(redis_url: str, plan: CeleryPlan) -> tuple[list[Row], dict[str, Any]]:
+    """Rows 4 and 5 against the Redis at ``redis_url`` (a worker is started and stopped here)."""
+    info: dict[str, Any] = {}
+    with running_worker(redis_url) as (rt, worker, tmp):
+        info["worker_pid"] = worker.pid
+        resume_model = write_script(tmp / "resume.json", resume_script(plan.boundaries))
+        warm_model = write_script(tmp / "warm.json", resume_script(2))
+        turn_model = write_script(tmp / "turn.json", throughput_script(plan.calls_per_turn))
+        started = time.monotonic()
+        warm_up(rt, warm_model, turn_model)
+        info["warm_up_s"] = round(time.monotonic() - started, 1)
+        started = time.monotonic()
+        info["loadavg_before_resume"] = [round(x, 2) for x in os.getloadavg()]
+        rows = [bench_resume(rt, plan, resume_model)]
+        info["resume_s"] = round(time.monotonic() - started, 1)
+        started = time.monotonic()
+        info["loadavg_before_throughput"] = [round(x, 2) for x in os.getloadavg()]
+        rows += bench_throughput(rt, plan, turn_model)
+        info["throughput_s"] = round(time.monotonic() - started, 1)
+        info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    return rows, info
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.celery_bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="few, short rounds: a smoke test")
+    parser.add_argument("--json", metavar="PATH", type=Path, help="also write results as JSON")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    started = time.monotonic()
+    with RedisServer(appendfsync="everysec") as server:
+        rows, info = measure(server.url, plan)
+    info["elapsed_s"] = round(time.monotonic() - started, 1)
+    print("\n".join(table_lines(rows)))
+    print(f"\nelapsed {info['elapsed_s']} s")
+    if args.json:
+        result = {"plan": asdict(plan), "info": info, "rows": [r.as_dict() for r in rows]}
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
