@@ -11,13 +11,9 @@ at most twice.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import random
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from collections import Counter, defaultdict
@@ -33,6 +29,7 @@ from worker.client import enqueue
 from worker.redis_server import RedisServer
 from worker.runtime import Runtime
 from worker.settings import load_settings
+from worker.worker_process import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[1]
 #: (action, failpoint); ``redis_kill`` is done by the runner itself
@@ -106,7 +103,7 @@ class Cluster:
 
     tmp: Path
     server: RedisServer = field(init=False)
-    worker: subprocess.Popen[bytes] | None = None
+    worker: WorkerProcess | None = None
     restarts: int = 0
 
     def __post_init__(self) -> None:
@@ -116,27 +113,14 @@ class Cluster:
         self.runtime = Runtime.from_settings(load_settings())
 
     def ensure_worker(self) -> None:
-        if self.worker is not None and self.worker.poll() is None:
+        if self.worker is not None and self.worker.alive():
             return
         if self.worker is not None:
             self.restarts += 1
-            _kill_group(self.worker)
+            self.worker.stop()
         log = self.tmp / f"worker-{self.restarts}.log"
-        command = [sys.executable, "-m", "worker.cli", "worker", "-c", "2", "--without-heartbeat"]
-        with log.open("wb") as out:
-            self.worker = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + 30
-        while b"ready." not in log.read_bytes():
-            if self.worker.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"the chaos worker did not start; see {log}")
-            time.sleep(0.05)
+        self.worker = WorkerProcess.start(self.env, log, concurrency=2, ready=False)
+        self.worker.wait_ready(timeout=30)
 
     def kill_redis(self) -> None:
         self.server.kill()
@@ -144,19 +128,8 @@ class Cluster:
 
     def close(self) -> None:
         if self.worker is not None:
-            _kill_group(self.worker)
+            self.worker.stop()
         self.server.cleanup()
-
-
-def _kill_group(process: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(process.pid, signal.SIGTERM)
-        process.wait(timeout=10)
-    except (ProcessLookupError, subprocess.TimeoutExpired):
-        pass
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(process.pid, signal.SIGKILL)
-    process.wait(timeout=10)
 
 
 def run_trial(cluster: Cluster, rng: random.Random, script: str) -> Outcome:

@@ -6,12 +6,12 @@ A missing redis-server skips the real-Redis half locally but fails the run under
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator
 
 import fakeredis
 import pytest
 import redis
+from backends import Backend
 
 from worker.redis_server import RedisServer, RedisServerError
 
@@ -28,14 +28,6 @@ def redis_server() -> Iterator[RedisServer]:
         pytest.skip(f"no real redis-server: {e}")
     yield server
     server.cleanup()
-
-
-@dataclass
-class Backend:
-    """A Redis backend for the ledger tests; ``connect()`` opens another connection to it."""
-
-    name: str
-    connect: Callable[[], redis.Redis]
 
 
 @pytest.fixture(params=["fakeredis", "redis-server"])

@@ -11,9 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -26,6 +23,7 @@ from worker.demo_tools import outbox
 from worker.embedded import embedded_redis
 from worker.runtime import Runtime
 from worker.settings import load_settings
+from worker.worker_process import WorkerProcess
 
 MESSAGE = "Email Ada the launch notes, then track the launch in a ticket."
 #: seconds: the demo's foreground soft / hard limits (the script's third step thinks for 5 s)
@@ -33,7 +31,6 @@ SOFT_LIMIT_S = 1.5
 HARD_LIMIT_S = 10.0
 #: seconds the demo waits for the turn before it gives up
 DEADLINE_S = 45.0
-WORKER_READY_S = 20.0
 
 
 def _env(url: str) -> dict[str, str]:
@@ -58,50 +55,18 @@ def run_demo() -> int:
         print(f"  redis:  {redis_info.description}")
         if not redis_info.durable:
             print("  WARNING: no redis-server found; fakeredis keeps nothing on disk")
-        worker = _start_worker(env, Path(tmp) / "worker.log")
+        worker = WorkerProcess.start({**os.environ, **env}, Path(tmp) / "worker.log")
         try:
             runtime = Runtime.from_settings(settings)
-            _wait_ready(worker, Path(tmp) / "worker.log")
             print(f"  worker: prefork, 1 process, soft limit {SOFT_LIMIT_S} s (pid {worker.pid})")
             turn = enqueue(runtime, MESSAGE)
             print(f"  turn:   {turn.turn_id}\n")
             events = _follow(runtime.ledger, turn.turn_id)
             ok = _report(events, runtime, turn.turn_id)
         finally:
-            _stop(worker)
+            worker.stop()
     print(f"\ndone in {time.monotonic() - started:.1f} s")
     return 0 if ok else 1
-
-
-def _start_worker(env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
-    command = [sys.executable, "-m", "worker.cli", "worker", "-c", "1", "--without-heartbeat"]
-    with log.open("wb") as out:
-        return subprocess.Popen(
-            command,
-            env={**os.environ, **env},
-            stdout=out,
-            stderr=subprocess.STDOUT,
-            start_new_session=True,
-        )
-
-
-def _wait_ready(worker: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + WORKER_READY_S
-    while b"ready." not in log.read_bytes():
-        if worker.poll() is not None or time.monotonic() > deadline:
-            tail = log.read_text(errors="replace")[-2000:]
-            raise RuntimeError(f"the demo worker did not start:\n{tail}")
-        time.sleep(0.05)
-
-
-def _stop(worker: subprocess.Popen[bytes]) -> None:
-    if worker.poll() is None:
-        worker.send_signal(signal.SIGTERM)
-        try:
-            worker.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            os.killpg(worker.pid, signal.SIGKILL)
-            worker.wait(timeout=10)
 
 
 def _follow(ledger: Ledger, turn_id: str) -> list[Event]:

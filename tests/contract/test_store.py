@@ -8,7 +8,7 @@ import time
 
 import pytest
 import redis
-from conftest import Backend
+from backends import Backend
 from factories import base, done, start, text, turn_started
 
 from ledger import keys

@@ -11,8 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from itertools import count
 from pathlib import Path
@@ -20,11 +18,12 @@ from typing import Any
 
 import pytest
 import redis
-from integration_support import WorkerProcess, close_runtime
+from integration_support import close_runtime
 
 from worker.redis_server import RedisServer
 from worker.runtime import Runtime
 from worker.settings import Settings, load_settings
+from worker.worker_process import WorkerProcess
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
@@ -87,20 +86,13 @@ def start_worker(dres_env: dict[str, str], tmp_path: Path) -> Iterator[StartWork
         concurrency: int = 1, extra: tuple[str, ...] = (), ready: bool = True
     ) -> WorkerProcess:
         log_path = tmp_path / f"worker-{len(started) + 1}.log"
-        argv = [sys.executable, "-m", "worker.cli", "worker", "-c", str(concurrency)]
-        with log_path.open("wb") as log:
-            process = subprocess.Popen(
-                [*argv, "--without-heartbeat", *extra],
-                cwd=ROOT,
-                env=env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        started.append(WorkerProcess(process, log_path))
+        process = WorkerProcess.start(
+            env, log_path, concurrency=concurrency, extra=extra, ready=False
+        )
+        started.append(process)
         if ready:
-            started[-1].wait_ready()
-        return started[-1]
+            process.wait_ready()
+        return process
 
     yield start
     for process in started:

@@ -6,15 +6,9 @@ XREAD cannot wait on (a process's log, the broker's queues) are polled every few
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
-import subprocess
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import redis
@@ -24,11 +18,8 @@ from ledger.store import Ledger
 from worker.runtime import Runtime
 from worker.settings import Settings
 from worker.turns import claim_run, create_turn
+from worker.worker_process import WorkerProcess as WorkerProcess  # re-exported for the tests
 
-#: seconds a worker may take to log "ready."
-WORKER_READY_S = 20.0
-#: seconds a worker may take to shut down warm before its process group is killed
-WORKER_STOP_S = 5.0
 #: seconds between looks at something that cannot be waited on with XREAD BLOCK
 POLL_S = 0.02
 #: the hash of delivered, unacknowledged messages (kombu's Redis transport)
@@ -38,74 +29,6 @@ Predicate = Callable[[list[Event]], bool]
 
 
 # -- worker processes ---------------------------------------------------------------------------
-
-
-@dataclass
-class WorkerProcess:
-    """A ``python -m worker.cli worker`` subprocess, leader of its own process group."""
-
-    process: subprocess.Popen[bytes]
-    log_path: Path
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait_ready(self, timeout: float = WORKER_READY_S) -> None:
-        deadline = time.monotonic() + timeout
-        while "ready." not in self.log():
-            if self.process.poll() is not None:
-                raise AssertionError(f"worker exited with {self.process.returncode}:\n{self.log()}")
-            if time.monotonic() > deadline:
-                raise AssertionError(f"worker not ready within {timeout} s:\n{self.log()}")
-            time.sleep(POLL_S)
-
-    def children(self) -> list[int]:
-        """PIDs of the worker's pool processes (a /proc scan for its children)."""
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            # The command name may hold spaces and parentheses: the fields follow the last ")".
-            if int(stat.rsplit(")", 1)[1].split()[1]) == self.pid:
-                found.append(int(entry.name))
-        return found
-
-    def pool_child(self) -> int:
-        children = self.children()
-        assert len(children) == 1, f"expected one pool process, found {children}"
-        return children[0]
-
-    def kill_group(self) -> None:
-        """SIGKILL the whole worker: its main process and every pool process."""
-        _killpg(self.pid)
-        self.process.wait(timeout=10)
-
-    def terminate(self) -> None:
-        """SIGTERM: a warm shutdown."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-
-    def stop(self) -> None:
-        """SIGTERM (a warm shutdown), wait, then SIGKILL whatever is left of the group."""
-        if self.process.poll() is None:
-            self.terminate()
-            with contextlib.suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=WORKER_STOP_S)
-        _killpg(self.pid)
-        self.process.wait(timeout=10)
-
-
-def _killpg(pgid: int) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.killpg(pgid, signal.SIGKILL)
 
 
 # -- scripted-model steps -----------------------------------------------------------------------
