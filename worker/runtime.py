@@ -52,6 +52,8 @@ class CeleryDispatcher:
     def __init__(self, app: Celery, settings: Settings) -> None:
         self.app = app
         self.settings = settings
+        #: the app's Queue objects: publishing to a declared one skips re-declaring it
+        self.queues = {queue.name: queue for queue in app.conf.task_queues}
 
     @staticmethod
     def task_id(turn_id: str, run_id: str) -> str:
@@ -64,7 +66,7 @@ class CeleryDispatcher:
             CHUNK_TASK,
             args=[turn_id, run_id],
             task_id=self.task_id(turn_id, run_id),
-            queue=self.settings.queue(mode),
+            queue=self.queues[self.settings.queue(mode)],
             soft_time_limit=soft,
             time_limit=hard,
         )
