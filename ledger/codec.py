@@ -8,13 +8,18 @@ pydantic events themselves never hold stream ids.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from ledger.errors import EventDecodeError
 from ledger.events import Event, parse_event_json
 
 FIELD = "e"
 _FIELD_BYTES = FIELD.encode()
+
+
+def text(value: Any) -> str:
+    """A Redis reply as text, whether the client decodes responses or not."""
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
 class Envelope(NamedTuple):

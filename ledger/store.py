@@ -17,7 +17,6 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from importlib import resources
 from typing import Any, TypeVar
@@ -25,9 +24,10 @@ from typing import Any, TypeVar
 import redis
 
 from ledger import keys
-from ledger.codec import FIELD, Envelope, decode_entry, encode
+from ledger.codec import FIELD, Envelope, decode_entry, encode, text
 from ledger.errors import EventDecodeError, FencedOut, LedgerUnavailable, UnknownTurn
 from ledger.events import Event, RunStarted, TurnStarted
+from ledger.lease import Claim, Lease, TurnMeta
 
 log = logging.getLogger("ledger.store")
 
@@ -48,73 +48,9 @@ def _script(name: str) -> str:
     return resources.files("ledger").joinpath("lua", name).read_text()
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 def _split(stream_id: str) -> tuple[int, int]:
     ms, _, seq = stream_id.partition("-")
     return int(ms), int(seq)
-
-
-@dataclass(frozen=True, slots=True)
-class TurnMeta:
-    """The metadata hash beside a turn's stream. Fields without a typed slot are in ``extra``."""
-
-    turn_id: str
-    status: str
-    epoch: int
-    runs: int
-    chunk: int
-    run_id: str
-    next_run: str
-    extra: Mapping[str, str]
-
-    @classmethod
-    def from_hash(cls, turn_id: str, raw: Mapping[Any, Any]) -> TurnMeta:
-        fields = {_text(k): _text(v) for k, v in raw.items()}
-        return cls(
-            turn_id=turn_id,
-            status=fields.pop("status", ""),
-            epoch=int(fields.pop("epoch", 0)),
-            runs=int(fields.pop("runs", 0)),
-            chunk=int(fields.pop("chunk", 0)),
-            run_id=fields.pop("run_id", ""),
-            next_run=fields.pop("next_run", ""),
-            extra=fields,
-        )
-
-
-@dataclass(slots=True)
-class Lease:
-    """A run's hold on a turn: its epoch, and the sequence of its next stream id (mutable)."""
-
-    turn_id: str
-    run_id: str
-    epoch: int
-    chunk: int
-    cause: str = "first"
-    seq: int = 1
-    #: the last event appended and its stream id: appending it again returns that id
-    last: tuple[str, str] = ("", "")
-
-    def next_id(self) -> str:
-        return f"{self.epoch}-{self.seq}"
-
-
-@dataclass(frozen=True, slots=True)
-class Claim:
-    """The outcome of claiming a turn's pending run: a lease, or who holds the turn."""
-
-    lease: Lease | None
-    #: the turn's metadata as read just before the claim
-    meta: TurnMeta | None = None
-    status: str = ""
-    holder: str = ""
-
-    @property
-    def claimed(self) -> bool:
-        return self.lease is not None
 
 
 class Ledger:
@@ -307,7 +243,7 @@ class Ledger:
             lease.seq += 1
             return True
         top: Any = self.client.xrevrange(stream, count=1)
-        top_epoch, top_seq = _split(_text(top[0][0]))
+        top_epoch, top_seq = _split(text(top[0][0]))
         if top_epoch > lease.epoch:
             raise FencedOut(lease.turn_id, lease.epoch, top_epoch)
         lease.seq = top_seq + 1  # our own earlier append landed unseen: go on after it
@@ -423,7 +359,7 @@ class Ledger:
             yield from self._decode(turn_id, entries)
             if len(entries) < count:
                 return
-            start = _text(entries[-1][0])
+            start = text(entries[-1][0])
             if left is not None:
                 left -= len(entries)
 
@@ -442,13 +378,13 @@ class Ledger:
             reply: Any = self.client.xread({stream: last}, count=count, block=block_ms)
             entries: list[tuple[Any, Any]] = [e for _, batch in (reply or []) for e in batch]
             if entries:
-                last = _text(entries[-1][0])
+                last = text(entries[-1][0])
             yield list(self._decode(turn_id, entries))
 
     def last_id(self, turn_id: str) -> str | None:
         """The stream id of the turn's newest entry, or None for an empty or missing stream."""
         newest = self.client.xrevrange(keys.turn_events(turn_id), count=1)
-        return _text(newest[0][0]) if newest else None
+        return text(newest[0][0]) if newest else None
 
     @staticmethod
     def _decode(turn_id: str, entries: Iterable[tuple[Any, Any]]) -> Iterator[Envelope]:
@@ -459,5 +395,5 @@ class Ledger:
                 # A reader never crashes on a bad entry: it is skipped and named in the log.
                 log.warning(
                     "skipped malformed ledger entry",
-                    extra={"turn_id": turn_id, "stream_id": _text(stream_id), "error": str(e)},
+                    extra={"turn_id": turn_id, "stream_id": text(stream_id), "error": str(e)},
                 )

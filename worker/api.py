@@ -13,24 +13,35 @@ import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any, Literal
+from typing import Annotated
 
 import redis
 import redis.asyncio as aioredis
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import keys
-from ledger.codec import decode_entry
+from ledger.codec import decode_entry, text
 from ledger.errors import EventDecodeError, UnknownTurn
-from ledger.journal import JournalEntry, build_journal
+from ledger.journal import build_journal
 from ledger.store import TurnMeta
+from worker.api_schemas import (
+    ERRORS,
+    ID,
+    STATUSES,
+    Accepted,
+    ContinueRequest,
+    JournalOut,
+    TurnCreated,
+    TurnRequest,
+    TurnStatus,
+    journal_call,
+)
 from worker.client import enqueue
 from worker.control import FINISHED
 from worker.errors import ConfigError
@@ -39,94 +50,11 @@ from worker.settings import Settings
 
 #: bytes: the largest request body accepted
 MAX_BODY_BYTES = 256 * 1024
-#: characters: the longest user message accepted
-MAX_MESSAGE_CHARS = 100_000
 #: seconds an Idempotency-Key is remembered
 IDEMPOTENCY_TTL_S = 24 * 3600
 #: seconds between keepalive comments on an idle event stream
 SSE_KEEPALIVE_S = 15.0
 STREAM_ID = re.compile(r"^\d+-\d+$")
-ID = r"^[A-Za-z0-9_.:-]{1,128}$"
-STATUSES = ("queued", "running", "resuming", "completed", "stopped", "failed", "cancelled")
-
-
-class TurnRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
-    conversation_id: str | None = Field(None, pattern=ID)
-    mode: Literal["foreground", "background"] = "foreground"
-    model: str | None = Field(None, max_length=500)
-
-    @field_validator("message")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        # enqueue refuses a blank message too; refusing it here makes it a 422, not a 500
-        if not value.strip():
-            raise ValueError("message is blank")
-        return value
-
-
-class TurnCreated(BaseModel):
-    turn_id: str
-    conversation_id: str
-    events_url: str
-
-
-class TurnStatus(BaseModel):
-    turn_id: str
-    conversation_id: str
-    status: Literal["queued", "running", "resuming", "completed", "stopped", "failed", "cancelled"]
-    mode: str
-    runs: int
-    chunk: int
-    auto_continues: int
-    can_continue: bool
-    #: why the turn stopped or failed, e.g. crashed, journal_unreadable
-    code: str = ""
-
-
-class ContinueRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-    auto: bool = False
-
-
-class Accepted(BaseModel):
-    turn_id: str
-    detail: str
-    run_id: str | None = None
-
-
-class JournalCall(BaseModel):
-    tool: str
-    call_id: str | None
-    input: Any
-    signature: str
-    result: Any = None
-
-
-class JournalOut(BaseModel):
-    turn_id: str
-    completed: list[JournalCall]
-    interrupted: list[JournalCall]
-
-
-class ErrorOut(BaseModel):
-    detail: str
-
-
-ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 422)
-}
-
-
-def _call(entry: JournalEntry) -> JournalCall:
-    return JournalCall(
-        tool=entry.tool,
-        call_id=entry.call_id,
-        input=entry.input,
-        signature=entry.signature,
-        result=entry.result,
-    )
 
 
 def _body_hash(body: TurnRequest) -> str:
@@ -288,7 +216,7 @@ async def turn_status(reader: Reader, turn_id: TurnId) -> TurnStatus:
     meta = await meta_of(reader, turn_id)
     conversation = meta.extra.get("conversation_id", "")
     newest = await reader.lindex(keys.conversation_turns(conversation or "_"), -1)
-    is_newest = newest is None or _text(newest) == turn_id
+    is_newest = newest is None or text(newest) == turn_id
     return TurnStatus(
         turn_id=turn_id,
         conversation_id=conversation,
@@ -308,8 +236,8 @@ def journal(rt: RT, turn_id: TurnId) -> JournalOut:
     built = build_journal(rt.ledger.events(turn_id))
     return JournalOut(
         turn_id=turn_id,
-        completed=[_call(e) for e in built.completed],
-        interrupted=[_call(e) for e in built.interrupted],
+        completed=[journal_call(e) for e in built.completed],
+        interrupted=[journal_call(e) for e in built.interrupted],
     )
 
 
@@ -375,10 +303,6 @@ def _broker_ping(rt: Runtime) -> None:
         connection.ensure_connection(max_retries=1, timeout=2)
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
 async def _finished(reader: aioredis.Redis, turn_id: str, last: str) -> bool:
     """The turn has ended and its stream holds nothing after ``last``.
 
@@ -388,10 +312,10 @@ async def _finished(reader: aioredis.Redis, turn_id: str, last: str) -> bool:
     status = await reader.hget(keys.turn_meta(turn_id), "status")
     if status is None:
         return True  # the turn expired or was removed
-    if _text(status) not in FINISHED | {"stopped"}:
+    if text(status) not in FINISHED | {"stopped"}:
         return False
     newest = await reader.xrevrange(keys.turn_events(turn_id), count=1)
-    return not newest or _stream_pos(_text(newest[0][0])) <= _stream_pos(last)
+    return not newest or _stream_pos(text(newest[0][0])) <= _stream_pos(last)
 
 
 def _stream_pos(stream_id: str) -> tuple[int, int]:
@@ -411,7 +335,7 @@ async def _sse(
         entries = [entry for _, batch in (reply or []) for entry in batch]
         ended = False
         for stream_id, fields in entries:
-            last = _text(stream_id)
+            last = text(stream_id)
             try:
                 envelope = decode_entry(stream_id, fields)
             except EventDecodeError:

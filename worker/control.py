@@ -13,6 +13,7 @@ from typing import Protocol
 import structlog
 
 from ledger import keys
+from ledger.codec import text
 from ledger.events import Event, RunEnded, TurnEnded
 from ledger.store import Ledger, TurnMeta
 from worker.clock import Clock, Ids
@@ -134,7 +135,7 @@ class TurnControl:
         newest = self.ledger.client.lindex(
             keys.conversation_turns(meta.extra.get("conversation_id", "")), -1
         )
-        if newest is not None and _text(newest) != meta.turn_id:
+        if newest is not None and text(newest) != meta.turn_id:
             return "only the conversation's newest stop can be continued"
         code = meta.extra.get("code", "")
         if auto and code not in AUTO_CONTINUABLE:
@@ -224,7 +225,3 @@ class TurnControl:
             ts=self.clock.now(),
             **fields,
         )
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

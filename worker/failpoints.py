@@ -16,6 +16,7 @@ import signal
 from typing import Any
 
 from ledger import keys
+from ledger.codec import text
 
 
 class Failpoints:
@@ -28,13 +29,13 @@ class Failpoints:
             return None
         key = keys.chaos_fault()
         armed = self.redis.hget(key, "point")
-        if armed is None or _text(armed) != point:
+        if armed is None or text(armed) != point:
             return None
         hits = self.redis.hincrby(key, "hits", 1)
-        skip = int(_text(self.redis.hget(key, "skip") or b"0"))
+        skip = int(text(self.redis.hget(key, "skip") or b"0"))
         if hits != skip + 1:
             return None
-        action = _text(self.redis.hget(key, "action") or b"")
+        action = text(self.redis.hget(key, "action") or b"")
         self.redis.hset(key, "fired", point)
         if action == "kill_child":
             os.kill(os.getpid(), signal.SIGKILL)
@@ -46,7 +47,3 @@ class Failpoints:
 
 
 OFF = Failpoints()
-
-
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

@@ -28,7 +28,7 @@ from ledger.events import (
 from ledger.journal import Journal
 from ledger.note import entry_line
 from worker.models.base import AssistantMessage, Message, ToolResultMessage, UserMessage
-from worker.tools.executor import ToolCall
+from worker.tools.calls import ToolCall
 
 NUDGE = (
     "Continue from where you left off and finish the user's original request. Do not repeat "

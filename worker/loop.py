@@ -35,7 +35,8 @@ from worker.history import build_messages
 from worker.models.base import ChatModel, ModelRequest, TextDelta, ToolSchema
 from worker.recorder import Recorder, RunContext
 from worker.settings import Settings
-from worker.tools.executor import Attempt, ToolCall, ToolExecutor
+from worker.tools.calls import Attempt, ToolCall
+from worker.tools.executor import ToolExecutor
 from worker.tools.guard import DeferSignals
 from worker.tools.registry import Registry
 from worker.turns import finish

@@ -16,6 +16,7 @@ import threading
 import structlog
 
 from ledger import keys
+from ledger.codec import text
 from ledger.errors import UnknownTurn
 from worker.control import FINISHED, TurnControl
 
@@ -38,7 +39,7 @@ class Reaper:
         due = self.ledger.client.zrangebyscore(
             keys.active_turns(), "-inf", now_ms, start=0, num=BATCH
         )
-        return {_text(turn_id): self.check(_text(turn_id), now_ms) for turn_id in due}
+        return {text(turn_id): self.check(text(turn_id), now_ms) for turn_id in due}
 
     def check(self, turn_id: str, now_ms: int) -> str:
         control = self.control
@@ -98,7 +99,3 @@ class ReaperThread(threading.Thread):
 
     def stop(self) -> None:
         self.stopping.set()
-
-
-def _text(value: object) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)

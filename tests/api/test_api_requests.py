@@ -16,7 +16,8 @@ import redis
 from api_support import TOKEN, post_turn, redis_state, turn_count
 
 from ledger import keys
-from worker.api import MAX_BODY_BYTES, MAX_MESSAGE_CHARS
+from worker.api import MAX_BODY_BYTES
+from worker.api_schemas import MAX_MESSAGE_CHARS
 from worker.settings import Settings
 
 UNKNOWN = "turn_does_not_exist"

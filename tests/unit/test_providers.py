@@ -29,7 +29,7 @@ from worker.models.base import (
     UserMessage,
 )
 from worker.models.providers import AnthropicModel, OpenAIModel
-from worker.tools.executor import ToolCall
+from worker.tools.calls import ToolCall
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 #: seconds any one request may take before the SDK gives up

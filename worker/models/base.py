@@ -6,7 +6,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from worker.tools.executor import ToolCall
+from worker.tools.calls import ToolCall
 
 
 @dataclass(frozen=True)

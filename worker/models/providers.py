@@ -28,7 +28,7 @@ from worker.models.base import (
     ToolResultMessage,
     UserMessage,
 )
-from worker.tools.executor import ToolCall
+from worker.tools.calls import ToolCall
 
 #: tokens one model response may generate
 DEFAULT_MAX_TOKENS = 4096

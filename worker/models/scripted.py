@@ -19,7 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from worker.clock import Clock
 from worker.errors import ConfigError, ModelError
 from worker.models.base import ModelEvent, ModelRequest, TextDelta
-from worker.tools.executor import ToolCall
+from worker.tools.calls import ToolCall
 
 FAILURES = {
     "gateway_timeout": ("gateway_timeout", "upstream gateway timed out (scripted)"),

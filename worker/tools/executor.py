@@ -15,8 +15,6 @@ Read-only tools are never blocked.
 
 from __future__ import annotations
 
-from collections import Counter
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -29,70 +27,20 @@ from ledger.journal import Journal, JournalEntry
 from ledger.signature import input_signature
 from worker.failpoints import OFF, Failpoints
 from worker.recorder import Recorder
+from worker.tools.calls import (
+    ALREADY_COMPLETED,
+    INTERRUPTED_REFUSAL,
+    REWORDED_REFUSAL,
+    Attempt,
+    ToolCall,
+    ToolOutcome,
+    error_result,
+)
 from worker.tools.context import Reconciliation, ToolContext, idempotency_key
 from worker.tools.guard import DeferSignals
 from worker.tools.registry import Registry, ToolSpec
 
 log = structlog.get_logger("dres.executor")
-
-ALREADY_COMPLETED = (
-    "This exact call already completed in an earlier, interrupted attempt of this turn and was "
-    "not run again, because that would repeat its side effect. Its recorded result is below."
-)
-REWORDED_REFUSAL = (
-    "Refused: a {tool} call with the same {fields} already completed in this turn. This call "
-    "differs only in its other fields and would repeat the side effect. Reuse the completed "
-    "call's result below instead."
-)
-INTERRUPTED_REFUSAL = (
-    "Refused: this {tool} call started in an earlier attempt of this turn and was interrupted "
-    "before its result was recorded, so it may already have taken effect. Verify the current "
-    "state with a read tool ({reads}) before deciding what to do next; this exact call will not "
-    "be run again blind."
-)
-
-
-@dataclass(frozen=True)
-class ToolCall:
-    """A tool call as the model asked for it."""
-
-    name: str
-    input: Any
-    #: the provider's id for the call, if it gave one
-    id: str | None = None
-
-
-@dataclass(frozen=True)
-class ToolOutcome:
-    call_id: str
-    tool: str
-    result: Any
-    is_error: bool
-    #: the call was not run (layer 2)
-    blocked: bool = False
-
-
-@dataclass
-class Attempt:
-    """The executor's state for one attempt: the journal snapshot and what it has claimed."""
-
-    #: None on a turn's first run: there is nothing to block
-    journal: Journal | None
-    consumed: set[int] = field(default_factory=set)
-    settled: set[int] = field(default_factory=set)
-    #: completed calls per (tool, signature): the "occurrence" in an idempotency key
-    completed: Counter[tuple[str, str]] = field(default_factory=Counter)
-
-    @classmethod
-    def begin(cls, journal: Journal | None) -> Attempt:
-        attempt = cls(journal)
-        for entry in journal.completed if journal else ():
-            attempt.completed[(entry.tool, entry.signature)] += 1
-        return attempt
-
-
-def _error(message: str, **details: Any) -> dict[str, Any]:
-    return {"error": message, **details}
 
 
 class ToolExecutor:
@@ -186,7 +134,7 @@ class ToolExecutor:
                     tool=spec.name, fields=" and ".join(spec.identity)
                 )
                 completed = {"input": entry.input, "result": entry.result}
-                result = _error(message, completed_call=completed)
+                result = error_result(message, completed_call=completed)
                 return self._blocked(call_id, spec, data, sig, "identity", entry, result, True)
         for i, entry in enumerate(journal.interrupted):
             if (
@@ -231,7 +179,7 @@ class ToolExecutor:
                     ToolDone,
                     call_id=entry.call_id,
                     tool=spec.name,
-                    result=_error("did not take effect (reconciled)"),
+                    result=error_result("did not take effect (reconciled)"),
                     is_error=True,
                 )
                 attempt.settled.add(index)
@@ -245,7 +193,7 @@ class ToolExecutor:
     ) -> ToolOutcome:
         reads = ", ".join(self.registry.read_only_names()) or "none registered"
         message = INTERRUPTED_REFUSAL.format(tool=spec.name, reads=reads)
-        result = _error(message, interrupted_call={"input": entry.input})
+        result = error_result(message, interrupted_call={"input": entry.input})
         return self._blocked(call_id, spec, data, sig, "interrupted", entry, result, True)
 
     def _reconcile(
@@ -306,7 +254,7 @@ class ToolExecutor:
             except self.interrupts:
                 raise
             except Exception as e:  # a tool failure is recorded as an error result
-                result, is_error = _error(f"{type(e).__name__}: {e}"), True
+                result, is_error = error_result(f"{type(e).__name__}: {e}"), True
             self.failpoints.hit("tool.after_effect")
             done = [
                 self.recorder.make(
@@ -337,7 +285,7 @@ class ToolExecutor:
             sig = input_signature(call.input)
         except SignatureError:
             sig = ""
-        result = _error(message)
+        result = error_result(message)
         with self.guard:
             start = self.recorder.make(
                 ToolStart,

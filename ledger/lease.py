@@ -1,0 +1,69 @@
+"""Who holds a turn: its metadata as read, a run's lease, and the outcome of a claim."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ledger.codec import text
+
+
+@dataclass(frozen=True, slots=True)
+class TurnMeta:
+    """The metadata hash beside a turn's stream. Fields without a typed slot are in ``extra``."""
+
+    turn_id: str
+    status: str
+    epoch: int
+    runs: int
+    chunk: int
+    run_id: str
+    next_run: str
+    extra: Mapping[str, str]
+
+    @classmethod
+    def from_hash(cls, turn_id: str, raw: Mapping[Any, Any]) -> TurnMeta:
+        fields = {text(k): text(v) for k, v in raw.items()}
+        return cls(
+            turn_id=turn_id,
+            status=fields.pop("status", ""),
+            epoch=int(fields.pop("epoch", 0)),
+            runs=int(fields.pop("runs", 0)),
+            chunk=int(fields.pop("chunk", 0)),
+            run_id=fields.pop("run_id", ""),
+            next_run=fields.pop("next_run", ""),
+            extra=fields,
+        )
+
+
+@dataclass(slots=True)
+class Lease:
+    """A run's hold on a turn: its epoch, and the sequence of its next stream id (mutable)."""
+
+    turn_id: str
+    run_id: str
+    epoch: int
+    chunk: int
+    cause: str = "first"
+    seq: int = 1
+    #: the last event appended and its stream id: appending it again returns that id
+    last: tuple[str, str] = ("", "")
+
+    def next_id(self) -> str:
+        return f"{self.epoch}-{self.seq}"
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The outcome of claiming a turn's pending run: a lease, or who holds the turn."""
+
+    lease: Lease | None
+    #: the turn's metadata as read just before the claim
+    meta: TurnMeta | None = None
+    status: str = ""
+    holder: str = ""
+
+    @property
+    def claimed(self) -> bool:
+        return self.lease is not None

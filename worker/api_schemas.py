@@ -1,0 +1,93 @@
+"""The HTTP API's request and response bodies (CONTRACT §10), as the OpenAPI document shows them."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from ledger.journal import JournalEntry
+
+#: characters: the longest user message accepted
+MAX_MESSAGE_CHARS = 100_000
+ID = r"^[A-Za-z0-9_.:-]{1,128}$"
+STATUSES = ("queued", "running", "resuming", "completed", "stopped", "failed", "cancelled")
+
+
+class TurnRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    conversation_id: str | None = Field(None, pattern=ID)
+    mode: Literal["foreground", "background"] = "foreground"
+    model: str | None = Field(None, max_length=500)
+
+    @field_validator("message")
+    @classmethod
+    def _not_blank(cls, value: str) -> str:
+        # enqueue refuses a blank message too; refusing it here makes it a 422, not a 500
+        if not value.strip():
+            raise ValueError("message is blank")
+        return value
+
+
+class TurnCreated(BaseModel):
+    turn_id: str
+    conversation_id: str
+    events_url: str
+
+
+class TurnStatus(BaseModel):
+    turn_id: str
+    conversation_id: str
+    status: Literal["queued", "running", "resuming", "completed", "stopped", "failed", "cancelled"]
+    mode: str
+    runs: int
+    chunk: int
+    auto_continues: int
+    can_continue: bool
+    #: why the turn stopped or failed, e.g. crashed, journal_unreadable
+    code: str = ""
+
+
+class ContinueRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    auto: bool = False
+
+
+class Accepted(BaseModel):
+    turn_id: str
+    detail: str
+    run_id: str | None = None
+
+
+class JournalCall(BaseModel):
+    tool: str
+    call_id: str | None
+    input: Any
+    signature: str
+    result: Any = None
+
+
+class JournalOut(BaseModel):
+    turn_id: str
+    completed: list[JournalCall]
+    interrupted: list[JournalCall]
+
+
+class ErrorOut(BaseModel):
+    detail: str
+
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 422)
+}
+
+
+def journal_call(entry: JournalEntry) -> JournalCall:
+    return JournalCall(
+        tool=entry.tool,
+        call_id=entry.call_id,
+        input=entry.input,
+        signature=entry.signature,
+        result=entry.result,
+    )
