@@ -333,7 +333,7 @@ class Ledger:
     # -- reads -------------------------------------------------------------------------------
 
     def meta(self, turn_id: str) -> TurnMeta:
-        raw = self.client.hgetall(keys.turn_meta(turn_id))
+        raw = self._retry(partial(self.client.hgetall, keys.turn_meta(turn_id)))
         if not raw:
             raise UnknownTurn(turn_id)
         return TurnMeta.from_hash(turn_id, raw)
@@ -355,7 +355,8 @@ class Ledger:
         start, left = after, limit
         while left is None or left > 0:
             count = self.page if left is None else min(self.page, left)
-            entries: Any = self.client.xrange(stream, min=f"({start}", max="+", count=count)
+            page = partial(self.client.xrange, stream, min=f"({start}", max="+", count=count)
+            entries: Any = self._retry(page)
             yield from self._decode(turn_id, entries)
             if len(entries) < count:
                 return
@@ -383,7 +384,9 @@ class Ledger:
 
     def last_id(self, turn_id: str) -> str | None:
         """The stream id of the turn's newest entry, or None for an empty or missing stream."""
-        newest = self.client.xrevrange(keys.turn_events(turn_id), count=1)
+        newest: Any = self._retry(
+            partial(self.client.xrevrange, keys.turn_events(turn_id), count=1)
+        )
         return text(newest[0][0]) if newest else None
 
     @staticmethod

@@ -13,6 +13,7 @@ from __future__ import annotations
 from functools import cache
 from typing import Any
 
+import redis
 import structlog
 from celery import Task, current_app, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
@@ -59,7 +60,7 @@ def run_chunk(self: Task, turn_id: Any, run_id: Any) -> str:
     except FencedOut as e:
         log.warning("another run holds the turn; this one stops writing", error=str(e))
         return "fenced-out"
-    except LedgerError:
+    except (LedgerError, redis.ConnectionError, redis.TimeoutError):
         raise  # Redis is unreachable: nothing can be recorded; the lease runs out, the reaper acts
     except Exception as e:
         log.exception("chunk failed")

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+import redis
 import structlog
 
 from ledger import keys
@@ -72,7 +73,12 @@ class TurnControl:
     # -- Stop ---------------------------------------------------------------------------------
 
     def is_cancelled(self, turn_id: str) -> bool:
-        return bool(self.ledger.client.exists(keys.turn_cancel(turn_id)))
+        """Was Stop requested? A check that cannot reach Redis says no: the next one asks again."""
+        try:
+            return bool(self.ledger.client.exists(keys.turn_cancel(turn_id)))
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            log.warning("could not check for a Stop request", error=repr(e))
+            return False
 
     def stop(self, turn_id: str) -> Outcome:
         """Cancel a running or resuming turn; a queued chunk never runs."""

@@ -301,3 +301,26 @@ def test_a_duplicate_delivery_racing_the_winner_of_a_claim_gets_no_lease(
     loser = ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="b", ts=1.0, meta=before)
     assert winner.claimed and not loser.claimed
     assert [e.event_id for e in ledger.events("t1") if e.type == "run_started"] == ["a"]
+
+
+def test_reads_are_retried_after_a_dropped_connection(
+    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A redis-server restart under a running chunk: its next reads wait for it, then go on."""
+    ledger = Ledger(client)
+    new_turn(ledger)
+    for command in ("hgetall", "xrange"):
+        real = getattr(client, command)
+        dropped: list[bool] = []
+
+        def drop_once(
+            *args: object, real: object = real, dropped: list[bool] = dropped, **kwargs: object
+        ) -> object:
+            if not dropped:
+                dropped.append(True)
+                raise redis.ConnectionError("Connection closed by server.")
+            return real(*args, **kwargs)  # type: ignore[operator]
+
+        monkeypatch.setattr(client, command, drop_once)
+    assert ledger.meta("t1").status == "running"
+    assert [e.type for e in ledger.events("t1")] == ["turn_started", "run_started"]
