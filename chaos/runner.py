@@ -227,11 +227,8 @@ def run(trials: int, seed: int) -> tuple[list[Outcome], Cluster]:
 def table(outcomes: list[Outcome]) -> str:
     rows: dict[str, Counter[str]] = defaultdict(Counter)
     for o in outcomes:
-        ended = (
-            "completed"
-            if o.status == "completed"
-            else ("stopped, can continue" if o.can_continue else o.status)
-        )
+        stopped = o.status == "stopped" and o.can_continue
+        ended = "stopped, can continue" if stopped else o.status
         rows[o.fault][ended] += 1
         rows[o.fault]["fired"] += o.fired
         rows[o.fault]["continued"] += bool(o.continues)
