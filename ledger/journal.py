@@ -72,15 +72,17 @@ def build_journal(events: Iterable[Event]) -> Journal:
     completed: list[tuple[int, JournalEntry]] = []
     order = 0
     for event in events:
-        if isinstance(event, ToolStart):
+        # ``type(...) is``, not isinstance: events are final classes, and a pydantic model's
+        # isinstance goes through ABCMeta (a turn's rebuild does this for every event).
+        if type(event) is ToolStart:
             open_calls.append(_Open(order, event))
             order += 1
-        elif isinstance(event, ToolDone):
+        elif type(event) is ToolDone:
             call = _take(open_calls, event)
             # An error result closes the call without counting it: nothing happened, a retry may.
             if call is not None and not event.is_error:
                 completed.append((call.order, _entry(call.start, event.result)))
-        elif isinstance(event, Clear):
+        elif type(event) is Clear:
             open_calls.clear()
     completed.sort(key=lambda pair: pair[0])
     return Journal(

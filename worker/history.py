@@ -86,9 +86,8 @@ class _Builder:
         self.open().calls.append(ToolCall(tool, data, id=call_id))
 
     def result(self, call_id: str, tool: str, result: Any, is_error: bool) -> None:
-        self.results.setdefault(
-            call_id, ToolResultMessage(call_id, tool, result_text(result), is_error)
-        )
+        if call_id not in self.results:
+            self.results[call_id] = ToolResultMessage(call_id, tool, result_text(result), is_error)
 
     def messages(self) -> list[Message]:
         out: list[Message] = []
@@ -109,28 +108,28 @@ class _Builder:
 def build_messages(events: Iterable[Event]) -> list[Message]:
     """The turn's conversation so far, in the provider-neutral message form."""
     b = _Builder()
-    for event in events:
-        if isinstance(event, TurnStarted):
+    for event in events:  # type(...) is: see ledger.journal.build_journal
+        if type(event) is TurnStarted:
             text = event.message
             if event.prior_turn_note:
                 text = f"{event.prior_turn_note}\n\n{text}"
             b.items.append(UserMessage(text))
             b.current = None
-        elif isinstance(event, Resumed):
+        elif type(event) is Resumed:
             b.items.append(UserMessage(resume_prompt(event.note)))
             b.current = None
-        elif isinstance(event, ModelStart):
+        elif type(event) is ModelStart:
             b.current = None
-        elif isinstance(event, Text):
+        elif type(event) is Text:
             b.open().text += event.text
-        elif isinstance(event, Clear):
+        elif type(event) is Clear:
             if b.current is not None:
                 b.current.text = ""
-        elif isinstance(event, ToolStart) and event.call_id:
+        elif type(event) is ToolStart and event.call_id:
             b.call(event.call_id, event.tool, event.input)
-        elif isinstance(event, ToolBlocked) and event.call_id:
+        elif type(event) is ToolBlocked and event.call_id:
             b.call(event.call_id, event.tool, event.input)
             b.result(event.call_id, event.tool, event.result, event.is_error)
-        elif isinstance(event, ToolDone) and event.call_id:
+        elif type(event) is ToolDone and event.call_id:
             b.result(event.call_id, event.tool, event.result, event.is_error)
     return b.messages()
