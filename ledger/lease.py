@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ledger.codec import text
+from ledger.codec import Envelope, text
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,9 +21,13 @@ class TurnMeta:
     run_id: str
     next_run: str
     extra: Mapping[str, str]
+    #: the turn's Stop flag was set when this was read
+    stop_requested: bool = False
 
     @classmethod
-    def from_hash(cls, turn_id: str, raw: Mapping[Any, Any]) -> TurnMeta:
+    def from_hash(
+        cls, turn_id: str, raw: Mapping[Any, Any], stop_requested: bool = False
+    ) -> TurnMeta:
         fields = {text(k): text(v) for k, v in raw.items()}
         return cls(
             turn_id=turn_id,
@@ -34,6 +38,7 @@ class TurnMeta:
             run_id=fields.pop("run_id", ""),
             next_run=fields.pop("next_run", ""),
             extra=fields,
+            stop_requested=stop_requested,
         )
 
 
@@ -63,6 +68,11 @@ class Claim:
     meta: TurnMeta | None = None
     status: str = ""
     holder: str = ""
+    #: entries read in the claim's atomic step from stream id ``read_from`` (None: no read)
+    entries: list[Envelope] | None = None
+    read_from: str = ""
+    #: the read reached the end of the stream (it is capped at a page)
+    read_all: bool = False
 
     @property
     def claimed(self) -> bool:

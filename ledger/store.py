@@ -104,13 +104,16 @@ class Ledger:
         event_id: str,
         ts: float,
         meta: TurnMeta | None = None,
+        read_from: str = "",
     ) -> Claim:
         """Make ``run_id`` the lease holder if it is the turn's pending run (atomic).
 
         The claim records ``run_started`` (with ``event_id`` and ``ts``) at the new epoch's
         first stream id. A run that is not the pending one (a duplicate delivery, a run already
         claimed, a stale message) gets no lease. ``meta``: the turn's metadata if the caller has
-        just read it (the claim is still checked against Redis).
+        just read it (the claim is still checked against Redis). ``read_from``: a stream id
+        (``-`` for the start) to read the turn from in the claim's own atomic step, up to a page
+        of entries (``Claim.entries``; ``Claim.read_all`` says whether that was the end).
         """
         meta = meta or self.meta(turn_id)
         if meta.next_run != run_id:
@@ -126,22 +129,19 @@ class Ledger:
             cause=cause,
             epoch=meta.epoch + 1,
         )
-        lease = self.seize(
-            meta,
-            expect={"next_run": run_id},
-            events=[started],
-            set_meta={
-                "run_id": run_id,
-                "chunk": chunk,
-                "next_run": "",
-                "status": "running",
-                "runs": meta.runs + 1,
-                "lease_until": lease_until_ms,
-            },
-            run_id=run_id,
-        )
+        set_meta: dict[str, MetaValue] = {
+            "run_id": run_id,
+            "chunk": chunk,
+            "next_run": "",
+            "status": "running",
+            "runs": meta.runs + 1,
+            "lease_until": lease_until_ms,
+        }
+        args = self._seize_args(meta, {"next_run": run_id}, [started], set_meta, None)
+        count = self.page if read_from else 0
+        lease, entries, read_all = self._take(meta, args, 1, set_meta, run_id, read_from, count)
         if lease is not None:
-            return Claim(lease, meta)
+            return Claim(lease, meta, entries=entries, read_from=read_from, read_all=read_all)
         now = self.meta(turn_id)
         if now.run_id == run_id and now.epoch == meta.epoch + 1 and self._opened_by(started):
             # A retried claim whose first reply was lost: the claim is ours. A duplicate delivery
@@ -180,6 +180,18 @@ class Ledger:
         turn continued), None leaves it. Returns the new lease (held by ``run_id``), or None when
         the turn changed in between.
         """
+        args = self._seize_args(meta, expect, events, set_meta, expire)
+        return self._take(meta, args, len(events), set_meta, run_id)[0]
+
+    def _seize_args(
+        self,
+        meta: TurnMeta,
+        expect: Mapping[str, MetaValue],
+        events: Sequence[Event],
+        set_meta: Mapping[str, MetaValue] | None,
+        expire: bool | None,
+    ) -> list[MetaValue]:
+        """``seize.lua``'s arguments but the read: ttl, conditions, events, fields to set."""
         conditions: dict[str, MetaValue] = {"epoch": meta.epoch, **expect}
         ttl = 0 if expire is None else (self.finished_ttl_s if expire else -1)
         args: list[MetaValue] = [ttl, len(conditions)]
@@ -189,17 +201,36 @@ class Ledger:
         args += [encode(event) for event in events]
         for name, value in (set_meta or {}).items():
             args += [name, value]
+        return args
+
+    def _take(
+        self,
+        meta: TurnMeta,
+        args: list[MetaValue],
+        written: int,
+        set_meta: Mapping[str, MetaValue] | None,
+        run_id: str,
+        read_from: str = "",
+        read_count: int = 0,
+    ) -> tuple[Lease | None, list[Envelope] | None, bool]:
+        """Run ``seize.lua``; with ``read_from``, also the entries it read once it took the turn,
+        and whether they reach the stream's end (fewer than ``read_count`` entries)."""
+        argv: list[MetaValue] = [args[0], read_from, read_count, *args[1:]]
         turn_keys = keys.turn_keys(meta.turn_id)
         try:
-            reply = self._retry(lambda: self._seize(keys=turn_keys, args=args))
+            reply = self._retry(lambda: self._seize(keys=turn_keys, args=argv))
         except redis.ResponseError as e:
             raise self._translate(meta.turn_id, 0, e) from e
         if int(reply[0]) != 1:
-            return None
+            return None, None, False
         epoch = int(reply[1])
         chunk = int((set_meta or {}).get("chunk", meta.chunk))
         cause = meta.extra.get("next_cause", "first")
-        return Lease(meta.turn_id, run_id, epoch, chunk, cause, seq=len(events))
+        lease = Lease(meta.turn_id, run_id, epoch, chunk, cause, seq=written)
+        if len(reply) < 3:
+            return lease, None, False
+        entries = [(sid, dict(zip(flat[::2], flat[1::2], strict=True))) for sid, flat in reply[2]]
+        return lease, list(self._decode(meta.turn_id, entries)), len(entries) < read_count
 
     # -- appending ---------------------------------------------------------------------------
 
@@ -333,10 +364,18 @@ class Ledger:
     # -- reads -------------------------------------------------------------------------------
 
     def meta(self, turn_id: str) -> TurnMeta:
-        raw = self._retry(partial(self.client.hgetall, keys.turn_meta(turn_id)))
+        """The turn's metadata and, in the same round trip, whether its Stop flag is set."""
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hgetall(keys.turn_meta(turn_id))
+            pipe.exists(keys.turn_cancel(turn_id))
+            return pipe.execute()
+
+        raw, stop = self._retry(read)
         if not raw:
             raise UnknownTurn(turn_id)
-        return TurnMeta.from_hash(turn_id, raw)
+        return TurnMeta.from_hash(turn_id, raw, stop_requested=bool(stop))
 
     def read_turn(self, turn_id: str) -> list[Envelope]:
         """Every decodable event of the turn with its stream id, in order (paged XRANGE)."""
@@ -344,23 +383,28 @@ class Ledger:
 
     def events(self, turn_id: str) -> list[Event]:
         """Every decodable event of the turn, in order (paged XRANGE)."""
-        return [envelope.event for envelope in self._pages(turn_id, "0-0", None)]
+        return [envelope.event for envelope in self._pages(turn_id, "-", None)]
 
     def read_after(self, turn_id: str, after: str, *, limit: int | None = None) -> list[Envelope]:
         """Events strictly after stream id ``after`` (``0-0`` for all), at most ``limit``."""
-        return list(self._pages(turn_id, after, limit))
+        return list(self._pages(turn_id, f"({after}", limit))
 
-    def _pages(self, turn_id: str, after: str, limit: int | None) -> Iterator[Envelope]:
+    def read_from(self, turn_id: str, start: str) -> list[Envelope]:
+        """Events from stream id ``start`` on, that entry included when it is still there."""
+        return list(self._pages(turn_id, start, None))
+
+    def _pages(self, turn_id: str, first: str, limit: int | None) -> Iterator[Envelope]:
+        """Decoded entries from the XRANGE bound ``first`` (``(id`` exclusive, ``id`` inclusive)."""
         stream = keys.turn_events(turn_id)
-        start, left = after, limit
+        bound, left = first, limit
         while left is None or left > 0:
             count = self.page if left is None else min(self.page, left)
-            page = partial(self.client.xrange, stream, min=f"({start}", max="+", count=count)
+            page = partial(self.client.xrange, stream, min=bound, max="+", count=count)
             entries: Any = self._retry(page)
             yield from self._decode(turn_id, entries)
             if len(entries) < count:
                 return
-            start = text(entries[-1][0])
+            bound = f"({text(entries[-1][0])}"
             if left is not None:
                 left -= len(entries)
 

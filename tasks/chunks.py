@@ -41,7 +41,13 @@ def run_chunk(self: Task, turn_id: Any, run_id: Any) -> str:
     rt = runtime()
     try:
         run = claim_run(
-            rt.ledger, turn_id, run_id, clock=rt.clock, ids=rt.ids, settings=rt.settings
+            rt.ledger,
+            turn_id,
+            run_id,
+            clock=rt.clock,
+            ids=rt.ids,
+            settings=rt.settings,
+            cache=rt.events,
         )
     except UnknownTurn:
         log.error("chunk for an unknown or expired turn")
@@ -67,6 +73,7 @@ def run_chunk(self: Task, turn_id: Any, run_id: Any) -> str:
         _record_failure(rt, run, e)
         return "failed"
     rt.control.unwatch(turn_id)
+    rt.events.forget(turn_id)
     return result.status
 
 
@@ -102,7 +109,11 @@ def _chain(rt: Runtime, run: RunContext) -> str:
     if fault == "drop":
         rt.control.watch(run.turn_id, rt.settings.handoff_grace_s)
         return "chained (message dropped)"
-    rt.control.launch(run.turn_id, successor, run.mode)
+    # The message first: the turn is in the reaper's index already (a running turn stays there
+    # until its lease ends), so a crash right after the send is still looked at, and the look
+    # for a lost message is set while the next chunk is on its way, not before.
+    rt.control.dispatcher.dispatch(run.turn_id, successor, run.mode)
+    rt.control.watch(run.turn_id, rt.settings.handoff_grace_s)
     if fault == "duplicate":
         rt.control.dispatcher.dispatch(run.turn_id, successor, run.mode)
     log.info("soft limit: chained the next chunk", successor=successor)

@@ -15,6 +15,7 @@ from typing import Any
 import redis
 from sample_tools import SimulatedSoftLimit
 
+from ledger.cache import EventCache
 from ledger.events import Event
 from ledger.store import Ledger
 from worker.loop import AgentLoop, RunResult
@@ -80,6 +81,8 @@ class Harness:
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.client)
+        #: as in a worker process: each chunk reads only what is new since the previous one
+        self.cache = EventCache(self.ledger)
         self.registry = Registry.from_modules(TOOL_MODULES)
         self.pending: str | None = None
         self.turn_id = ""
@@ -87,6 +90,7 @@ class Harness:
     def loop(self, ledger: Ledger | None = None) -> AgentLoop:
         return AgentLoop(
             ledger=ledger or self.ledger,
+            cache=self.cache if ledger is None else EventCache(ledger),
             registry=self.registry,
             make_model=lambda spec: Recording(make_model(spec, self.clock), self.requests),
             settings=self.settings,
@@ -125,6 +129,7 @@ class Harness:
             clock=self.clock,
             ids=self.ids,
             settings=self.settings,
+            cache=self.cache if ledger is None else None,
         )
         assert run is not None, "the pending run could not be claimed"
         self.pending = None

@@ -1,8 +1,9 @@
 """The agent loop: one run of one chunk of a turn (model -> tools -> model until the turn ends).
 
-A run reads its turn's ledger once. On a resumed run that read is also the hard-block snapshot
-(layer 2), re-tried with backoff; if it still fails the run stops with ``journal_unreadable``
-rather than run writes blind. The journal note (layer 1) is best-effort. Resumable transport
+A run reads its turn's ledger once (with a process's ``EventCache``, only what is new since that
+process last read it). On a resumed run that read is also the hard-block snapshot (layer 2),
+re-tried with backoff; if it still fails the run stops with ``journal_unreadable`` rather than
+run writes blind. The journal note (layer 1) is best-effort. Resumable transport
 errors resume inside the same run with the nudge and a fresh snapshot. Time limits are not the
 loop's business: whatever ``interrupts`` the caller names (Celery's ``SoftTimeLimitExceeded``)
 propagates out untouched, and the caller hands the turn to its next chunk. No celery here.
@@ -17,6 +18,7 @@ from typing import Any
 import redis
 import structlog
 
+from ledger.cache import EventCache
 from ledger.errors import LedgerError
 from ledger.events import (
     Event,
@@ -73,8 +75,11 @@ class AgentLoop:
         guard: DeferSignals | None = None,
         tool_redis: Any = None,
         failpoints: Failpoints = OFF,
+        cache: EventCache | None = None,
     ) -> None:
         self.ledger = ledger
+        #: how a run reads its turn: through the process's cache when there is one
+        self.read_events = cache.events if cache is not None else ledger.events
         self.registry = registry
         self.make_model = make_model
         self.settings = settings
@@ -102,7 +107,8 @@ class AgentLoop:
             return self._end(recorder, "error", "stopped", "journal_unreadable", str(e), True)
         recorder.events = events
         if run.resumed:
-            recorder.record(Resumed, cause=run.cause, note=note)
+            # Written with the first model_start: the prompt needs it, the ledger can wait a step.
+            recorder.hold(Resumed, cause=run.cause, note=note)
         executor = ToolExecutor(
             self.registry,
             recorder,
@@ -121,9 +127,12 @@ class AgentLoop:
         self, recorder: Recorder, executor: ToolExecutor, model: ChatModel, attempt: Attempt
     ) -> RunResult:
         transport_resumes = 0
+        # The run's first safe point is its claim, whose metadata read also read the Stop flag.
+        first = True
         while True:
-            if self.is_cancelled(recorder.run.turn_id):
+            if recorder.run.stop_requested if first else self.is_cancelled(recorder.run.turn_id):
                 return self._end(recorder, "stopped", "cancelled", "cancelled", "Stop requested")
+            first = False
             request = self._request(recorder.events)
             if request.step >= self.settings.max_model_calls:
                 detail = f"{request.step} model calls without finishing"
@@ -197,12 +206,13 @@ class AgentLoop:
     def _read(self, run: RunContext) -> tuple[list[Event], Journal | None, str | None]:
         """The turn's events; on a resumed run also its journal and note (None if unavailable).
 
-        The first run of a turn has no journal: nothing is blocked.
+        The first run of a turn has no journal: nothing is blocked. A snapshot its claim read
+        is used as it is: it cannot have missed anything.
         """
         if not run.resumed:
-            return self.ledger.events(run.turn_id), None, None
+            return run.snapshot or self.read_events(run.turn_id), None, None
         try:
-            events = self.ledger.events(run.turn_id)
+            events = run.snapshot or self.read_events(run.turn_id)
         except READ_ERRORS as e:
             # Layer 1 is best-effort: the resume goes on without the note.
             log.warning("journal note unavailable; resuming without it", error=repr(e))
@@ -219,7 +229,7 @@ class AgentLoop:
             if attempt:
                 self.clock.sleep(self.settings.journal_read_backoff_s * 2 ** (attempt - 1))
             try:
-                return self.ledger.events(run.turn_id)
+                return self.read_events(run.turn_id)
             except READ_ERRORS as e:
                 error = e
         raise JournalUnreadable(f"turn {run.turn_id}: {attempts} reads failed: {error!r}")
@@ -227,13 +237,13 @@ class AgentLoop:
     def _request(self, events: list[Event]) -> ModelRequest:
         step = resume_step = 0
         prior: set[tuple[int, int]] = set()
-        for event in events:
-            if isinstance(event, ModelDone):
+        for event in events:  # type(...) is: see ledger.journal.build_journal
+            if type(event) is ModelDone:
                 step += 1
                 resume_step += 1
-            elif isinstance(event, Resumed):
+            elif type(event) is Resumed:
                 resume_step = 0
-            elif isinstance(event, ModelStart):
+            elif type(event) is ModelStart:
                 prior.add((event.step, event.resume_step))
         return ModelRequest(
             system=SYSTEM_PROMPT,
@@ -265,6 +275,7 @@ class AgentLoop:
             code=code,
             detail=detail,
             can_continue=can_continue,
+            first=recorder.take_held(),
         )
         recorder.events.extend(events)
         return RunResult(status, code, can_continue)

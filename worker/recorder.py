@@ -8,7 +8,7 @@ the loop rebuilds its prompt without reading Redis again.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ledger.events import Event
@@ -24,6 +24,10 @@ class RunContext:
     lease: Lease
     mode: str = "foreground"
     model: str | None = None
+    #: Stop was requested when the run claimed the turn (read with the claim's metadata)
+    stop_requested: bool = False
+    #: the turn's events as read in the claim's atomic step (None: the run reads them itself)
+    snapshot: list[Event] | None = field(default=None, compare=False, repr=False)
 
     @property
     def turn_id(self) -> str:
@@ -62,6 +66,8 @@ class Recorder:
         self.ids = ids
         #: the turn's events: what was read at the start of the run plus what this run recorded
         self.events = events
+        #: events made by ``hold``, written together with the next one recorded
+        self.held: list[Event] = []
 
     def make(self, cls: type[E], **fields: Any) -> E:
         return cls(
@@ -75,9 +81,25 @@ class Recorder:
 
     def record(self, cls: type[E], **fields: Any) -> E:
         event = self.make(cls, **fields)
-        self.ledger.append(event, lease=self.run.lease)
+        if self.held:
+            self.ledger.append_many([*self.take_held(), event], lease=self.run.lease)
+        else:
+            self.ledger.append(event, lease=self.run.lease)
         self.events.append(event)
         return event
+
+    def hold(self, cls: type[E], **fields: Any) -> E:
+        """Make an event that joins ``events`` now and is written with the next record: one
+        round trip for both. Nothing must act on it outside this run before then."""
+        event = self.make(cls, **fields)
+        self.events.append(event)
+        self.held.append(event)
+        return event
+
+    def take_held(self) -> list[Event]:
+        """The held events, no longer held: the caller writes them (first) now."""
+        held, self.held = self.held, []
+        return held
 
     def record_many(
         self,
@@ -86,5 +108,6 @@ class Recorder:
         meta: Mapping[str, MetaValue] | None = None,
         expire: bool = False,
     ) -> None:
-        self.ledger.append_many(events, lease=self.run.lease, meta=meta, expire=expire)
+        held = self.take_held()
+        self.ledger.append_many([*held, *events], lease=self.run.lease, meta=meta, expire=expire)
         self.events.extend(events)

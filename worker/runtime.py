@@ -13,6 +13,7 @@ from functools import cached_property
 import redis
 from celery import Celery
 
+from ledger.cache import EventCache
 from ledger.store import Ledger
 from worker.celery_app import CHUNK_TASK, create_app
 from worker.clock import Clock, Ids, RandomIds, SystemClock
@@ -101,6 +102,11 @@ class Runtime:
         return Ledger(self.redis, finished_ttl_s=self.settings.finished_ttl_s)
 
     @cached_property
+    def events(self) -> EventCache:
+        """The turns this process read lately: a turn's next chunk here reads only what is new."""
+        return EventCache(self.ledger)
+
+    @cached_property
     def registry(self) -> Registry:
         return Registry.from_modules(self.settings.tool_modules)
 
@@ -136,4 +142,5 @@ class Runtime:
             is_cancelled=cancelled,
             tool_redis=self.redis,
             failpoints=self.failpoints,
+            cache=self.events,
         )

@@ -6,9 +6,11 @@ claim, what a handover records) live in one place; each is one atomic ledger scr
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ledger import keys
+from ledger.cache import EventCache
 from ledger.events import Event, RunEnded, TurnEnded, TurnStarted
 from ledger.store import Ledger
 from worker.clock import Clock, Ids
@@ -58,12 +60,21 @@ def create_turn(
 
 
 def claim_run(
-    ledger: Ledger, turn_id: str, run_id: str, *, clock: Clock, ids: Ids, settings: Settings
+    ledger: Ledger,
+    turn_id: str,
+    run_id: str,
+    *,
+    clock: Clock,
+    ids: Ids,
+    settings: Settings,
+    cache: EventCache | None = None,
 ) -> RunContext | None:
     """Claim the turn's pending run (recording run_started); None when ``run_id`` is not it.
 
     The lease lasts the chunk's hard limit plus a grace: the run cannot outlive its hard limit,
-    so a lease that ran out means the run is dead and the reaper may take the turn over.
+    so a lease that ran out means the run is dead and the reaper may take the turn over. With
+    the process's ``cache``, the claim also reads what is new of the turn in its atomic step:
+    the run's snapshot, with no round trip of its own.
     """
     meta = ledger.meta(turn_id)
     mode = meta.extra.get("mode", "foreground")
@@ -74,10 +85,17 @@ def claim_run(
         event_id=ids.new("ev"),
         ts=clock.now(),
         meta=meta,
+        read_from=cache.read_point(turn_id) if cache is not None else "",
     )
     if claim.lease is None:
         return None
-    return RunContext(claim.lease, mode=mode, model=meta.extra.get("model") or None)
+    return RunContext(
+        claim.lease,
+        mode=mode,
+        model=meta.extra.get("model") or None,
+        stop_requested=meta.stop_requested,
+        snapshot=cache.absorb(claim) if cache is not None else None,
+    )
 
 
 def finish(
@@ -91,8 +109,12 @@ def finish(
     code: str = "",
     detail: str = "",
     can_continue: bool = False,
+    first: Sequence[Event] = (),
 ) -> list[Event]:
-    """Record the run's and the turn's end in one fenced step; the turn's keys then expire."""
+    """Record the run's and the turn's end in one fenced step; the turn's keys then expire.
+
+    ``first``: events of the run not yet written (``Recorder.hold``), written before the end.
+    """
     common = {"turn_id": run.turn_id, "run_id": run.run_id, "chunk": run.chunk}
     events: list[Event] = [
         RunEnded(
@@ -109,7 +131,7 @@ def finish(
         ),
     ]
     meta = {"status": status, "can_continue": int(can_continue), "code": code, "next_run": ""}
-    ledger.append_many(events, lease=run.lease, meta=meta, expire=True)
+    ledger.append_many([*first, *events], lease=run.lease, meta=meta, expire=True)
     return events
 
 

@@ -12,7 +12,9 @@ from harness import Harness
 from sample_tools import SimulatedSoftLimit
 from structlog.testing import capture_logs
 
-from ledger.events import Event, Resumed, Text, TurnEnded
+from ledger import keys
+from ledger.codec import Envelope
+from ledger.events import Resumed, Text, TurnEnded
 from ledger.note import COMPLETED_HEADER, INTERRUPTED_HEADER
 from ledger.store import Ledger
 from worker.demo_tools import outbox
@@ -82,17 +84,17 @@ def test_the_history_of_a_resumed_run_marks_an_interrupted_call(h: Harness) -> N
 
 
 class FlakyLedger(Ledger):
-    """A ledger whose first ``failures`` whole-turn reads fail like a dropped connection."""
+    """A ledger whose first ``failures`` reads of a turn fail like a dropped connection."""
 
     def __init__(self, client: redis.Redis, failures: int) -> None:
         super().__init__(client)
         self.failures = failures
 
-    def events(self, turn_id: str) -> list[Event]:
+    def _pages(self, turn_id: str, first: str, limit: int | None) -> Iterator[Envelope]:
         if self.failures:
             self.failures -= 1
             raise redis.ConnectionError("connection reset by peer")
-        return super().events(turn_id)
+        yield from super()._pages(turn_id, first, limit)
 
 
 def test_a_failed_read_for_the_note_resumes_without_it_and_logs_a_warning(h: Harness) -> None:
@@ -240,3 +242,45 @@ def test_streamed_text_is_recorded_in_several_text_events(h: Harness) -> None:
     h.run_to_end()
     texts = [e.text for e in h.events("text") if isinstance(e, Text)]
     assert len(texts) > 1 and "".join(texts) == long
+
+
+def test_a_chunk_that_reads_through_the_process_cache_blocks_the_repeat_the_same(
+    h: Harness,
+) -> None:
+    # A soft limit cuts the first chunk after send_email landed; the next chunk of the same
+    # process reads only the new entries, and its snapshot still has the completed call.
+    h.start([SEND, PAUSE, DONE], on_resume="restart")
+    h.run_next(soft_limit_after=5)
+    h.cache.events(h.turn_id)  # the process read the turn before the handover was recorded
+    result = h.run_next()
+    assert result is not None and result.status == "completed"
+    assert h.cache.hits >= 1
+    assert len(outbox(h.client)) == 1
+    assert [e.type for e in h.events("tool_blocked")] == ["tool_blocked"]
+
+
+def test_a_resumed_run_writes_resumed_with_its_first_model_start_in_that_order(
+    h: Harness,
+) -> None:
+    h.start([PAUSE, DONE])
+    h.run_next(soft_limit_after=5)
+    h.run_to_end()
+    types = [e.type for e in h.events()]
+    resumed = types.index("resumed")
+    assert types[resumed - 1 : resumed + 2] == ["run_started", "resumed", "model_start"]
+
+
+def test_a_stop_flag_set_before_the_claim_ends_the_run_at_once_with_resumed_recorded(
+    h: Harness,
+) -> None:
+    # The claim's metadata read sees the flag: no model call, no tool, and the held resumed
+    # event is written before the run's end.
+    h.start([PAUSE, DONE])
+    h.run_next(soft_limit_after=5)
+    h.client.set(keys.turn_cancel(h.turn_id), "1")
+    asked = len(h.requests)
+    result = h.run_to_end()
+    assert result.status == "cancelled"
+    assert len(h.requests) == asked
+    types = [e.type for e in h.events()]
+    assert types[-4:] == ["run_started", "resumed", "run_ended", "turn_ended"]

@@ -324,3 +324,11 @@ def test_reads_are_retried_after_a_dropped_connection(
         monkeypatch.setattr(client, command, drop_once)
     assert ledger.meta("t1").status == "running"
     assert [e.type for e in ledger.events("t1")] == ["turn_started", "run_started"]
+
+
+def test_meta_reads_the_stop_flag_in_the_same_call(client: redis.Redis) -> None:
+    ledger = Ledger(client)
+    new_turn(ledger)
+    assert not ledger.meta("t1").stop_requested
+    client.set(keys.turn_cancel("t1"), "1")
+    assert ledger.meta("t1").stop_requested

@@ -1,0 +1,111 @@
+"""A process's memory of the turns it has read, so a turn's next run reads only what is new.
+
+A turn's stream is append-only while the turn lives: entries are never changed or removed, and a
+new entry always has a larger id than every entry before it. So the events read up to stream id
+``last``, followed by the entries after ``last``, are the whole turn. Each lookup reads from
+``last`` inclusive: finding that very event again (its stream id and its event id: stream ids
+are ``epoch-n`` and repeat in a turn created again under the same id) shows the stream still holds
+what was remembered; when it is gone the turn is read whole.
+
+A chunk's claim does that read in its own atomic step (``read_point``, then ``absorb`` the
+claim's entries): nothing can be appended between the claim and the read, and a resumed run
+starts with its snapshot in hand, without a round trip of its own.
+
+Only what was read from Redis is remembered, never what a run wrote: an append cut off by a time
+limit may have landed without its writer knowing, and a read is the only record that cannot miss
+it. A prefork child keeps one cache and runs one task at a time: no locking.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from ledger.codec import Envelope
+from ledger.events import Event
+from ledger.lease import Claim
+from ledger.store import Ledger
+
+#: turns remembered per process, least recently read dropped first
+DEFAULT_MAX_TURNS = 32
+
+
+@dataclass
+class _Known:
+    #: the stream id of the last event read
+    last: str
+    events: list[Event]
+
+
+class EventCache:
+    def __init__(self, ledger: Ledger, *, max_turns: int = DEFAULT_MAX_TURNS) -> None:
+        if max_turns < 1:
+            raise ValueError("max_turns must be at least 1")
+        self.ledger = ledger
+        self.max_turns = max_turns
+        self._turns: OrderedDict[str, _Known] = OrderedDict()
+        #: lookups answered by reading only the new entries / by reading the whole turn
+        self.hits = 0
+        self.misses = 0
+
+    def events(self, turn_id: str) -> list[Event]:
+        """Every decodable event of the turn, in order: a new list the caller may extend."""
+        known = self._turns.pop(turn_id, None)
+        if known is not None:
+            fresh = self.ledger.read_from(turn_id, known.last)
+            if fresh and self._same(fresh[0], known):
+                self.hits += 1
+                events = known.events + [e.event for e in fresh[1:]]
+                return self._remember(turn_id, fresh[-1].stream_id, events)
+        self.misses += 1
+        return self._whole(turn_id)
+
+    def read_point(self, turn_id: str) -> str:
+        """Where a claim should read the turn from: the last remembered entry (inclusive), or
+        ``-`` (the start) for a turn not remembered."""
+        known = self._turns.get(turn_id)
+        return known.last if known is not None else "-"
+
+    def absorb(self, claim: Claim) -> list[Event] | None:
+        """The whole turn from what a claim read (``read_point``) in its own atomic step, or
+        None when that read does not complete it (the caller then reads through ``events``)."""
+        lease, entries = claim.lease, claim.entries
+        if lease is None or entries is None or not claim.read_from:
+            return None
+        turn_id = lease.turn_id
+        known = self._turns.pop(turn_id, None)
+        if claim.read_from == "-":
+            events = [e.event for e in entries]
+        elif known is not None and entries and self._same(entries[0], known):
+            events = known.events + [e.event for e in entries[1:]]
+        else:
+            return None  # forgotten, or the stream is no longer the one remembered
+        if not entries:
+            return events
+        self.hits += claim.read_from != "-"
+        self.misses += claim.read_from == "-"
+        remembered = self._remember(turn_id, entries[-1].stream_id, events)
+        return remembered if claim.read_all else None
+
+    @staticmethod
+    def _same(entry: Envelope, known: _Known) -> bool:
+        return entry.stream_id == known.last and entry.event.event_id == known.events[-1].event_id
+
+    def forget(self, turn_id: str) -> None:
+        self._turns.pop(turn_id, None)
+
+    def __len__(self) -> int:
+        return len(self._turns)
+
+    def _whole(self, turn_id: str) -> list[Event]:
+        read: list[Envelope] = self.ledger.read_turn(turn_id)
+        events = [e.event for e in read]
+        if not read:
+            return events
+        return self._remember(turn_id, read[-1].stream_id, events)
+
+    def _remember(self, turn_id: str, last: str, events: list[Event]) -> list[Event]:
+        self._turns[turn_id] = _Known(last, events)
+        while len(self._turns) > self.max_turns:
+            self._turns.popitem(last=False)
+        return list(events)
