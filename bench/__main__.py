@@ -308,9 +308,10 @@ def details(by: dict[str, Row], result: dict[str, Any]) -> list[str]:
             f"{x['hops_per_round']} hops; pooled medians dres {x['pooled_median_ms']['dres']:.2f} "
             f"ms vs hop {x['pooled_median_ms']['raw']:.2f} ms (ratio {x['pooled_ratio']:.2f}), "
             f"p90 {x['pooled_p90_ms']['dres']:.2f} vs {x['pooled_p90_ms']['raw']:.2f} ms. Split of "
-            f"the dres boundary: run_ended -> next run_started (handover, message, claim) "
-            f"{x['dres_handoff_ms']:.2f} ms; run_started -> first model_start (ledger read, "
-            f"journal, note, `resumed`, prompt) {x['dres_startup_ms']:.2f} ms. First tenth of "
+            f"the dres boundary: run_ended -> next run_started (handover, message, the claim's "
+            f"metadata read) {x['dres_handoff_ms']:.2f} ms; run_started -> first model_start "
+            f"(the claim with its ledger read, journal, note, prompt) "
+            f"{x['dres_startup_ms']:.2f} ms. First tenth of "
             f"the boundaries {early:.2f} ms, last tenth {late:.2f} ms (the turn's ledger grows to "
             f"{x['dres_turn_events']} events)."
         )

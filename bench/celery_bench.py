@@ -14,9 +14,11 @@ processes as the chunks they are compared with. Foreground chunks get a 0.3 s so
    runs its tool call, starts step k and is cut by the soft limit while it "thinks", so every
    step costs one chunk boundary. Per boundary, from the turn's ledger: ``ts`` of the next
    chunk's first ``model_start`` minus ``ts`` of ``run_ended(soft_limit)`` — the handover, the
-   successor's message, its claim, the ledger read, the journal and note, and the ``resumed``
-   record all lie in between. Baseline: a chain of plain self-chaining ``bench.hop`` tasks on
-   the same worker, start(i+1) - end(i), end taken just before ``apply_async``.
+   successor's message, its claim (which also reads what is new of the turn), the journal and
+   note, and the prompt all lie in between (the ``resumed`` record is written with that
+   ``model_start``, before the model is called). Baseline: a chain of plain self-chaining
+   ``bench.hop`` tasks on the same worker, start(i+1) - end(i), end taken just before
+   ``apply_async``.
 5. Throughput. N turns (scripted: five steps with one ``record(n)`` call each, then a text step),
    enqueued by this process as fast as it can, timed from the first enqueue to the last
    ``turn_ended`` ``ts``; turns/s and tool calls/s. Baseline: N plain ``bench.noop`` tasks sent
@@ -94,7 +96,7 @@ class CeleryPlan:
 
 
 FULL = CeleryPlan(
-    resume_rounds=3,
+    resume_rounds=5,
     boundaries=50,
     hops=100,
     throughput_rounds=3,
