@@ -262,7 +262,9 @@ METHOD = [
     "boundary, from the ledger: `ts` of the next chunk's first `model_start` − `ts` of "
     "`run_ended(soft_limit)`. Baseline: a self-chaining plain task on the same worker, "
     "start(i+1) − time just before `apply_async` in hop i. Rounds alternate; the figure per "
-    "round is its median.",
+    "round is its median. The second row 4 (information, no target) sets the same dres figures "
+    "beside a plain task cut by the same soft limit that sends the next one from its "
+    "`SoftTimeLimitExceeded` handler: Celery's own cost of chaining at a soft limit.",
     "**5** the same worker: N turns (background mode, one chunk each) of a scripted model making "
     "5 calls of a no-op write tool `bench_tools.record(n)` then answering, enqueued by the bench "
     "process as fast as it can; first enqueue -> last `turn_ended` `ts`. Baseline: N plain "

@@ -7,6 +7,9 @@ the same processes as the chunk tasks they are compared with.
 - ``bench.hop``: a self-chaining task. Hop i takes ``time.time()`` at its first line, and, unless
   it is the last, again just before ``apply_async`` of hop i+1; both go to a Redis hash *after*
   the enqueue. The hop latency is start(i+1) - end(i): a plain Celery task-to-task handoff.
+- ``bench.soft_hop``: the same chain, but each hop sleeps until its soft time limit cuts it and
+  sends the next hop from the ``SoftTimeLimitExceeded`` handler (end taken there): what Celery
+  itself costs to chain from a soft limit, with nothing of dres in it.
 - ``bench.noop``: does nothing but count itself (one INCR); the task that brings the count to
   ``total`` stores its finishing time, so a producer can time N tasks end to end.
 """
@@ -18,6 +21,7 @@ from typing import Any
 
 import redis
 from celery import Task, shared_task
+from celery.exceptions import SoftTimeLimitExceeded
 
 _clients: dict[str, redis.Redis] = {}
 
@@ -47,3 +51,24 @@ def noop(self: Task, key: str, total: int) -> None:
     r = _redis(self)
     if r.incr(key) == total:
         r.set(f"{key}:done", repr(time.time()))
+
+
+@shared_task(bind=True, name="bench.soft_hop", ignore_result=True)
+def soft_hop(self: Task, key: str, i: int, last: int, queue: str, soft: float, hard: float) -> None:
+    start = time.time()
+    fields: dict[str, Any] = {f"start:{i}": repr(start)}
+    if i < last:
+        try:
+            time.sleep(hard)  # cut by the soft limit, as a chunk is
+        except SoftTimeLimitExceeded:
+            end = time.time()
+            self.apply_async(
+                (key, i + 1, last, queue, soft, hard),
+                queue=queue,
+                soft_time_limit=soft,
+                time_limit=hard,
+            )
+            fields[f"end:{i}"] = repr(end)
+    else:
+        fields["done"] = repr(time.time())
+    _redis(self).hset(key, mapping=fields)
