@@ -1,8 +1,9 @@
 """The run ledger in Redis: one stream per turn, fenced idempotent appends, paged reads, live tail.
 
 Fencing by stream id: a run appends with explicit ids ``E-n``, E being its lease epoch and n its
-own sequence. Every change of holder (``lua/seize.lua``) bumps the epoch and writes its first
-event at ``E-0`` in the same atomic step, so once a successor holds epoch E+1 every XADD of the
+own sequence. Every change of holder (``lua/claim.lua`` for a run claiming its turn,
+``lua/seize.lua`` for the rest) bumps the epoch and writes its first event at ``E-0`` in the
+same atomic step, so once a successor holds epoch E+1 every XADD of the
 old epoch is refused by Redis itself ("equal or smaller than the top item"): the hot path is one
 plain XADD, and the fence needs no read. A refused or interrupted append is resolved by looking
 at the stream: the event already at its id (a retried XADD that had landed) is success, a newer
@@ -14,6 +15,7 @@ without ``decode_responses``).
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -48,6 +50,11 @@ def _script(name: str) -> str:
     return resources.files("ledger").joinpath("lua", name).read_text()
 
 
+def _pairs(flat: Sequence[Any]) -> dict[Any, Any]:
+    """A flat Redis reply ``[field, value, ...]`` (HGETALL, a stream entry in Lua) as a dict."""
+    return dict(zip(flat[::2], flat[1::2], strict=True))
+
+
 def _split(stream_id: str) -> tuple[int, int]:
     ms, _, seq = stream_id.partition("-")
     return int(ms), int(seq)
@@ -69,6 +76,7 @@ class Ledger:
         self._append_meta = client.register_script(_script("append.lua"))
         self._create = client.register_script(_script("create.lua"))
         self._seize = client.register_script(_script("seize.lua"))
+        self._claim = client.register_script(_script("claim.lua"))
 
     # -- creating and claiming ---------------------------------------------------------------
 
@@ -103,63 +111,70 @@ class Ledger:
         lease_until_ms: int,
         event_id: str,
         ts: float,
-        meta: TurnMeta | None = None,
+        background_lease_until_ms: int | None = None,
         read_from: str = "",
     ) -> Claim:
-        """Make ``run_id`` the lease holder if it is the turn's pending run (atomic).
+        """Make ``run_id`` the lease holder if it is the turn's pending run (one atomic step).
 
-        The claim records ``run_started`` (with ``event_id`` and ``ts``) at the new epoch's
-        first stream id. A run that is not the pending one (a duplicate delivery, a run already
-        claimed, a stale message) gets no lease. ``meta``: the turn's metadata if the caller has
-        just read it (the claim is still checked against Redis). ``read_from``: a stream id
-        (``-`` for the start) to read the turn from in the claim's own atomic step, up to a page
-        of entries (``Claim.entries``; ``Claim.read_all`` says whether that was the end).
+        The claim records ``run_started`` (with ``event_id`` and ``ts``; its chunk, cause and
+        epoch from the metadata) at the new epoch's first stream id. A run that is not the
+        pending one (a duplicate delivery, a run already claimed, a stale message) gets no lease.
+        The lease runs to ``lease_until_ms``, or to ``background_lease_until_ms`` for a background
+        turn. ``read_from``: a stream id (``-`` for the start) to read the turn from in the same
+        step, up to a page of entries (``Claim.entries``; ``Claim.read_all``: that was the end).
+        ``Claim.meta`` is the metadata as it was just before, with the Stop flag.
         """
-        meta = meta or self.meta(turn_id)
-        if meta.next_run != run_id:
-            return Claim(None, meta, status=meta.status, holder=meta.run_id)
-        chunk = int(meta.extra.get("next_chunk", meta.chunk))
-        cause = meta.extra.get("next_cause", "first")
-        started = RunStarted(
-            event_id=event_id,
-            turn_id=turn_id,
-            run_id=run_id,
-            chunk=chunk,
-            ts=ts,
-            cause=cause,
-            epoch=meta.epoch + 1,
+        head = self._started_head(turn_id, run_id, event_id, ts)
+        background = (
+            lease_until_ms if background_lease_until_ms is None else background_lease_until_ms
         )
-        set_meta: dict[str, MetaValue] = {
-            "run_id": run_id,
-            "chunk": chunk,
-            "next_run": "",
-            "status": "running",
-            "runs": meta.runs + 1,
-            "lease_until": lease_until_ms,
-        }
-        args = self._seize_args(meta, {"next_run": run_id}, [started], set_meta, None)
         count = self.page if read_from else 0
-        lease, entries, read_all = self._take(meta, args, 1, set_meta, run_id, read_from, count)
-        if lease is not None:
-            return Claim(lease, meta, entries=entries, read_from=read_from, read_all=read_all)
-        now = self.meta(turn_id)
-        if now.run_id == run_id and now.epoch == meta.epoch + 1 and self._opened_by(started):
+        args: list[MetaValue] = [run_id, head, lease_until_ms, background, read_from, count]
+        turn_keys = (*keys.turn_keys(turn_id), keys.turn_cancel(turn_id))
+        try:
+            reply: Any = self._retry(lambda: self._claim(keys=turn_keys, args=args))
+        except redis.ResponseError as e:
+            raise self._translate(turn_id, 0, e) from e
+        meta = TurnMeta.from_hash(turn_id, _pairs(reply[1]), stop_requested=bool(reply[2]))
+        if int(reply[0]) == 1:
+            chunk = int(meta.extra.get("next_chunk", meta.chunk))
+            cause = meta.extra.get("next_cause", "first")
+            lease = Lease(turn_id, run_id, int(reply[3]), chunk, cause, seq=1)
+            if len(reply) < 5:
+                return Claim(lease, meta)
+            raw = [(sid, _pairs(flat)) for sid, flat in reply[4]]
+            entries = list(self._decode(turn_id, raw))
+            return Claim(
+                lease, meta, entries=entries, read_from=read_from, read_all=len(raw) < count
+            )
+        if meta.run_id == run_id and meta.status == "running":
             # A retried claim whose first reply was lost: the claim is ours. A duplicate delivery
             # of the same run that lost the race looks alike, but the epoch opens with the
             # winner's run_started, not ours.
-            return Claim(Lease(turn_id, run_id, now.epoch, chunk, cause, seq=1), meta)
-        return Claim(None, now, status=now.status, holder=now.run_id)
+            started = self._opening(turn_id, meta.epoch)
+            if started is not None and started.event_id == event_id:
+                lease = Lease(turn_id, run_id, meta.epoch, started.chunk, started.cause, seq=1)
+                return Claim(lease, meta)
+        return Claim(None, meta, status=meta.status, holder=meta.run_id)
 
-    def _opened_by(self, started: RunStarted) -> bool:
-        """True if ``started`` is the first event of its epoch (stream id ``E-0``)."""
-        sid = f"{started.epoch}-0"
-        at: Any = self.client.xrange(keys.turn_events(started.turn_id), min=sid, max=sid)
+    @staticmethod
+    def _started_head(turn_id: str, run_id: str, event_id: str, ts: float) -> str:
+        """``run_started``'s JSON without chunk, cause and epoch (``claim.lua`` adds them)."""
+        data = RunStarted(event_id=event_id, turn_id=turn_id, run_id=run_id, chunk=0, ts=ts)
+        known = data.model_dump(mode="json", exclude={"chunk", "cause", "epoch"})
+        return json.dumps(known, separators=(",", ":"), ensure_ascii=False)[:-1]
+
+    def _opening(self, turn_id: str, epoch: int) -> RunStarted | None:
+        """The ``run_started`` that opened epoch ``epoch`` (stream id ``E-0``), if any."""
+        sid = f"{epoch}-0"
+        at: Any = self.client.xrange(keys.turn_events(turn_id), min=sid, max=sid)
         if not at:
-            return False
+            return None
         try:
-            return decode_entry(at[0][0], at[0][1]).event.event_id == started.event_id
+            event = decode_entry(at[0][0], at[0][1]).event
         except EventDecodeError:
-            return False
+            return None
+        return event if isinstance(event, RunStarted) else None
 
     def seize(
         self,
@@ -180,18 +195,6 @@ class Ledger:
         turn continued), None leaves it. Returns the new lease (held by ``run_id``), or None when
         the turn changed in between.
         """
-        args = self._seize_args(meta, expect, events, set_meta, expire)
-        return self._take(meta, args, len(events), set_meta, run_id)[0]
-
-    def _seize_args(
-        self,
-        meta: TurnMeta,
-        expect: Mapping[str, MetaValue],
-        events: Sequence[Event],
-        set_meta: Mapping[str, MetaValue] | None,
-        expire: bool | None,
-    ) -> list[MetaValue]:
-        """``seize.lua``'s arguments but the read: ttl, conditions, events, fields to set."""
         conditions: dict[str, MetaValue] = {"epoch": meta.epoch, **expect}
         ttl = 0 if expire is None else (self.finished_ttl_s if expire else -1)
         args: list[MetaValue] = [ttl, len(conditions)]
@@ -201,36 +204,17 @@ class Ledger:
         args += [encode(event) for event in events]
         for name, value in (set_meta or {}).items():
             args += [name, value]
-        return args
-
-    def _take(
-        self,
-        meta: TurnMeta,
-        args: list[MetaValue],
-        written: int,
-        set_meta: Mapping[str, MetaValue] | None,
-        run_id: str,
-        read_from: str = "",
-        read_count: int = 0,
-    ) -> tuple[Lease | None, list[Envelope] | None, bool]:
-        """Run ``seize.lua``; with ``read_from``, also the entries it read once it took the turn,
-        and whether they reach the stream's end (fewer than ``read_count`` entries)."""
-        argv: list[MetaValue] = [args[0], read_from, read_count, *args[1:]]
         turn_keys = keys.turn_keys(meta.turn_id)
         try:
-            reply = self._retry(lambda: self._seize(keys=turn_keys, args=argv))
+            reply = self._retry(lambda: self._seize(keys=turn_keys, args=args))
         except redis.ResponseError as e:
             raise self._translate(meta.turn_id, 0, e) from e
         if int(reply[0]) != 1:
-            return None, None, False
+            return None
         epoch = int(reply[1])
         chunk = int((set_meta or {}).get("chunk", meta.chunk))
         cause = meta.extra.get("next_cause", "first")
-        lease = Lease(meta.turn_id, run_id, epoch, chunk, cause, seq=written)
-        if len(reply) < 3:
-            return lease, None, False
-        entries = [(sid, dict(zip(flat[::2], flat[1::2], strict=True))) for sid, flat in reply[2]]
-        return lease, list(self._decode(meta.turn_id, entries)), len(entries) < read_count
+        return Lease(meta.turn_id, run_id, epoch, chunk, cause, seq=len(events))
 
     # -- appending ---------------------------------------------------------------------------
 

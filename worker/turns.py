@@ -76,19 +76,20 @@ def claim_run(
     the process's ``cache``, the claim also reads what is new of the turn in its atomic step:
     the run's snapshot, with no round trip of its own.
     """
-    meta = ledger.meta(turn_id)
-    mode = meta.extra.get("mode", "foreground")
+    now = clock.now()
     claim = ledger.claim(
         turn_id,
         run_id,
-        lease_until_ms=int((clock.now() + settings.lease_s(mode)) * 1000),
+        lease_until_ms=int((now + settings.lease_s("foreground")) * 1000),
+        background_lease_until_ms=int((now + settings.lease_s("background")) * 1000),
         event_id=ids.new("ev"),
-        ts=clock.now(),
-        meta=meta,
+        ts=now,
         read_from=cache.read_point(turn_id) if cache is not None else "",
     )
-    if claim.lease is None:
+    if claim.lease is None or claim.meta is None:
         return None
+    meta = claim.meta
+    mode = meta.extra.get("mode", "foreground")
     return RunContext(
         claim.lease,
         mode=mode,

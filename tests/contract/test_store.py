@@ -13,7 +13,7 @@ from factories import base, done, start, text, turn_started
 
 from ledger import keys
 from ledger.errors import FencedOut, UnknownTurn
-from ledger.events import RunEnded, TurnEnded
+from ledger.events import RunEnded, RunStarted, TurnEnded
 from ledger.store import Lease, Ledger
 
 FAR = 2**62  # a lease deadline far in the future (ms)
@@ -75,6 +75,80 @@ def test_a_claim_records_run_started_at_the_new_epochs_first_stream_id(
     [_, started] = ledger.read_turn("t1")
     assert started.stream_id == f"{lease.epoch}-0"
     assert started.event.type == "run_started" and started.event.epoch == lease.epoch  # type: ignore[union-attr]
+
+
+def test_the_claims_run_started_takes_chunk_cause_and_epoch_from_the_metadata(
+    client: redis.Redis,
+) -> None:
+    ledger = Ledger(client)
+    lease = new_turn(ledger)
+    ended = RunEnded(**base("t1", "r1"), reason="soft_limit")
+    meta = {"next_run": "r2", "next_chunk": 3, "next_cause": "next_chunk"}
+    ledger.append_many([ended], lease=lease, meta=meta)
+
+    result = ledger.claim("t1", "r2", lease_until_ms=FAR, event_id="s2", ts=1234.5)
+
+    assert result.lease is not None
+    assert (result.lease.epoch, result.lease.chunk, result.lease.cause) == (2, 3, "next_chunk")
+    started = ledger.read_turn("t1")[-1]
+    assert started.stream_id == "2-0"
+    assert started.event == RunStarted(
+        event_id="s2", turn_id="t1", run_id="r2", chunk=3, ts=1234.5, cause="next_chunk", epoch=2
+    )
+    after = ledger.meta("t1")
+    assert (after.chunk, after.runs, after.run_id, after.status) == (3, 2, "r2", "running")
+
+
+def test_a_background_turns_claim_takes_the_background_lease(client: redis.Redis) -> None:
+    ledger = Ledger(client)
+    ledger.create_turn(turn_started(mode="background"), first_run="r1")
+    ledger.claim(
+        "t1", "r1", lease_until_ms=100, background_lease_until_ms=900, event_id="s", ts=1.0
+    )
+    assert ledger.meta("t1").extra["lease_until"] == "900"
+
+
+def test_a_claim_escapes_ids_in_the_event_it_builds(client: redis.Redis) -> None:
+    turn_id = 'odd "turn" \\ ü'
+    ledger = Ledger(client)
+    ledger.create_turn(turn_started(turn_id), first_run='r "1"')
+    assert ledger.claim(turn_id, 'r "1"', lease_until_ms=FAR, event_id='e"1', ts=1.0).claimed
+    [_, started] = ledger.events(turn_id)
+    assert (started.turn_id, started.run_id, started.event_id) == (turn_id, 'r "1"', 'e"1')
+
+
+def test_a_pending_cause_that_is_not_one_of_ours_is_refused_and_nothing_written(
+    client: redis.Redis,
+) -> None:
+    ledger = Ledger(client)
+    ledger.create_turn(turn_started(), first_run="r1")
+    client.hset(keys.turn_meta("t1"), "next_cause", 'x","epoch":99')
+    with pytest.raises(redis.ResponseError, match="BADCAUSE"):
+        ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="s", ts=1.0)
+    assert [e.type for e in ledger.events("t1")] == ["turn_started"]
+    assert ledger.meta("t1").status == "queued"
+
+
+def test_a_claim_whose_reply_was_lost_is_retried_and_recognised_as_its_own(
+    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ledger = Ledger(client)
+    ledger.create_turn(turn_started(), first_run="r1")
+    real = ledger._claim
+    lost: list[bool] = []
+
+    def reply_lost_once(*args: object, **kwargs: object) -> object:
+        reply = real(*args, **kwargs)  # type: ignore[arg-type]
+        if not lost:
+            lost.append(True)
+            raise redis.ConnectionError("Connection closed by server.")
+        return reply
+
+    monkeypatch.setattr(ledger, "_claim", reply_lost_once)
+    result = ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="mine", ts=1.0)
+    assert lost and result.lease is not None
+    assert (result.lease.epoch, result.lease.chunk, result.lease.cause) == (1, 0, "first")
+    assert [e.event_id for e in ledger.events("t1") if e.type == "run_started"] == ["mine"]
 
 
 def test_claiming_an_unknown_turn_raises_unknown_turn(client: redis.Redis) -> None:
@@ -296,9 +370,8 @@ def test_a_duplicate_delivery_racing_the_winner_of_a_claim_gets_no_lease(
     """Both read the turn before either claimed; only the one whose run_started opens E wins."""
     ledger = Ledger(client)
     ledger.create_turn(turn_started(), first_run="r1")
-    before = ledger.meta("t1")
-    winner = ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="a", ts=1.0, meta=before)
-    loser = ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="b", ts=1.0, meta=before)
+    winner = ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="a", ts=1.0)
+    loser = ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="b", ts=1.0)
     assert winner.claimed and not loser.claimed
     assert [e.event_id for e in ledger.events("t1") if e.type == "run_started"] == ["a"]
 
