@@ -328,27 +328,26 @@ def dres_resume_round(rt: Runtime, model: str, boundaries: int) -> ResumeRound:
     return result
 
 
-def plain_hop_round(rt: Runtime, hops: int) -> list[float]:
-    key = f"bench:hop:{uuid.uuid4().hex}"
+def _hop_chain(rt: Runtime, task: str, hops: int, extra: list[Any], **options: Any) -> list[float]:
+    """Run one chain of ``hops`` plain hops of ``task``; start(i+1) - end(i) for each hop."""
+    key = f"bench:{task}:{uuid.uuid4().hex}"
     queue = rt.settings.foreground_queue
-    rt.app.send_task("bench.hop", args=[key, 0, hops, queue], queue=queue)
-    wait_for(lambda: bool(rt.redis.hexists(key, "done")), 60 + hops * 0.1, "the hop chain")
+    rt.app.send_task(task, args=[key, 0, hops, queue, *extra], queue=queue, **options)
+    timeout = 60 + hops * (1 + options.get("soft_time_limit", 0))
+    wait_for(lambda: bool(rt.redis.hexists(key, "done")), timeout, f"the {task} chain")
     fields = {k.decode(): float(v) for k, v in rt.redis.hgetall(key).items()}
     rt.redis.delete(key)
     return [fields[f"start:{i + 1}"] - fields[f"end:{i}"] for i in range(hops)]
+
+
+def plain_hop_round(rt: Runtime, hops: int) -> list[float]:
+    return _hop_chain(rt, "bench.hop", hops, [])
 
 
 def soft_hop_round(rt: Runtime, hops: int) -> list[float]:
-    key = f"bench:softhop:{uuid.uuid4().hex}"
-    queue = rt.settings.foreground_queue
+    """Hops cut by the chunks' soft limit, each sending the next from its handler."""
     limits = {"soft_time_limit": SOFT_LIMIT_S, "time_limit": HARD_LIMIT_S}
-    args = [key, 0, hops, queue, SOFT_LIMIT_S, HARD_LIMIT_S]
-    rt.app.send_task("bench.soft_hop", args=args, queue=queue, **limits)
-    timeout = 60 + hops * (SOFT_LIMIT_S + 1)
-    wait_for(lambda: bool(rt.redis.hexists(key, "done")), timeout, "the soft-limit hop chain")
-    fields = {k.decode(): float(v) for k, v in rt.redis.hgetall(key).items()}
-    rt.redis.delete(key)
-    return [fields[f"start:{i + 1}"] - fields[f"end:{i}"] for i in range(hops)]
+    return _hop_chain(rt, "bench.soft_hop", hops, [SOFT_LIMIT_S, HARD_LIMIT_S], **limits)
 
 
 def bench_resume(rt: Runtime, plan: CeleryPlan, model: str) -> list[Row]:
