@@ -50,15 +50,12 @@ class EventCache:
 
     def events(self, turn_id: str) -> list[Event]:
         """Every decodable event of the turn, in order: a new list the caller may extend."""
-        known = self._turns.pop(turn_id, None)
-        if known is not None:
-            fresh = self.ledger.read_from(turn_id, known.last)
-            if fresh and self._same(fresh[0], known):
-                self.hits += 1
-                events = known.events + [e.event for e in fresh[1:]]
-                return self._remember(turn_id, fresh[-1].stream_id, events)
-        self.misses += 1
-        return self._whole(turn_id)
+        start = self.read_point(turn_id)
+        if start != "-":
+            merged = self._merge(turn_id, start, self.ledger.read_from(turn_id, start))
+            if merged is not None:
+                return merged
+        return self._merge(turn_id, "-", self.ledger.read_turn(turn_id)) or []
 
     def read_point(self, turn_id: str) -> str:
         """Where a claim should read the turn from: the last remembered entry (inclusive), or
@@ -69,23 +66,30 @@ class EventCache:
     def absorb(self, claim: Claim) -> list[Event] | None:
         """The whole turn from what a claim read (``read_point``) in its own atomic step, or
         None when that read does not complete it (the caller then reads through ``events``)."""
-        lease, entries = claim.lease, claim.entries
-        if lease is None or entries is None or not claim.read_from:
+        if claim.lease is None or claim.entries is None or not claim.read_from:
             return None
-        turn_id = lease.turn_id
+        merged = self._merge(claim.lease.turn_id, claim.read_from, claim.entries)
+        return merged if claim.read_all else None
+
+    def _merge(self, turn_id: str, start: str, entries: list[Envelope]) -> list[Event] | None:
+        """The turn as remembered, continued by ``entries`` read from ``start`` (``-``: the
+        whole turn), now remembered in its place; None when they do not continue it (the turn
+        was forgotten, or its stream is no longer the one remembered)."""
         known = self._turns.pop(turn_id, None)
-        if claim.read_from == "-":
+        if start == "-":
+            self.misses += 1
             events = [e.event for e in entries]
         elif known is not None and entries and self._same(entries[0], known):
+            self.hits += 1
             events = known.events + [e.event for e in entries[1:]]
         else:
-            return None  # forgotten, or the stream is no longer the one remembered
+            return None
         if not entries:
             return events
-        self.hits += claim.read_from != "-"
-        self.misses += claim.read_from == "-"
-        remembered = self._remember(turn_id, entries[-1].stream_id, events)
-        return remembered if claim.read_all else None
+        self._turns[turn_id] = _Known(entries[-1].stream_id, events)
+        while len(self._turns) > self.max_turns:
+            self._turns.popitem(last=False)
+        return list(events)
 
     @staticmethod
     def _same(entry: Envelope, known: _Known) -> bool:
@@ -96,16 +100,3 @@ class EventCache:
 
     def __len__(self) -> int:
         return len(self._turns)
-
-    def _whole(self, turn_id: str) -> list[Event]:
-        read: list[Envelope] = self.ledger.read_turn(turn_id)
-        events = [e.event for e in read]
-        if not read:
-            return events
-        return self._remember(turn_id, read[-1].stream_id, events)
-
-    def _remember(self, turn_id: str, last: str, events: list[Event]) -> list[Event]:
-        self._turns[turn_id] = _Known(last, events)
-        while len(self._turns) > self.max_turns:
-            self._turns.popitem(last=False)
-        return list(events)

@@ -21,7 +21,7 @@ class TurnMeta:
     run_id: str
     next_run: str
     extra: Mapping[str, str]
-    #: the turn's Stop flag was set when this was read
+    #: the turn's Stop flag was set when this was read (a claim reads it; ``Ledger.meta`` does not)
     stop_requested: bool = False
 
     @classmethod

@@ -3,9 +3,9 @@
 Fencing by stream id: a run appends with explicit ids ``E-n``, E being its lease epoch and n its
 own sequence. Every change of holder (``lua/claim.lua`` for a run claiming its turn,
 ``lua/seize.lua`` for the rest) bumps the epoch and writes its first event at ``E-0`` in the
-same atomic step, so once a successor holds epoch E+1 every XADD of the
-old epoch is refused by Redis itself ("equal or smaller than the top item"): the hot path is one
-plain XADD, and the fence needs no read. A refused or interrupted append is resolved by looking
+same atomic step, so once a successor holds epoch E+1 every XADD of the old epoch is refused by
+Redis itself ("equal or smaller than the top item"): the hot path is one plain XADD, and the
+fence needs no read. A refused or interrupted append is resolved by looking
 at the stream: the event already at its id (a retried XADD that had landed) is success, a newer
 epoch is ``FencedOut``. Writes that must change metadata too go through ``lua/append.lua``.
 
@@ -348,18 +348,10 @@ class Ledger:
     # -- reads -------------------------------------------------------------------------------
 
     def meta(self, turn_id: str) -> TurnMeta:
-        """The turn's metadata and, in the same round trip, whether its Stop flag is set."""
-
-        def read() -> list[Any]:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.hgetall(keys.turn_meta(turn_id))
-            pipe.exists(keys.turn_cancel(turn_id))
-            return pipe.execute()
-
-        raw, stop = self._retry(read)
+        raw = self._retry(partial(self.client.hgetall, keys.turn_meta(turn_id)))
         if not raw:
             raise UnknownTurn(turn_id)
-        return TurnMeta.from_hash(turn_id, raw, stop_requested=bool(stop))
+        return TurnMeta.from_hash(turn_id, raw)
 
     def read_turn(self, turn_id: str) -> list[Envelope]:
         """Every decodable event of the turn with its stream id, in order (paged XRANGE)."""

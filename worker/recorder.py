@@ -82,10 +82,10 @@ class Recorder:
     def record(self, cls: type[E], **fields: Any) -> E:
         event = self.make(cls, **fields)
         if self.held:
-            self.ledger.append_many([*self.take_held(), event], lease=self.run.lease)
+            self.record_many([event])
         else:
             self.ledger.append(event, lease=self.run.lease)
-        self.events.append(event)
+            self.events.append(event)
         return event
 
     def hold(self, cls: type[E], **fields: Any) -> E:

@@ -399,9 +399,11 @@ def test_reads_are_retried_after_a_dropped_connection(
     assert [e.type for e in ledger.events("t1")] == ["turn_started", "run_started"]
 
 
-def test_meta_reads_the_stop_flag_in_the_same_call(client: redis.Redis) -> None:
+def test_a_claim_reads_the_stop_flag_in_its_own_step(client: redis.Redis) -> None:
     ledger = Ledger(client)
-    new_turn(ledger)
-    assert not ledger.meta("t1").stop_requested
-    client.set(keys.turn_cancel("t1"), "1")
-    assert ledger.meta("t1").stop_requested
+    for turn_id, stop in (("t1", False), ("t2", True)):
+        ledger.create_turn(turn_started(turn_id), first_run="r1")
+        if stop:
+            client.set(keys.turn_cancel(turn_id), "1")
+        result = ledger.claim(turn_id, "r1", lease_until_ms=FAR, event_id=turn_id, ts=1.0)
+        assert result.meta is not None and result.meta.stop_requested is stop
