@@ -14,12 +14,18 @@ starts with its snapshot in hand, without a round trip of its own.
 Only what was read from Redis is remembered, never what a run wrote: an append cut off by a time
 limit may have landed without its writer knowing, and a read is the only record that cannot miss
 it. A prefork child keeps one cache and runs one task at a time: no locking.
+
+What a run derives from the events (its journal, its conversation) is a fold; ``fold`` keeps each
+fold of a remembered turn at the point it last reached, so a turn's next run folds only the new
+events, however long the turn has grown.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
-from dataclasses import dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, Self, TypeVar, cast
 
 from ledger.codec import Envelope
 from ledger.events import Event
@@ -30,11 +36,24 @@ from ledger.store import Ledger
 DEFAULT_MAX_TURNS = 32
 
 
+class Fold(Protocol):
+    """A fold over a turn's events that can be fed in steps and copied at any point."""
+
+    def feed(self, events: Iterable[Event]) -> Self: ...
+
+    def copy(self) -> Self: ...
+
+
+F = TypeVar("F", bound=Fold)
+
+
 @dataclass
 class _Known:
     #: the stream id of the last event read
     last: str
     events: list[Event]
+    #: per kind of fold: how many of ``events`` it has folded, and the fold
+    folds: dict[Callable[[], Any], tuple[int, Any]] = field(default_factory=dict)
 
 
 class EventCache:
@@ -79,17 +98,38 @@ class EventCache:
         if start == "-":
             self.misses += 1
             events = [e.event for e in entries]
+            folds: dict[Callable[[], Any], tuple[int, Any]] = {}
         elif known is not None and entries and self._same(entries[0], known):
             self.hits += 1
             events = known.events + [e.event for e in entries[1:]]
+            folds = known.folds  # they folded a prefix of ``events``: still true
         else:
             return None
         if not entries:
             return events
-        self._turns[turn_id] = _Known(entries[-1].stream_id, events)
+        self._turns[turn_id] = _Known(entries[-1].stream_id, events, folds)
         while len(self._turns) > self.max_turns:
             self._turns.popitem(last=False)
         return list(events)
+
+    def fold(self, turn_id: str, events: Sequence[Event], kind: Callable[[], F]) -> F:
+        """``kind()`` fed with ``events``, a list of the turn's events in order.
+
+        When ``events`` begins with the turn as remembered (a list this cache returned, perhaps
+        extended since by its caller), the fold kept for the remembered events is brought up to
+        date and a copy of it is fed the rest: only events not folded before are folded.
+        """
+        known = self._turns.get(turn_id)
+        n = len(known.events) if known is not None else 0
+        if known is None or not n or len(events) < n or events[n - 1] is not known.events[n - 1]:
+            return kind().feed(events)
+        done, kept = known.folds.get(kind, (0, None))
+        if kept is None:
+            kept = kind()
+        if done < n:
+            kept.feed(known.events[done:])
+            known.folds[kind] = (n, kept)
+        return cast(F, kept.copy().feed(events[n:]))
 
     @staticmethod
     def _same(entry: Envelope, known: _Known) -> bool:

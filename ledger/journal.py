@@ -7,6 +7,7 @@ same journal.
 
 from __future__ import annotations
 
+from bisect import insort
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -66,26 +67,61 @@ def _take(open_calls: list[_Open], done: ToolDone) -> _Open | None:
     return None
 
 
+class JournalBuilder:
+    """The journal's fold in steps: ``feed`` events as they come, read ``journal()`` at any point.
+
+    ``copy()`` is an independent builder at the same point, so a fold kept for a turn's ledger
+    (``ledger.cache.EventCache.fold``) can be continued by a run without changing it.
+    """
+
+    __slots__ = ("_completed", "_open", "_order", "lines")
+
+    def __init__(self) -> None:
+        self._open: list[_Open] = []
+        #: (order of the start, entry), kept sorted by the order of the starts
+        self._completed: list[tuple[int, JournalEntry]] = []
+        self._order = 0
+        #: what ``ledger.note.journal_note`` made of each completed entry, by the entry's
+        #: identity: entries outlive the builder's steps and copies, and so do their lines
+        self.lines: dict[int, tuple[JournalEntry, str]] = {}
+
+    def feed(self, events: Iterable[Event]) -> JournalBuilder:
+        for event in events:
+            # ``type(...) is``, not isinstance: events are final classes, and a pydantic model's
+            # isinstance goes through ABCMeta (a turn's rebuild does this for every event).
+            if type(event) is ToolStart:
+                self._open.append(_Open(self._order, event))
+                self._order += 1
+            elif type(event) is ToolDone:
+                call = _take(self._open, event)
+                # An error result closes the call without counting it: nothing happened, a retry
+                # may.
+                if call is not None and not event.is_error:
+                    entry = _entry(call.start, event.result)
+                    insort(self._completed, (call.order, entry), key=_first)
+            elif type(event) is Clear:
+                self._open.clear()
+        return self
+
+    def journal(self) -> Journal:
+        return Journal(
+            completed=[entry for _, entry in self._completed],
+            interrupted=[_entry(call.start) for call in self._open],
+        )
+
+    def copy(self) -> JournalBuilder:
+        twin = JournalBuilder()
+        twin._open = list(self._open)  # an _Open is never changed once made
+        twin._completed = list(self._completed)
+        twin._order = self._order
+        twin.lines = self.lines  # shared: a line depends on its entry only
+        return twin
+
+
+def _first(pair: tuple[int, JournalEntry]) -> int:
+    return pair[0]
+
+
 def build_journal(events: Iterable[Event]) -> Journal:
     """Fold a turn's events, in ledger order, into its journal."""
-    open_calls: list[_Open] = []
-    completed: list[tuple[int, JournalEntry]] = []
-    order = 0
-    for event in events:
-        # ``type(...) is``, not isinstance: events are final classes, and a pydantic model's
-        # isinstance goes through ABCMeta (a turn's rebuild does this for every event).
-        if type(event) is ToolStart:
-            open_calls.append(_Open(order, event))
-            order += 1
-        elif type(event) is ToolDone:
-            call = _take(open_calls, event)
-            # An error result closes the call without counting it: nothing happened, a retry may.
-            if call is not None and not event.is_error:
-                completed.append((call.order, _entry(call.start, event.result)))
-        elif type(event) is Clear:
-            open_calls.clear()
-    completed.sort(key=lambda pair: pair[0])
-    return Journal(
-        completed=[entry for _, entry in completed],
-        interrupted=[_entry(call.start) for call in open_calls],
-    )
+    return JournalBuilder().feed(events).journal()

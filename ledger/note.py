@@ -11,9 +11,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ledger.errors import SignatureError
 from ledger.journal import Journal, JournalEntry
-from ledger.signature import canonical_json
 
 #: characters of a call's input shown in the note
 INPUT_CHARS = 120
@@ -30,6 +28,8 @@ INTERRUPTED_HEADER = (
 )
 NO_RESULT = "(no result recorded)"
 
+_compact = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":")).encode
+
 
 def shorten(text: str, limit: int) -> str:
     """Collapse whitespace runs to one space, trim, and cut to ``limit`` characters with ``…``."""
@@ -40,11 +40,14 @@ def shorten(text: str, limit: int) -> str:
 
 
 def _show(value: Any) -> str:
+    """A value as the note shows it: compact JSON with sorted keys. For reading, not matching
+    (that is the signature's canonical form), so the C encoder does it; a value it cannot sort
+    or encode is shown as well as it can be."""
     if isinstance(value, str):
         return value
     try:
-        return canonical_json(value)
-    except SignatureError:
+        return _compact(value)
+    except (TypeError, ValueError):
         return json.dumps(value, default=str, ensure_ascii=False)
 
 
@@ -59,14 +62,29 @@ def entry_line(entry: JournalEntry, with_result: bool) -> str:
     return text
 
 
-def journal_note(journal: Journal) -> str | None:
-    """The note for a resume prompt, or None when the journal is empty."""
+def _completed_line(entry: JournalEntry, made: dict[int, tuple[JournalEntry, str]] | None) -> str:
+    if made is None:
+        return entry_line(entry, with_result=True)
+    kept = made.get(id(entry))
+    if kept is None or kept[0] is not entry:
+        kept = made[id(entry)] = (entry, entry_line(entry, with_result=True))
+    return kept[1]
+
+
+def journal_note(
+    journal: Journal, made: dict[int, tuple[JournalEntry, str]] | None = None
+) -> str | None:
+    """The note for a resume prompt, or None when the journal is empty.
+
+    ``made``: the lines of completed entries made before, by entry identity, reused and added
+    to (``JournalBuilder.lines``): a long turn's note is then made of mostly ready lines.
+    """
     if not journal:
         return None
     lines = [LEAD]
     if journal.completed:
         lines += ["", COMPLETED_HEADER]
-        lines += [entry_line(entry, with_result=True) for entry in journal.completed]
+        lines += [_completed_line(entry, made) for entry in journal.completed]
     if journal.interrupted:
         lines += ["", INTERRUPTED_HEADER]
         lines += [entry_line(entry, with_result=False) for entry in journal.interrupted]

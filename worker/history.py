@@ -10,13 +10,14 @@ recorded result gets a marker saying it was interrupted.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.events import (
     Clear,
     Event,
+    ModelDone,
     ModelStart,
     Resumed,
     Text,
@@ -68,68 +69,148 @@ def result_text(result: Any) -> str:
 class _Response:
     text: str = ""
     calls: list[ToolCall] = field(default_factory=list)
+    #: its message, made once the response is closed (it never changes after that)
+    message: AssistantMessage | None = None
 
 
-class _Builder:
+class Conversation:
+    """The fold behind a model request: the messages so far and the step counters.
+
+    Fed in steps (``feed``) and copied at any point (``copy``), so a turn's next run continues
+    from where the last one left it (``ledger.cache.EventCache.fold``). Only the response being
+    built is ever changed once made: everything before it is shared by copies.
+    """
+
+    __slots__ = ("_current", "_items", "_prior", "_results", "resume_step", "step")
+
     def __init__(self) -> None:
-        self.items: list[UserMessage | _Response] = []
-        self.results: dict[str, ToolResultMessage] = {}
-        self.current: _Response | None = None
+        self._items: list[UserMessage | _Response] = []
+        self._results: dict[str, ToolResultMessage] = {}
+        #: the response being built (the last item), None between responses
+        self._current: _Response | None = None
+        #: model calls that finished, in the turn / since its last resume
+        self.step = 0
+        self.resume_step = 0
+        self._prior: set[tuple[int, int]] = set()
 
-    def open(self) -> _Response:
-        if self.current is None:
-            self.current = _Response()
-            self.items.append(self.current)
-        return self.current
+    @property
+    def prior_attempts(self) -> frozenset[tuple[int, int]]:
+        """(step, resume_step) of every model call started so far."""
+        return frozenset(self._prior)
 
-    def call(self, call_id: str, tool: str, data: Any) -> None:
-        self.open().calls.append(ToolCall(tool, data, id=call_id))
+    def feed(self, events: Iterable[Event]) -> Conversation:
+        for event in events:
+            handler = _HANDLERS.get(type(event))
+            if handler is not None:
+                handler(self, event)
+        return self
 
-    def result(self, call_id: str, tool: str, result: Any, is_error: bool) -> None:
-        if call_id not in self.results:
-            self.results[call_id] = ToolResultMessage(call_id, tool, result_text(result), is_error)
+    def copy(self) -> Conversation:
+        twin = Conversation()
+        twin._items = list(self._items)
+        twin._results = dict(self._results)
+        if self._current is not None:
+            twin._current = _Response(self._current.text, list(self._current.calls))
+            twin._items[-1] = twin._current
+        twin.step, twin.resume_step = self.step, self.resume_step
+        twin._prior = set(self._prior)
+        return twin
 
     def messages(self) -> list[Message]:
         out: list[Message] = []
-        for item in self.items:
-            if isinstance(item, UserMessage):
+        results = self._results
+        for item in self._items:
+            if type(item) is UserMessage:
                 out.append(item)
                 continue
+            assert isinstance(item, _Response)
             if not item.text and not item.calls:
                 continue
-            out.append(AssistantMessage(item.text, tuple(item.calls)))
+            message = item.message
+            if message is None:
+                message = AssistantMessage(item.text, tuple(item.calls))
+                if item is not self._current:
+                    item.message = message
+            out.append(message)
             for call in item.calls:
                 assert call.id is not None
-                missing = ToolResultMessage(call.id, call.name, INTERRUPTED_RESULT, True)
-                out.append(self.results.get(call.id, missing))
+                result = results.get(call.id)
+                if result is None:
+                    result = ToolResultMessage(call.id, call.name, INTERRUPTED_RESULT, True)
+                out.append(result)
         return out
+
+    # -- one handler per kind of event that shapes the conversation ---------------------------
+
+    def _open(self) -> _Response:
+        if self._current is None:
+            self._current = _Response()
+            self._items.append(self._current)
+        return self._current
+
+    def _call(self, call_id: str, tool: str, data: Any) -> None:
+        self._open().calls.append(ToolCall(tool, data, id=call_id))
+
+    def _result(self, call_id: str, tool: str, result: Any, is_error: bool) -> None:
+        if call_id not in self._results:
+            self._results[call_id] = ToolResultMessage(call_id, tool, result_text(result), is_error)
+
+    def _turn_started(self, event: TurnStarted) -> None:
+        text = event.message
+        if event.prior_turn_note:
+            text = f"{event.prior_turn_note}\n\n{text}"
+        self._items.append(UserMessage(text))
+        self._current = None
+
+    def _resumed(self, event: Resumed) -> None:
+        self._items.append(UserMessage(resume_prompt(event.note)))
+        self._current = None
+        self.resume_step = 0
+
+    def _model_start(self, event: ModelStart) -> None:
+        self._current = None
+        self._prior.add((event.step, event.resume_step))
+
+    def _model_done(self, event: ModelDone) -> None:
+        self.step += 1
+        self.resume_step += 1
+
+    def _text(self, event: Text) -> None:
+        self._open().text += event.text
+
+    def _clear(self, event: Clear) -> None:
+        if self._current is not None:
+            self._current.text = ""
+
+    def _tool_start(self, event: ToolStart) -> None:
+        if event.call_id:
+            self._call(event.call_id, event.tool, event.input)
+
+    def _tool_blocked(self, event: ToolBlocked) -> None:
+        if event.call_id:
+            self._call(event.call_id, event.tool, event.input)
+            self._result(event.call_id, event.tool, event.result, event.is_error)
+
+    def _tool_done(self, event: ToolDone) -> None:
+        if event.call_id:
+            self._result(event.call_id, event.tool, event.result, event.is_error)
+
+
+#: a dict lookup on the exact class: cheaper than a chain of checks (or isinstance, which goes
+#: through ABCMeta for pydantic models) for every event of a long turn
+_HANDLERS: dict[type[Any], Callable[[Conversation, Any], None]] = {
+    TurnStarted: Conversation._turn_started,
+    Resumed: Conversation._resumed,
+    ModelStart: Conversation._model_start,
+    ModelDone: Conversation._model_done,
+    Text: Conversation._text,
+    Clear: Conversation._clear,
+    ToolStart: Conversation._tool_start,
+    ToolBlocked: Conversation._tool_blocked,
+    ToolDone: Conversation._tool_done,
+}
 
 
 def build_messages(events: Iterable[Event]) -> list[Message]:
     """The turn's conversation so far, in the provider-neutral message form."""
-    b = _Builder()
-    for event in events:  # type(...) is: see ledger.journal.build_journal
-        if type(event) is TurnStarted:
-            text = event.message
-            if event.prior_turn_note:
-                text = f"{event.prior_turn_note}\n\n{text}"
-            b.items.append(UserMessage(text))
-            b.current = None
-        elif type(event) is Resumed:
-            b.items.append(UserMessage(resume_prompt(event.note)))
-            b.current = None
-        elif type(event) is ModelStart:
-            b.current = None
-        elif type(event) is Text:
-            b.open().text += event.text
-        elif type(event) is Clear:
-            if b.current is not None:
-                b.current.text = ""
-        elif type(event) is ToolStart and event.call_id:
-            b.call(event.call_id, event.tool, event.input)
-        elif type(event) is ToolBlocked and event.call_id:
-            b.call(event.call_id, event.tool, event.input)
-            b.result(event.call_id, event.tool, event.result, event.is_error)
-        elif type(event) is ToolDone and event.call_id:
-            b.result(event.call_id, event.tool, event.result, event.is_error)
-    return b.messages()
+    return Conversation().feed(events).messages()

@@ -1,12 +1,14 @@
 """The agent loop: one run of one chunk of a turn (model -> tools -> model until the turn ends).
 
 A run reads its turn's ledger once (with a process's ``EventCache``, only what is new since that
-process last read it). On a resumed run that read is also the hard-block snapshot (layer 2),
-re-tried with backoff; if it still fails the run stops with ``journal_unreadable`` rather than
-run writes blind. The journal note (layer 1) is best-effort. Resumable transport
-errors resume inside the same run with the nudge and a fresh snapshot. Time limits are not the
-loop's business: whatever ``interrupts`` the caller names (Celery's ``SoftTimeLimitExceeded``)
-propagates out untouched, and the caller hands the turn to its next chunk. No celery here.
+process last read it) and folds it into its journal and its conversation (with the cache, again
+only what is new: a long turn's resume costs what its last chunk added, not all it holds). On a
+resumed run that read is also the hard-block snapshot (layer 2), re-tried with backoff; if it
+still fails the run stops with ``journal_unreadable`` rather than run writes blind. The journal
+note (layer 1) is best-effort. Resumable transport errors resume inside the same run with the
+nudge and a fresh snapshot. Time limits are not the loop's business: whatever ``interrupts`` the
+caller names (Celery's ``SoftTimeLimitExceeded``) propagates out untouched, and the caller hands
+the turn to its next chunk. No celery here.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from typing import Any
 import redis
 import structlog
 
-from ledger.cache import EventCache
+from ledger.cache import EventCache, F
 from ledger.errors import LedgerError
 from ledger.events import (
     Event,
@@ -27,13 +29,13 @@ from ledger.events import (
     Resumed,
     Text,
 )
-from ledger.journal import Journal, build_journal
+from ledger.journal import Journal, JournalBuilder, build_journal
 from ledger.note import journal_note
 from ledger.store import Ledger
 from worker.clock import Clock, Ids
 from worker.errors import JournalUnreadable, ModelError, TurnCancelled
 from worker.failpoints import OFF, Failpoints
-from worker.history import build_messages
+from worker.history import Conversation
 from worker.models.base import ChatModel, ModelRequest, TextDelta, ToolSchema
 from worker.recorder import Recorder, RunContext
 from worker.settings import Settings
@@ -80,6 +82,7 @@ class AgentLoop:
         self.ledger = ledger
         #: how a run reads its turn: through the process's cache when there is one
         self.read_events = cache.events if cache is not None else ledger.events
+        self.cache = cache
         self.registry = registry
         self.make_model = make_model
         self.settings = settings
@@ -127,13 +130,20 @@ class AgentLoop:
         self, recorder: Recorder, executor: ToolExecutor, model: ChatModel, attempt: Attempt
     ) -> RunResult:
         transport_resumes = 0
+        run = recorder.run
+        # What the model is asked is a fold over the events; a run's own events only ever follow
+        # the ones before them, so each step folds only those recorded since the last.
+        conversation = self._fold(run.turn_id, recorder.events, Conversation)
+        folded = len(recorder.events)
         # The run's first safe point is its claim, whose metadata read also read the Stop flag.
         first = True
         while True:
-            if recorder.run.stop_requested if first else self.is_cancelled(recorder.run.turn_id):
+            if run.stop_requested if first else self.is_cancelled(run.turn_id):
                 return self._end(recorder, "stopped", "cancelled", "cancelled", "Stop requested")
             first = False
-            request = self._request(recorder.events)
+            conversation.feed(recorder.events[folded:])
+            folded = len(recorder.events)
+            request = self._request(conversation)
             if request.step >= self.settings.max_model_calls:
                 detail = f"{request.step} model calls without finishing"
                 return self._end(recorder, "error", "stopped", "loop_limit", detail, True)
@@ -218,8 +228,9 @@ class AgentLoop:
             log.warning("journal note unavailable; resuming without it", error=repr(e))
             events = self._snapshot(run)
             return events, build_journal(events), None
-        journal = build_journal(events)
-        note = journal_note(journal) if self.settings.journal_note else None
+        builder = self._fold(run.turn_id, events, JournalBuilder)
+        journal = builder.journal()
+        note = journal_note(journal, builder.lines) if self.settings.journal_note else None
         return events, journal, note
 
     def _snapshot(self, run: RunContext) -> list[Event]:
@@ -234,24 +245,21 @@ class AgentLoop:
                 error = e
         raise JournalUnreadable(f"turn {run.turn_id}: {attempts} reads failed: {error!r}")
 
-    def _request(self, events: list[Event]) -> ModelRequest:
-        step = resume_step = 0
-        prior: set[tuple[int, int]] = set()
-        for event in events:  # type(...) is: see ledger.journal.build_journal
-            if type(event) is ModelDone:
-                step += 1
-                resume_step += 1
-            elif type(event) is Resumed:
-                resume_step = 0
-            elif type(event) is ModelStart:
-                prior.add((event.step, event.resume_step))
+    def _fold(self, turn_id: str, events: list[Event], kind: Callable[[], F]) -> F:
+        """``kind()`` fed with the turn's ``events``: with the process's cache, only the events
+        it has not folded for this turn before."""
+        if self.cache is None:
+            return kind().feed(events)
+        return self.cache.fold(turn_id, events, kind)
+
+    def _request(self, conversation: Conversation) -> ModelRequest:
         return ModelRequest(
             system=SYSTEM_PROMPT,
-            messages=tuple(build_messages(events)),
+            messages=tuple(conversation.messages()),
             tools=self.tools,
-            step=step,
-            resume_step=resume_step,
-            prior_attempts=frozenset(prior),
+            step=conversation.step,
+            resume_step=conversation.resume_step,
+            prior_attempts=conversation.prior_attempts,
         )
 
     # -- ending ------------------------------------------------------------------------------

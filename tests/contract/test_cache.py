@@ -6,6 +6,8 @@ whole-turn read of the same stream, which is what layer 2's snapshot must equal.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 import pytest
 import redis
 from factories import base, done, start, text, turn_started
@@ -225,3 +227,107 @@ def test_a_claim_read_of_a_replaced_stream_is_not_trusted(client: redis.Redis) -
 
     assert cache.absorb(claim_next(ledger, "r2", point)) is None
     assert ids(cache.events("t1")) == ids(ledger.events("t1"))
+
+
+class Tally:
+    """A fold that records every event it is fed, in every copy, in one shared list."""
+
+    fed: list[str]
+
+    def __init__(self) -> None:
+        self.seen: list[str] = []
+
+    def feed(self, events: Iterable[Event]) -> Tally:
+        new = [e.event_id for e in events]
+        self.seen += new
+        self.fed += new
+        return self
+
+    def copy(self) -> Tally:
+        twin = type(self)()
+        twin.seen = list(self.seen)
+        return twin
+
+
+def tally() -> type[Tally]:
+    """A fresh kind of fold per test (the cache keeps folds by kind)."""
+    return type("OneTestTally", (Tally,), {"fed": []})
+
+
+def test_a_fold_of_the_next_read_folds_only_the_new_events(client: redis.Redis) -> None:
+    ledger = Ledger(client)
+    lease = new_turn(ledger)
+    cache = EventCache(ledger)
+    kind = tally()
+    first = cache.fold("t1", cache.events("t1"), kind)
+    ledger.append_many([start("send_email", {"to": "a"}), done("send_email", "ok")], lease=lease)
+
+    second = cache.fold("t1", cache.events("t1"), kind)
+
+    assert first.seen == ids(ledger.events("t1"))[:2]
+    assert second.seen == ids(ledger.events("t1"))
+    assert kind.fed == second.seen  # each event folded once, in order
+
+
+def test_a_callers_own_events_are_folded_into_its_copy_only(client: redis.Redis) -> None:
+    ledger = Ledger(client)
+    new_turn(ledger)
+    cache = EventCache(ledger)
+    kind = tally()
+    events = cache.events("t1")
+    own = text("written by this run; a time limit may have cut its append")
+    events.append(own)
+
+    mine = cache.fold("t1", events, kind)
+    again = cache.fold("t1", cache.events("t1"), kind)
+
+    assert mine.seen == [*ids(ledger.events("t1")), own.event_id]
+    assert again.seen == ids(ledger.events("t1"))
+
+
+def test_a_list_the_cache_did_not_give_is_folded_whole(client: redis.Redis) -> None:
+    ledger = Ledger(client)
+    new_turn(ledger)
+    cache = EventCache(ledger)
+    kind = tally()
+    cache.fold("t1", cache.events("t1"), kind)
+    kind.fed.clear()
+
+    # the same events, decoded again: equal, but not the ones the cache's fold was fed
+    folded = cache.fold("t1", ledger.events("t1"), kind)
+
+    assert folded.seen == kind.fed == ids(ledger.events("t1"))
+
+
+def test_a_turn_whose_stream_was_replaced_is_folded_afresh(client: redis.Redis) -> None:
+    ledger = Ledger(client)
+    first = new_turn(ledger)
+    ledger.append(text("before the replacement"), lease=first)
+    cache = EventCache(ledger)
+    kind = tally()
+    cache.fold("t1", cache.events("t1"), kind)
+    client.delete(keys.turn_events("t1"), keys.turn_meta("t1"))
+    lease = new_turn(ledger)
+    ledger.append(text("after the replacement"), lease=lease)
+
+    folded = cache.fold("t1", cache.events("t1"), kind)
+
+    assert folded.seen == ids(ledger.events("t1"))
+
+
+def test_a_claims_snapshot_continues_the_fold_of_the_last_read(client: redis.Redis) -> None:
+    ledger = Ledger(client)
+    lease = new_turn(ledger)
+    cache = EventCache(ledger)
+    kind = tally()
+    cache.fold("t1", cache.events("t1"), kind)
+    ledger.append(start("send_email", {"to": "a"}), lease=lease)
+    handed_over(ledger, lease, "r2")
+    kind.fed.clear()
+
+    snapshot = cache.absorb(claim_next(ledger, "r2", cache.read_point("t1")))
+    assert snapshot is not None
+    folded = cache.fold("t1", snapshot, kind)
+
+    assert folded.seen == ids(ledger.events("t1"))
+    assert kind.fed == folded.seen[-3:]  # tool_start, run_ended, run_started
