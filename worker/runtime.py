@@ -21,7 +21,7 @@ from worker.control import TurnControl
 from worker.errors import TurnCancelled
 from worker.failpoints import OFF, Failpoints
 from worker.loop import AgentLoop
-from worker.models import make_model
+from worker.models import Models
 from worker.reaper import Reaper
 from worker.settings import Settings
 from worker.tools import Registry
@@ -123,6 +123,10 @@ class Runtime:
     def failpoints(self) -> Failpoints:
         return Failpoints(self.redis) if self.settings.failpoints else OFF
 
+    @cached_property
+    def models(self) -> Models:
+        return Models()
+
     def reaper(self) -> Reaper:
         return Reaper(self.control)
 
@@ -134,7 +138,7 @@ class Runtime:
         return AgentLoop(
             ledger=self.ledger,
             registry=self.registry,
-            make_model=lambda spec: make_model(spec or self.settings.model, clock),
+            make_model=lambda spec: self.models.get(spec or self.settings.model, clock),
             settings=self.settings,
             clock=clock,
             ids=self.ids,

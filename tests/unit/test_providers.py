@@ -18,7 +18,7 @@ import pytest
 
 from worker.clock import SystemClock
 from worker.errors import ConfigError, ModelError
-from worker.models import make_model, providers
+from worker.models import Models, make_model, providers
 from worker.models.base import (
     AssistantMessage,
     ModelEvent,
@@ -582,6 +582,24 @@ def test_make_with_an_unknown_provider_is_a_config_error() -> None:
 def test_make_model_routes_provider_specs_through_make() -> None:
     require("anthropic")
     assert isinstance(make_model("anthropic:claude-x", SystemClock()), AnthropicModel)
+
+
+def test_a_process_keeps_one_adapter_per_provider_spec_and_its_client() -> None:
+    require("anthropic")
+    models = Models()
+    first = models.get("anthropic:claude-x", SystemClock())
+
+    assert models.get("anthropic:claude-x", SystemClock()) is first
+    assert models.get("anthropic:claude-y", SystemClock()) is not first
+
+
+def test_a_scripted_model_is_made_for_each_run_on_its_clock() -> None:
+    models = Models()
+    clocks = SystemClock(), SystemClock()
+    made = [models.get("", clock) for clock in clocks]
+
+    assert made[0] is not made[1]
+    assert [m.clock for m in made] == list(clocks)  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("kind", ["anthropic", "openai"])

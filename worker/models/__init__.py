@@ -9,7 +9,10 @@ from worker.errors import ConfigError
 from worker.models.base import ChatModel, ModelRequest
 from worker.models.scripted import Script, ScriptedModel
 
-__all__ = ["ChatModel", "ModelRequest", "make_model"]
+__all__ = ["ChatModel", "ModelRequest", "Models", "make_model"]
+
+#: spec kinds served by a provider SDK adapter
+PROVIDERS = frozenset({"anthropic", "openai"})
 
 
 def demo_script_path() -> str:
@@ -22,7 +25,7 @@ def make_model(spec: str | None, clock: Clock) -> ChatModel:
     kind, _, arg = spec.partition(":")
     if kind == "scripted":
         return ScriptedModel(Script.load(arg or demo_script_path()), clock, name=spec)
-    if kind in {"anthropic", "openai"}:
+    if kind in PROVIDERS:
         if not arg:
             raise ConfigError(f"model spec {spec!r}: name the model, e.g. {kind}:MODEL")
         from worker.models import providers
@@ -31,3 +34,21 @@ def make_model(spec: str | None, clock: Clock) -> ChatModel:
     raise ConfigError(
         f"model spec {spec!r}: expected scripted:PATH, anthropic:MODEL or openai:MODEL"
     )
+
+
+class Models:
+    """A process's models. A provider adapter holds its SDK client and with it the client's
+    connection pool: one per spec for the life of the process, so a turn's next chunk calls the
+    model over a connection already open, not a new TLS handshake. A scripted model is made per
+    run: it sleeps on the run's own (cancellable) clock."""
+
+    def __init__(self) -> None:
+        self._adapters: dict[str, ChatModel] = {}
+
+    def get(self, spec: str, clock: Clock) -> ChatModel:
+        if spec.partition(":")[0] not in PROVIDERS:
+            return make_model(spec, clock)
+        model = self._adapters.get(spec)
+        if model is None:
+            model = self._adapters[spec] = make_model(spec, clock)
+        return model
