@@ -410,7 +410,7 @@ def recording_breakdown(ops: int) -> dict[str, float]:
         "DeferSignals enter+exit": guarded,
         "Recorder.make ToolStart (its id, ts, pydantic)": make_start,
         "Recorder.make ToolDone (its id, ts, pydantic)": make_done,
-        "encode both (model_dump_json)": lambda: (encode(start), encode(done)),
+        "encode both (codec.encode)": lambda: (encode(start), encode(done)),
         "Ledger.append x2, XADD stubbed": lambda: (
             ledger.append(start, lease=lease),
             ledger.append(done, lease=lease),

@@ -10,7 +10,7 @@ PREFIX = "dres"
 
 
 def _tag(value: str) -> str:
-    if not value or any(c in value for c in "{}"):
+    if not value or "{" in value or "}" in value:
         raise ValueError(f"id {value!r} must be non-empty and may not contain braces")
     return "{" + value + "}"
 

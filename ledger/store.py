@@ -39,10 +39,12 @@ DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
 DEFAULT_PAGE = 1000
 #: seconds to wait before each retry of an operation that lost its connection
 RETRY_BACKOFF_S = (0.05, 0.2, 0.5)
+#: the waits before each attempt of a write after the first; None: the last attempt
+_ATTEMPTS = (*RETRY_BACKOFF_S, None)
 #: events per script call in a metadata-changing batch (bounds the script's argument count)
 BATCH = 256
 
-MetaValue = str | int | float
+MetaValue = str | int | float | bytes
 T = TypeVar("T")
 
 
@@ -228,7 +230,7 @@ class Ledger:
             return lease.last[1]
         stream = keys.turn_events(lease.turn_id)
         fields: dict[Any, Any] = {FIELD: encode(event)}
-        for delay in (*RETRY_BACKOFF_S, None):
+        for delay in _ATTEMPTS:
             sid = lease.next_id()
             try:
                 added = self.client.xadd(stream, fields, id=sid, nomkstream=True)
@@ -327,7 +329,7 @@ class Ledger:
     def _retry(call: Callable[[], T]) -> T:
         # Every script here is safe to repeat (fenced; events skipped when already at their id;
         # a claim by run id), so a command cut off with its connection may be sent again.
-        for delay in (*RETRY_BACKOFF_S, None):
+        for delay in _ATTEMPTS:
             try:
                 return call()
             except (redis.ConnectionError, redis.TimeoutError) as e:
