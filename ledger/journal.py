@@ -86,21 +86,26 @@ class JournalBuilder:
         self.lines: dict[int, tuple[JournalEntry, str]] = {}
 
     def feed(self, events: Iterable[Event]) -> JournalBuilder:
+        open_calls, completed, order = self._open, self._completed, self._order
         for event in events:
             # ``type(...) is``, not isinstance: events are final classes, and a pydantic model's
             # isinstance goes through ABCMeta (a turn's rebuild does this for every event).
             if type(event) is ToolStart:
-                self._open.append(_Open(self._order, event))
-                self._order += 1
+                open_calls.append(_Open(order, event))
+                order += 1
             elif type(event) is ToolDone:
-                call = _take(self._open, event)
+                call = _take(open_calls, event)
                 # An error result closes the call without counting it: nothing happened, a retry
                 # may.
                 if call is not None and not event.is_error:
-                    entry = _entry(call.start, event.result)
-                    insort(self._completed, (call.order, entry), key=_first)
+                    pair = (call.order, _entry(call.start, event.result))
+                    if completed and completed[-1][0] > call.order:
+                        insort(completed, pair, key=_first)  # calls finished out of order
+                    else:
+                        completed.append(pair)
             elif type(event) is Clear:
-                self._open.clear()
+                open_calls.clear()
+        self._order = order
         return self
 
     def journal(self) -> Journal:
