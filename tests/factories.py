@@ -66,7 +66,20 @@ def clear(turn_id: str = "t1") -> Clear:
     return Clear(**base(turn_id))
 
 
-def blocked(tool: str, input: Any, turn_id: str = "t1") -> ToolBlocked:
+def blocked(
+    tool: str,
+    input: Any,
+    turn_id: str = "t1",
+    *,
+    call_id: str | None = None,
+    result: Any = "the journaled result",
+) -> ToolBlocked:
     return ToolBlocked(
-        **base(turn_id), tool=tool, signature=input_signature(input), reason="completed"
+        **base(turn_id),
+        call_id=call_id,
+        tool=tool,
+        input=input,
+        signature=input_signature(input),
+        reason="completed",
+        result=result,
     )

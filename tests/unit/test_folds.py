@@ -6,14 +6,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from factories import base, clear, done, start, text, turn_started
+from factories import base, blocked, clear, done, start, text, turn_started
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from ledger.events import Event, ModelDone, ModelStart, Resumed, RunEnded, RunStarted, ToolBlocked
+from ledger.events import Event, ModelDone, ModelStart, Resumed, RunEnded, RunStarted
 from ledger.journal import JournalBuilder, build_journal
 from ledger.note import journal_note
-from ledger.signature import input_signature
 from worker.history import (
     INTERRUPTED_RESULT,
     NUDGE,
@@ -24,18 +23,6 @@ from worker.models.base import AssistantMessage, ToolResultMessage, UserMessage
 
 TOOLS = ("send_email", "charge_card")
 CALL_IDS = ("c1", "c2", "c3")
-
-
-def blocked(tool: str, input: Any, call_id: str | None) -> ToolBlocked:
-    return ToolBlocked(
-        **base(),
-        call_id=call_id,
-        tool=tool,
-        input=input,
-        signature=input_signature(input),
-        reason="completed",
-        result="the journaled result",
-    )
 
 
 call_ids = st.one_of(st.none(), st.sampled_from(CALL_IDS))
@@ -74,7 +61,7 @@ def to_events(plan: list[tuple[Any, ...]]) -> list[Event]:
         elif kind == "done":
             events.append(done(args[0], {"result": i}, call_id=args[1], is_error=args[2]))
         elif kind == "blocked":
-            events.append(blocked(args[0], {"step": i}, args[1]))
+            events.append(blocked(args[0], {"step": i}, call_id=args[1]))
         else:
             events.append(RunEnded(**base(), reason="soft_limit"))
             events.append(RunStarted(**base(), cause="next_chunk"))
