@@ -68,16 +68,11 @@ class Recorder:
         self.events = events
         #: events made by ``hold``, written together with the next one recorded
         self.held: list[Event] = []
+        #: the fields every event of this run carries
+        self._run_fields = {"turn_id": run.turn_id, "run_id": run.run_id, "chunk": run.chunk}
 
     def make(self, cls: type[E], **fields: Any) -> E:
-        return cls(
-            event_id=self.ids.new("ev"),
-            turn_id=self.run.turn_id,
-            run_id=self.run.run_id,
-            chunk=self.run.chunk,
-            ts=self.clock.now(),
-            **fields,
-        )
+        return cls(event_id=self.ids.new("ev"), ts=self.clock.now(), **self._run_fields, **fields)
 
     def record(self, cls: type[E], **fields: Any) -> E:
         event = self.make(cls, **fields)
@@ -108,6 +103,10 @@ class Recorder:
         meta: Mapping[str, MetaValue] | None = None,
         expire: bool = False,
     ) -> None:
-        held = self.take_held()
-        self.ledger.append_many([*held, *events], lease=self.run.lease, meta=meta, expire=expire)
+        if len(events) == 1 and not (self.held or meta or expire):
+            self.ledger.append(events[0], lease=self.run.lease)  # the common case: one XADD
+        else:
+            held = self.take_held()
+            batch = [*held, *events]
+            self.ledger.append_many(batch, lease=self.run.lease, meta=meta, expire=expire)
         self.events.extend(events)
