@@ -156,8 +156,8 @@ def header_lines(env: dict[str, Any], mode: str) -> list[str]:
         f"python {env['python']}, redis-server {env['redis_server']} (AOF, appendfsync "
         f"{env['appendfsync']}), redis-py {env['redis_py']}, hiredis {env['hiredis']} ({parser}), "
         f"celery {env['celery']}, kombu {env['kombu']}, pydantic {env['pydantic']}",
-        "figures: median [min..max] over blocks/rounds; ratio = median dres / median baseline "
-        "[range of per-pair ratios]",
+        "figures: median [min..max] over blocks/rounds; ratio = median of the per-pair ratios "
+        "dres / baseline [their range]",
         "",
     ]
 
@@ -202,8 +202,10 @@ def markdown(result: dict[str, Any], rows: Sequence[Row]) -> str:
         f"{result['mode']}) on {env['date']}; the whole run took {env['elapsed_s']} s. Every "
         "dres figure stands beside its baseline measured in the same run, on the same private "
         "redis-server (one for rows 1–3, a fresh one for rows 4–5), with interleaved repeats; "
-        "figures are medians with [min–max] over blocks/rounds, ratio = median dres / median "
-        "baseline. Raw data: `bench/results.json`.",
+        "figures are medians with [min–max] over blocks/rounds; ratio = the median of the "
+        "per-pair ratios dres / baseline (each dres block or round beside the baseline one run "
+        "next to it), with their range; unpaired rows (6): median dres / median baseline. The "
+        "ratio of the two medians is listed under Details. Raw data: `bench/results.json`.",
         "",
         "## Machine",
         "",
@@ -292,7 +294,16 @@ NOISE = [
 
 
 def details(by: dict[str, Row], result: dict[str, Any]) -> list[str]:
-    lines = []
+    paired = [row for row in by.values() if row.pair_ratios]
+    lines = [
+        "The ratio of the two medians (median dres / median baseline), beside each paired row's "
+        "ratio (the median of its per-pair ratios): "
+        + "; ".join(
+            f"{row.number} {row.name} {row.ratio_of_medians:.2f} (ratio {row.ratio:.2f})"
+            for row in paired
+        )
+        + "."
+    ]
     tool = by.get("tool call p50")
     if tool:
         cpu = tool.extra["cpu_breakdown_us"]
