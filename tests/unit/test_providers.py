@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -591,6 +592,24 @@ def test_a_process_keeps_one_adapter_per_provider_spec_and_its_client() -> None:
 
     assert models.get("anthropic:claude-x", SystemClock()) is first
     assert models.get("anthropic:claude-y", SystemClock()) is not first
+
+
+def test_adapters_beyond_the_bound_are_dropped_least_recently_used_first_and_closed() -> None:
+    require("anthropic")
+    clock = SystemClock()
+    models = Models(max_adapters=2)
+    first = models.get("anthropic:a", clock)
+    closed: list[str] = []
+    first._client = SimpleNamespace(close=lambda: closed.append("a"))  # type: ignore[attr-defined]
+    models.get("anthropic:b", clock)
+    models.get("anthropic:a", clock)  # a is the most recently used now
+    models.get("anthropic:c", clock)  # b goes
+
+    assert models.get("anthropic:a", clock) is first and closed == []
+    models.get("anthropic:d", clock)  # c goes
+    models.get("anthropic:e", clock)  # a goes, and its client is closed
+    assert closed == ["a"]
+    assert models.get("anthropic:a", clock) is not first
 
 
 def test_a_scripted_model_is_made_for_each_run_on_its_clock() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import OrderedDict
 from importlib import resources
 
 from worker.clock import Clock
@@ -13,6 +14,8 @@ __all__ = ["ChatModel", "ModelRequest", "Models", "make_model"]
 
 #: spec kinds served by a provider SDK adapter
 PROVIDERS = frozenset({"anthropic", "openai"})
+#: provider adapters (SDK clients) a process keeps
+DEFAULT_MAX_ADAPTERS = 8
 
 
 def demo_script_path() -> str:
@@ -38,17 +41,24 @@ def make_model(spec: str | None, clock: Clock) -> ChatModel:
 
 class Models:
     """A process's models. A provider adapter holds its SDK client and with it the client's
-    connection pool: one per spec for the life of the process, so a turn's next chunk calls the
-    model over a connection already open, not a new TLS handshake. A scripted model is made per
-    run: it sleeps on the run's own (cancellable) clock."""
+    connection pool: one per spec, kept for the process's next chunks, so a turn's next chunk
+    calls the model over a connection already open, not after a new TLS handshake. Turns name
+    their model, so the specs kept are bounded: the least recently used adapter beyond
+    ``max_adapters`` is closed. A scripted model is made per run: it sleeps on the run's own
+    (cancellable) clock."""
 
-    def __init__(self) -> None:
-        self._adapters: dict[str, ChatModel] = {}
+    def __init__(self, max_adapters: int = DEFAULT_MAX_ADAPTERS) -> None:
+        self.max_adapters = max_adapters
+        self._adapters: OrderedDict[str, ChatModel] = OrderedDict()
 
     def get(self, spec: str, clock: Clock) -> ChatModel:
         if spec.partition(":")[0] not in PROVIDERS:
             return make_model(spec, clock)
-        model = self._adapters.get(spec)
-        if model is None:
-            model = self._adapters[spec] = make_model(spec, clock)
+        model = self._adapters.pop(spec, None) or make_model(spec, clock)
+        self._adapters[spec] = model
+        while len(self._adapters) > self.max_adapters:
+            _, dropped = self._adapters.popitem(last=False)
+            close = getattr(dropped, "close", None)
+            if close is not None:
+                close()
         return model

@@ -107,6 +107,12 @@ class _Adapter:
                 raise
             raise error from e
 
+    def close(self) -> None:
+        """Close the SDK client (its connection pool), if one was made."""
+        client, self._client = self._client, None
+        if client is not None:
+            client.close()
+
     def _connect(self) -> Any:
         if self._client is None:
             try:
