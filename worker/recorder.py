@@ -76,11 +76,7 @@ class Recorder:
 
     def record(self, cls: type[E], **fields: Any) -> E:
         event = self.make(cls, **fields)
-        if self.held:
-            self.record_many([event])
-        else:
-            self.ledger.append(event, lease=self.run.lease)
-            self.events.append(event)
+        self.record_many([event])
         return event
 
     def hold(self, cls: type[E], **fields: Any) -> E:
@@ -103,10 +99,7 @@ class Recorder:
         meta: Mapping[str, MetaValue] | None = None,
         expire: bool = False,
     ) -> None:
-        if len(events) == 1 and not (self.held or meta or expire):
-            self.ledger.append(events[0], lease=self.run.lease)  # the common case: one XADD
-        else:
-            held = self.take_held()
-            batch = [*held, *events]
-            self.ledger.append_many(batch, lease=self.run.lease, meta=meta, expire=expire)
+        # a lone event with nothing held and no metadata takes append_many's one-XADD path
+        batch = [*self.take_held(), *events]
+        self.ledger.append_many(batch, lease=self.run.lease, meta=meta, expire=expire)
         self.events.extend(events)
