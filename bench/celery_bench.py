@@ -81,7 +81,7 @@ POLL_S = 0.02
 #: weigh on a no-op baseline; the benchmark measures dres, not log rendering
 WORKER_ARGS = ("--loglevel=WARNING",)
 #: turn statuses after turn_ended
-ENDED = frozenset({"completed", "stopped", "failed", "cancelled"})
+ENDED = frozenset({"completed", "stopped"})
 
 
 @dataclass(frozen=True)

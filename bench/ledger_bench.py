@@ -55,8 +55,10 @@ from ledger import keys
 from ledger.codec import FIELD, encode
 from ledger.events import Event, ToolDone, ToolStart, TurnStarted
 from ledger.journal import Journal, build_journal
+from ledger.lease import Lease
 from ledger.signature import input_signature
-from ledger.store import Lease, Ledger
+from ledger.store import Ledger
+from ledger.turns import TurnStore
 from worker.clock import RandomIds, SystemClock
 from worker.recorder import Recorder, RunContext
 from worker.redis_server import RedisServer
@@ -119,6 +121,9 @@ class Row:
     load weighs on both sides of a pair), else median(dres) / median(raw). With few pairs of
     unequal length (row 4: a dres round lasts ~16 s, a hop round ~0.3 s) the ratio of the
     medians pairs figures from different moments; both are reported.
+
+    A row without a baseline (``raw`` empty: row 7's crash pickup) is an absolute figure: no
+    ratio, and its verdict reads ``limit``, a bound on the median dres figure in the row's unit.
     """
 
     name: str
@@ -133,6 +138,14 @@ class Row:
     number: str = ""
     #: what the baseline is, in a few words (the markdown report's legend)
     baseline: str = "raw redis-py"
+    #: a row without a baseline: the bound on its median figure (<=, or >= when higher is
+    #: better), in the row's unit; None: an information row
+    limit: float | None = None
+
+    @property
+    def absolute(self) -> bool:
+        """No baseline: the figure stands on its own against ``limit``."""
+        return not self.raw
 
     @property
     def ratio(self) -> float:
@@ -156,13 +169,39 @@ class Row:
 
     @property
     def verdict(self) -> str:
+        if self.absolute:
+            if self.limit is None:
+                return "info"
+            return "meets" if self.within(statistics.median(self.dres)) else "misses"
         if self.target is None:
             return "info"
         return "meets" if self.ratio <= self.target else "misses"
 
+    def within(self, value: float) -> bool:
+        """``value`` keeps to the absolute ``limit`` (rows without a baseline)."""
+        if self.limit is None:
+            return True
+        return value >= self.limit if self.higher_is_better else value <= self.limit
+
+    @property
+    def target_text(self) -> str:
+        """The target as a table shows it: ``<= 1.3`` (a ratio) or ``<= 15 s`` (absolute)."""
+        if self.absolute:
+            if self.limit is None:
+                return "-"
+            sign = ">=" if self.higher_is_better else "<="
+            return f"{sign} {self.limit:g} {self.unit}"
+        return "-" if self.target is None else f"<= {self.target}"
+
     @property
     def wording(self) -> str:
-        """Which is faster and by how much, e.g. ``dres slower by 1.25x``."""
+        """Which is faster and by how much, e.g. ``dres slower by 1.25x``; for a row without a
+        baseline, how many of its samples keep to its limit, e.g. ``no baseline; 5/5 <= 15 s``."""
+        if self.absolute:
+            if self.limit is None:
+                return "no baseline"
+            kept = sum(1 for x in self.dres if self.within(x))
+            return f"no baseline; {kept}/{len(self.dres)} {self.target_text}"
         ratio = self.ratio
         dres_faster = ratio > 1 if self.higher_is_better else ratio < 1
         factor = max(ratio, 1 / ratio)
@@ -172,19 +211,21 @@ class Row:
 
     def as_dict(self) -> dict[str, Any]:
         pairs = self.pair_ratios
+        absolute = self.absolute
         return {
             "number": self.number,
             "name": self.name,
             "unit": self.unit,
             "baseline": self.baseline,
             "dres": summary(self.dres),
-            "raw": summary(self.raw),
-            "ratio": self.ratio,
-            "ratio_of_medians": self.ratio_of_medians,
+            "raw": None if absolute else summary(self.raw),
+            "ratio": None if absolute else self.ratio,
+            "ratio_of_medians": None if absolute else self.ratio_of_medians,
             "pair_ratio_min": min(pairs) if pairs else None,
             "pair_ratio_max": max(pairs) if pairs else None,
             "higher_is_better": self.higher_is_better,
             "target_ratio_max": self.target,
+            **({"target_limit": self.limit} if absolute else {}),
             "verdict": self.verdict,
             "wording": self.wording,
             "dres_samples": self.dres,
@@ -255,10 +296,13 @@ def turn_started(turn_id: str) -> TurnStarted:
 def open_turn(ledger: Ledger, turn_id: str) -> Lease:
     """Create the turn with its first run and claim it; returns the run's lease."""
     ledger.client.delete(*keys.turn_keys(turn_id))
-    if not ledger.create_turn(turn_started(turn_id), first_run=RUN_ID):
-        raise RuntimeError(f"turn {turn_id} already exists")
+    turns = TurnStore(ledger)
     lease_until_ms = int(time.time() * 1000) + 3_600_000
-    claim = ledger.claim(
+    if not turns.create(
+        turn_started(turn_id), first_run=RUN_ID, look_at_ms=lease_until_ms, fields={}
+    ):
+        raise RuntimeError(f"turn {turn_id} already exists")
+    claim = turns.claim(
         turn_id, RUN_ID, lease_until_ms=lease_until_ms, event_id=f"{turn_id}-claim", ts=time.time()
     )
     if claim.lease is None:
@@ -631,10 +675,14 @@ def _num(value: float) -> str:
 
 
 def _cell(values: Sequence[float]) -> str:
+    if not values:
+        return "-"
     return f"{_num(statistics.median(values))} [{_num(min(values))}..{_num(max(values))}]"
 
 
 def ratio_cell(row: Row) -> str:
+    if row.absolute:
+        return "-"
     ratios = row.pair_ratios
     spread = f" [{min(ratios):.2f}..{max(ratios):.2f}]" if ratios else " (unpaired)"
     return f"{row.ratio:.2f}{spread}"
@@ -651,7 +699,7 @@ def table_lines(rows: Sequence[Row]) -> list[str]:
             _cell(row.dres),
             _cell(row.raw),
             ratio_cell(row),
-            "-" if row.target is None else f"<= {row.target}",
+            row.target_text,
             row.verdict,
             row.wording,
         )
@@ -681,7 +729,9 @@ def render(env: dict[str, Any], rows: Sequence[Row], mode: str) -> str:
 
 def misses(rows: Sequence[Row]) -> list[str]:
     return [
-        f"{row.name} ratio {row.ratio:.2f} > {row.target}"
+        f"{row.name} median {_num(statistics.median(row.dres))} {row.unit}, not {row.target_text}"
+        if row.absolute
+        else f"{row.name} ratio {row.ratio:.2f} > {row.target}"
         for row in rows
         if row.verdict == "misses"
     ]

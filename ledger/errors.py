@@ -47,3 +47,34 @@ class UnknownTurn(LedgerError):
 
 class LedgerUnavailable(LedgerError):
     """Redis could not be reached after the configured retries."""
+
+
+class CorruptTurn(LedgerError):
+    """A turn's metadata cannot be read as a turn (no status, an unknown one, a bad number)."""
+
+    def __init__(self, turn_id: str, what: str) -> None:
+        super().__init__(turn_id, what)
+        self.turn_id = turn_id
+        self.what = what
+
+    def __str__(self) -> str:
+        return f"turn {self.turn_id}: unreadable metadata: {self.what}"
+
+
+class TransitionRefused(LedgerError):
+    """A step of the turn's state machine was refused: the turn's status does not allow it
+    (``why`` = ``REFUSED``, ``found`` = the status), or the turn changed since the caller read it
+    (``why`` = ``CHANGED``, ``found`` = the field and its value now).
+    """
+
+    def __init__(self, turn_id: str, step: str, why: str, found: str) -> None:
+        super().__init__(turn_id, step, why, found)
+        self.turn_id = turn_id
+        self.step = step
+        self.why = why
+        self.found = found
+
+    def __str__(self) -> str:
+        if self.why == "REFUSED":
+            return f"turn {self.turn_id}: {self.step} is not allowed from status {self.found!r}"
+        return f"turn {self.turn_id}: {self.step} refused, the turn changed ({self.found})"

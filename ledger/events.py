@@ -17,7 +17,7 @@ from ledger.errors import EventDecodeError
 SCHEMA_VERSION = 1
 
 RunEndReason = Literal["completed", "soft_limit", "transport_error", "crashed", "error", "stopped"]
-TurnStatus = Literal["completed", "stopped", "failed", "cancelled"]
+TurnStatus = Literal["completed", "stopped"]
 TurnMode = Literal["foreground", "background"]
 
 

@@ -1,45 +1,11 @@
-"""Who holds a turn: its metadata as read, a run's lease, and the outcome of a claim."""
+"""Who holds a turn: a run's lease, and the outcome of a claim."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
-from ledger.codec import Envelope, text
-
-
-@dataclass(frozen=True, slots=True)
-class TurnMeta:
-    """The metadata hash beside a turn's stream. Fields without a typed slot are in ``extra``."""
-
-    turn_id: str
-    status: str
-    epoch: int
-    runs: int
-    chunk: int
-    run_id: str
-    next_run: str
-    extra: Mapping[str, str]
-    #: the turn's Stop flag was set when this was read (a claim reads it; ``Ledger.meta`` does not)
-    stop_requested: bool = False
-
-    @classmethod
-    def from_hash(
-        cls, turn_id: str, raw: Mapping[Any, Any], stop_requested: bool = False
-    ) -> TurnMeta:
-        fields = {text(k): text(v) for k, v in raw.items()}
-        return cls(
-            turn_id=turn_id,
-            status=fields.pop("status", ""),
-            epoch=int(fields.pop("epoch", 0)),
-            runs=int(fields.pop("runs", 0)),
-            chunk=int(fields.pop("chunk", 0)),
-            run_id=fields.pop("run_id", ""),
-            next_run=fields.pop("next_run", ""),
-            extra=fields,
-            stop_requested=stop_requested,
-        )
+from ledger.codec import Envelope
+from ledger.turn import TurnMeta
 
 
 @dataclass(slots=True)

@@ -1,7 +1,8 @@
 """Run turns in-process through the real loop, ledger and lifecycle steps (no Celery).
 
-``Harness.run_next()`` does what a chunk task does: claim the pending run, run the loop, and on
-the (simulated) soft limit hand the turn over to the next chunk.
+``Harness.run_next()`` runs the chunk task's own path, ``Lifecycle.run_chunk``: claim the pending
+run, run the loop, record how it ended, or on the (simulated) soft limit hand the turn over to the
+next chunk, whose "message" the harness keeps instead of sending it.
 """
 
 from __future__ import annotations
@@ -16,14 +17,14 @@ import redis
 from sample_tools import SimulatedSoftLimit
 
 from ledger.cache import EventCache
-from ledger.events import Event
+from ledger.events import Event, TurnEnded
 from ledger.store import Ledger
-from worker.loop import AgentLoop, RunResult
+from worker.lifecycle import Lifecycle
+from worker.loop import AgentLoop
 from worker.models import make_model
 from worker.models.base import ChatModel, ModelEvent, ModelRequest
 from worker.settings import Settings, load_settings
 from worker.tools import Registry
-from worker.turns import claim_run, create_turn, hand_over
 
 TOOL_MODULES = ["worker.demo_tools", "sample_tools"]
 
@@ -69,6 +70,23 @@ class Recording:
         return iter(items)
 
 
+class KeptMessages:
+    """A dispatcher that keeps each message (turn id, run id, mode) instead of sending it."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, str, str]] = []
+        self.revoked: list[str] = []
+
+    def dispatch(self, turn_id: str, run_id: str, mode: str) -> None:
+        self.sent.append((turn_id, run_id, mode))
+
+    def revoke(self, turn_id: str, run_id: str) -> None:
+        self.revoked.append(run_id)
+
+    def queued_runs(self) -> set[str] | None:
+        return {run_id for _, run_id, _ in self.sent}
+
+
 @dataclass
 class Harness:
     client: redis.Redis
@@ -77,7 +95,7 @@ class Harness:
     clock: FakeClock = field(default_factory=FakeClock)
     ids: SeqIds = field(default_factory=SeqIds)
     requests: list[ModelRequest] = field(default_factory=list)
-    results: list[RunResult] = field(default_factory=list)
+    results: list[TurnEnded] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.client)
@@ -86,6 +104,11 @@ class Harness:
         self.registry = Registry.from_modules(TOOL_MODULES)
         self.pending: str | None = None
         self.turn_id = ""
+        self.messages = KeptMessages()
+        self.lifecycle = self.lifecycle_for(self.ledger, self.cache)
+
+    def lifecycle_for(self, ledger: Ledger, cache: EventCache | None) -> Lifecycle:
+        return Lifecycle(ledger, self.settings, self.clock, self.ids, self.messages, cache=cache)
 
     def loop(self, ledger: Ledger | None = None) -> AgentLoop:
         return AgentLoop(
@@ -106,45 +129,39 @@ class Harness:
         return f"scripted:{path}"
 
     def start(self, steps: list[dict[str, Any]], on_resume: str = "continue", **kw: Any) -> str:
-        turn = create_turn(
-            self.ledger,
-            kw.pop("message", "do the task"),
-            clock=self.clock,
-            ids=self.ids,
-            model=self.script(steps, on_resume),
-            **kw,
+        turn = self.lifecycle.create(
+            kw.pop("message", "do the task"), model=self.script(steps, on_resume), **kw
         )
         self.turn_id, self.pending = turn.turn_id, turn.run_id
         return turn.turn_id
 
     def run_next(
         self, *, soft_limit_after: float | None = None, ledger: Ledger | None = None
-    ) -> RunResult | None:
-        """One chunk: claim, run; on the soft limit hand over and return None."""
+    ) -> TurnEnded | None:
+        """One chunk through ``Lifecycle.run_chunk``; the turn's ending, or None when the chunk
+        was handed over at its soft limit (the successor is then the pending run)."""
         assert self.pending, "no pending run"
-        run = claim_run(
-            self.ledger,
-            self.turn_id,
-            self.pending,
-            clock=self.clock,
-            ids=self.ids,
-            settings=self.settings,
-            cache=self.cache if ledger is None else None,
-        )
-        assert run is not None, "the pending run could not be claimed"
-        self.pending = None
+        lifecycle = self.lifecycle if ledger is None else self.lifecycle_for(self.ledger, None)
+        sent = len(self.messages.sent)
         if soft_limit_after is not None:
             self.clock.limit_at = self.clock.t + soft_limit_after
-        try:
-            result = self.loop(ledger).run(run)
-        except SimulatedSoftLimit:
-            self.clock.limit_at = None
-            self.pending = hand_over(self.ledger, run, clock=self.clock, ids=self.ids)
+        what = lifecycle.run_chunk(
+            self.turn_id, self.pending, self.loop(ledger), interrupts=(SimulatedSoftLimit,)
+        )
+        self.clock.limit_at = None
+        assert what not in ("not-claimed", "holder alive"), "the pending run could not be claimed"
+        self.pending = None
+        if what == "chained":
+            self.pending = self.messages.sent[sent][1]
             return None
+        ended = self.events("turn_ended")
+        assert ended, f"the chunk ended ({what}) without a turn_ended"
+        result = ended[-1]
+        assert isinstance(result, TurnEnded)
         self.results.append(result)
         return result
 
-    def run_to_end(self, max_chunks: int = 10) -> RunResult:
+    def run_to_end(self, max_chunks: int = 10) -> TurnEnded:
         for _ in range(max_chunks):
             result = self.run_next()
             if result is not None:

@@ -27,13 +27,12 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import keys
 from ledger.codec import decode_entry, text
-from ledger.errors import EventDecodeError, UnknownTurn
+from ledger.errors import CorruptTurn, EventDecodeError, UnknownTurn
 from ledger.journal import build_journal
-from ledger.store import TurnMeta
+from ledger.turn import TurnMeta, continue_refusal
 from worker.api_schemas import (
     ERRORS,
     ID,
-    STATUSES,
     Accepted,
     ContinueRequest,
     JournalOut,
@@ -43,7 +42,6 @@ from worker.api_schemas import (
     journal_call,
 )
 from worker.client import enqueue
-from worker.control import FINISHED
 from worker.errors import ConfigError
 from worker.runtime import Runtime
 from worker.settings import Settings
@@ -74,6 +72,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
     api.add_exception_handler(RequestValidationError, invalid)  # type: ignore[arg-type]
     api.add_exception_handler(UnknownTurn, unknown)  # type: ignore[arg-type]
+    api.add_exception_handler(CorruptTurn, corrupt)  # type: ignore[arg-type]
     api.add_exception_handler(ConfigError, bad_config)  # type: ignore[arg-type]
     api.include_router(router)
     api.add_api_route("/healthz", healthz, methods=["GET"])
@@ -165,6 +164,11 @@ async def unknown(request: Request, exc: UnknownTurn) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, 404)
 
 
+async def corrupt(request: Request, exc: CorruptTurn) -> JSONResponse:
+    """A turn whose metadata is not a turn's: said as it is, never guessed at."""
+    return JSONResponse({"detail": str(exc)}, 500)
+
+
 async def meta_of(reader: aioredis.Redis, turn_id: str) -> TurnMeta:
     raw = await reader.hgetall(keys.turn_meta(turn_id))
     if not raw:
@@ -212,21 +216,25 @@ def create_turn(
 
 
 @router.get("/{turn_id}", response_model=TurnStatus)
-async def turn_status(reader: Reader, turn_id: TurnId) -> TurnStatus:
+async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> TurnStatus:
     meta = await meta_of(reader, turn_id)
-    conversation = meta.extra.get("conversation_id", "")
-    newest = await reader.lindex(keys.conversation_turns(conversation or "_"), -1)
-    is_newest = newest is None or text(newest) == turn_id
+    newest = await reader.lindex(keys.conversation_turns(meta.conversation_id or "_"), -1)
+    refusal = continue_refusal(
+        meta,
+        newest_turn=None if newest is None else text(newest),
+        auto=False,
+        max_auto=runtime_of(request).settings.max_auto_continue,
+    )
     return TurnStatus(
         turn_id=turn_id,
-        conversation_id=conversation,
-        status=meta.status if meta.status in STATUSES else "queued",  # type: ignore[arg-type]
-        mode=meta.extra.get("mode", "foreground"),
+        conversation_id=meta.conversation_id,
+        status=meta.status.value,
+        mode=meta.mode,
         runs=meta.runs,
         chunk=meta.chunk,
-        auto_continues=int(meta.extra.get("auto_continues", 0) or 0),
-        can_continue=meta.extra.get("can_continue") == "1" and is_newest,
-        code=meta.extra.get("code", ""),
+        auto_continues=meta.auto_continues,
+        can_continue=refusal is None,
+        code=meta.code,
     )
 
 
@@ -263,7 +271,7 @@ async def events(
 
 @router.post("/{turn_id}/continue", status_code=202, response_model=Accepted)
 def continue_turn(rt: RT, turn_id: TurnId, body: ContinueRequest) -> Accepted:
-    outcome = rt.control.continue_turn(turn_id, auto=body.auto)
+    outcome = rt.lifecycle.continue_turn(turn_id, auto=body.auto)
     if not outcome.ok:
         raise HTTPException(409, outcome.reason)
     return Accepted(turn_id=turn_id, detail=outcome.reason, run_id=outcome.run_id)
@@ -271,7 +279,7 @@ def continue_turn(rt: RT, turn_id: TurnId, body: ContinueRequest) -> Accepted:
 
 @router.post("/{turn_id}/stop", status_code=202, response_model=Accepted)
 def stop_turn(rt: RT, turn_id: TurnId) -> Accepted:
-    outcome = rt.control.stop(turn_id)
+    outcome = rt.lifecycle.stop(turn_id)
     if not outcome.ok:
         raise HTTPException(409, outcome.reason)
     return Accepted(turn_id=turn_id, detail=outcome.reason)
@@ -312,7 +320,7 @@ async def _finished(reader: aioredis.Redis, turn_id: str, last: str) -> bool:
     status = await reader.hget(keys.turn_meta(turn_id), "status")
     if status is None:
         return True  # the turn expired or was removed
-    if text(status) not in FINISHED | {"stopped"}:
+    if text(status) not in ("completed", "stopped"):
         return False
     newest = await reader.xrevrange(keys.turn_events(turn_id), count=1)
     return not newest or _stream_pos(text(newest[0][0])) <= _stream_pos(last)

@@ -11,7 +11,7 @@ from ledger.journal import JournalEntry
 #: characters: the longest user message accepted
 MAX_MESSAGE_CHARS = 100_000
 ID = r"^[A-Za-z0-9_.:-]{1,128}$"
-STATUSES = ("queued", "running", "resuming", "completed", "stopped", "failed", "cancelled")
+STATUSES = ("queued", "running", "resuming", "completed", "stopped")
 
 
 class TurnRequest(BaseModel):
@@ -39,7 +39,7 @@ class TurnCreated(BaseModel):
 class TurnStatus(BaseModel):
     turn_id: str
     conversation_id: str
-    status: Literal["queued", "running", "resuming", "completed", "stopped", "failed", "cancelled"]
+    status: Literal["queued", "running", "resuming", "completed", "stopped"]
     mode: str
     runs: int
     chunk: int

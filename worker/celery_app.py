@@ -10,7 +10,9 @@ Durable chunk settings (see shared/research/celery-redis-facts.md):
 - one visibility timeout, set everywhere Celery reads it and above every hard limit, so a
   running chunk is never delivered to a second worker; unacked messages of a dead worker are
   restored every ``unacked_restore_interval`` seconds instead of every ~100;
-- two queues, foreground and background; each message carries its mode's time limits.
+- two queues, foreground and background, and a chunk task name per mode whose time limits come
+  from the settings of the worker that runs it (task annotations), never from the message: the
+  process that sent a chunk (the API, another worker) does not decide how long it may run.
 """
 
 from __future__ import annotations
@@ -23,8 +25,16 @@ from kombu import Queue
 
 from worker.settings import Settings
 
-#: the chunk task's registered name (dispatch goes by name: worker never imports tasks)
+#: the chunk task's registered names, per mode (dispatch goes by name: worker never imports tasks)
 CHUNK_TASK = "dres.run_chunk"
+CHUNK_TASK_BACKGROUND = "dres.run_chunk_background"
+CHUNK_TASKS = (CHUNK_TASK, CHUNK_TASK_BACKGROUND)
+
+
+def chunk_task(mode: str) -> str:
+    return CHUNK_TASK_BACKGROUND if mode == "background" else CHUNK_TASK
+
+
 #: seconds between sweeps that restore a dead worker's unacknowledged messages
 UNACKED_RESTORE_INTERVAL_S = 5
 
@@ -55,6 +65,10 @@ def create_app(settings: Settings) -> Celery:
         broker_transport_options=transport,
         result_backend_transport_options={"visibility_timeout": vt},
         visibility_timeout=vt,
+        task_annotations={
+            CHUNK_TASK: _limits(settings, "foreground"),
+            CHUNK_TASK_BACKGROUND: _limits(settings, "background"),
+        },
         task_default_queue=settings.foreground_queue,
         task_queues=(Queue(settings.foreground_queue), Queue(settings.background_queue)),
     )
@@ -62,11 +76,16 @@ def create_app(settings: Settings) -> Celery:
     return app
 
 
+def _limits(settings: Settings, mode: str) -> dict[str, float]:
+    soft, hard = settings.limits(mode)
+    return {"soft_time_limit": soft, "time_limit": hard}
+
+
 @signals.task_prerun.connect
 def _bind_log_context(sender: Any = None, args: Any = None, **_: Any) -> None:
     """Bind turn_id and run_id once per chunk task; it adds ``chunk`` after its claim."""
     structlog.contextvars.clear_contextvars()
-    if getattr(sender, "name", None) == CHUNK_TASK and args and len(args) >= 2:
+    if getattr(sender, "name", None) in CHUNK_TASKS and args and len(args) >= 2:
         structlog.contextvars.bind_contextvars(turn_id=args[0], run_id=args[1])
 
 

@@ -127,13 +127,13 @@ def cmd_journal(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_continue(args: argparse.Namespace, extra: list[str]) -> int:
-    outcome = _runtime().control.continue_turn(args.turn_id, auto=args.auto)
+    outcome = _runtime().lifecycle.continue_turn(args.turn_id, auto=args.auto)
     print(outcome.run_id if outcome.ok else f"refused: {outcome.reason}")
     return 0 if outcome.ok else REFUSED
 
 
 def cmd_stop(args: argparse.Namespace, extra: list[str]) -> int:
-    outcome = _runtime().control.stop(args.turn_id)
+    outcome = _runtime().lifecycle.stop(args.turn_id)
     print(outcome.reason if outcome.ok else f"refused: {outcome.reason}")
     return 0 if outcome.ok else REFUSED
 

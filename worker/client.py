@@ -6,10 +6,10 @@ from ledger import keys
 from ledger.errors import UnknownTurn
 from ledger.journal import build_journal
 from worker.history import unfinished_turn_note
+from worker.lifecycle import NewTurn
 from worker.models import make_model
 from worker.runtime import Runtime
 from worker.settings import get_settings
-from worker.turns import NewTurn, create_turn
 
 MODES = ("foreground", "background")
 
@@ -30,18 +30,15 @@ def enqueue(
         raise ValueError("message is empty")
     make_model(model or runtime.settings.model, runtime.clock)  # a bad spec fails here, not later
     note = prior_turn_note(runtime, conversation_id) if conversation_id else None
-    turn = create_turn(
-        runtime.ledger,
+    turn = runtime.lifecycle.create(
         message,
-        clock=runtime.clock,
-        ids=runtime.ids,
         conversation_id=conversation_id,
         mode=mode,
         model=model,
         turn_id=turn_id,
         prior_turn_note=note,
     )
-    runtime.control.launch(turn.turn_id, turn.run_id, mode)
+    runtime.lifecycle.launch(turn.turn_id, turn.run_id, mode)
     return turn
 
 
@@ -61,7 +58,7 @@ def prior_turn_note(runtime: Runtime, conversation_id: str) -> str | None:
         "running": "is still running",
         "resuming": "is still running",
         "queued": "has not started yet",
-    }.get(meta.status, f"ended as {meta.status}")
+    }.get(meta.status, f"ended as {meta.status} ({meta.code})")
     return unfinished_turn_note(status, build_journal(runtime.ledger.events(turn_id)))
 
 

@@ -43,7 +43,6 @@ from worker.tools.calls import Attempt, ToolCall
 from worker.tools.executor import ToolExecutor
 from worker.tools.guard import DeferSignals
 from worker.tools.registry import Registry
-from worker.turns import finish
 
 log = structlog.get_logger("dres.loop")
 
@@ -56,10 +55,17 @@ READ_ERRORS = (LedgerError, redis.RedisError)
 
 @dataclass(frozen=True)
 class RunResult:
-    #: completed, stopped, failed or cancelled
+    """How a run ended, for the lifecycle to record (the loop writes no ending itself)."""
+
+    #: completed or stopped
     status: str
+    #: why it stopped (a ``ledger.turn.StopCode``)
     code: str = ""
-    can_continue: bool = False
+    detail: str = ""
+    #: the ``run_ended`` reason
+    run_reason: str = "completed"
+    #: the run's events not yet written (``Recorder.hold``): the ending writes them first
+    held: tuple[Event, ...] = ()
 
 
 class AgentLoop:
@@ -107,7 +113,7 @@ class AgentLoop:
             events, journal, note = self._read(run)
         except JournalUnreadable as e:
             log.error("journal unreadable; stopping the resumed run", error=str(e))
-            return self._end(recorder, "error", "stopped", "journal_unreadable", str(e), True)
+            return self._end(recorder, "error", "stopped", "journal_unreadable", str(e))
         recorder.events = events
         if run.resumed:
             # Written with the first model_start: the prompt needs it, the ledger can wait a step.
@@ -124,7 +130,7 @@ class AgentLoop:
         try:
             return self._steps(recorder, executor, model, Attempt.begin(journal))
         except TurnCancelled:
-            return self._end(recorder, "stopped", "cancelled", "cancelled", "Stop requested")
+            return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
 
     def _steps(
         self, recorder: Recorder, executor: ToolExecutor, model: ChatModel, attempt: Attempt
@@ -139,14 +145,14 @@ class AgentLoop:
         first = True
         while True:
             if run.stop_requested if first else self.is_cancelled(run.turn_id):
-                return self._end(recorder, "stopped", "cancelled", "cancelled", "Stop requested")
+                return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
             first = False
             conversation.feed(recorder.events[folded:])
             folded = len(recorder.events)
             request = self._request(conversation)
             if request.step >= self.settings.max_model_calls:
                 detail = f"{request.step} model calls without finishing"
-                return self._end(recorder, "error", "stopped", "loop_limit", detail, True)
+                return self._end(recorder, "error", "stopped", "loop_limit", detail)
             recorder.record(ModelStart, step=request.step, resume_step=request.resume_step)
             try:
                 calls = self._stream(recorder, model, request)
@@ -155,16 +161,16 @@ class AgentLoop:
                 if isinstance(resumed, RunResult):
                     return resumed
                 transport_resumes += 1
-                attempt = Attempt.begin(build_journal(recorder.events))
+                attempt = Attempt.begin(
+                    None if self.settings.naive else build_journal(recorder.events)
+                )
                 continue
             recorder.record(ModelDone, tool_calls=len(calls))
             if not calls:
                 return self._end(recorder, "completed", "completed")
             for call in calls:
                 if self.is_cancelled(recorder.run.turn_id):
-                    return self._end(
-                        recorder, "stopped", "cancelled", "cancelled", "Stop requested"
-                    )
+                    return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
                 executor.execute(attempt, call)
 
     def _stream(
@@ -195,7 +201,7 @@ class AgentLoop:
             self._resume_in_run(recorder, "transport_error")
             return None
         if error.resumable:
-            return self._end(recorder, "transport_error", "stopped", error.code, str(error), True)
+            return self._end(recorder, "transport_error", "stopped", "transport_error", str(error))
         if error.code == "rate_limit":
             already = any(
                 isinstance(e, Resumed) and e.cause == "rate_limit" for e in recorder.events
@@ -204,11 +210,13 @@ class AgentLoop:
                 self.clock.sleep(self.settings.rate_limit_cooldown_s)
                 self._resume_in_run(recorder, "rate_limit")
                 return None
-            return self._end(recorder, "error", "stopped", "rate_limit", str(error), False)
-        return self._end(recorder, "error", "failed", error.code, str(error))
+            return self._end(recorder, "error", "stopped", "rate_limit", str(error))
+        return self._end(recorder, "error", "stopped", error.code, str(error))
 
     def _resume_in_run(self, recorder: Recorder, cause: str) -> None:
-        note = journal_note(build_journal(recorder.events)) if self.settings.journal_note else None
+        note = None
+        if self.settings.journal_note and not self.settings.naive:
+            note = journal_note(build_journal(recorder.events))
         recorder.record(Resumed, cause=cause, note=note)
 
     # -- reading the ledger ------------------------------------------------------------------
@@ -219,7 +227,8 @@ class AgentLoop:
         The first run of a turn has no journal: nothing is blocked. A snapshot its claim read
         is used as it is: it cannot have missed anything.
         """
-        if not run.resumed:
+        if not run.resumed or self.settings.naive:
+            # ``naive`` (chaos only): resume with neither layer, as a plain retry would
             return run.snapshot or self.read_events(run.turn_id), None, None
         try:
             events = run.snapshot or self.read_events(run.turn_id)
@@ -264,26 +273,8 @@ class AgentLoop:
 
     # -- ending ------------------------------------------------------------------------------
 
+    @staticmethod
     def _end(
-        self,
-        recorder: Recorder,
-        run_reason: str,
-        status: str,
-        code: str = "",
-        detail: str = "",
-        can_continue: bool = False,
+        recorder: Recorder, run_reason: str, status: str, code: str = "", detail: str = ""
     ) -> RunResult:
-        events = finish(
-            self.ledger,
-            recorder.run,
-            clock=self.clock,
-            ids=self.ids,
-            run_reason=run_reason,
-            status=status,
-            code=code,
-            detail=detail,
-            can_continue=can_continue,
-            first=recorder.take_held(),
-        )
-        recorder.events.extend(events)
-        return RunResult(status, code, can_continue)
+        return RunResult(status, code, detail, run_reason, tuple(recorder.take_held()))

@@ -7,12 +7,13 @@ the loop rebuilds its prompt without reading Redis again.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from ledger.events import Event
-from ledger.store import Lease, Ledger, MetaValue
+from ledger.lease import Lease
+from ledger.store import Ledger
 from worker.clock import Clock, Ids
 
 E = TypeVar("E", bound=Event)
@@ -28,6 +29,9 @@ class RunContext:
     stop_requested: bool = False
     #: the turn's events as read in the claim's atomic step (None: the run reads them itself)
     snapshot: list[Event] | None = field(default=None, compare=False, repr=False)
+    #: the chunk the turn's chunk budget counts from (a Continue grants a fresh budget)
+    chunk_base: int = 0
+    conversation_id: str = ""
 
     @property
     def turn_id(self) -> str:
@@ -92,14 +96,8 @@ class Recorder:
         held, self.held = self.held, []
         return held
 
-    def record_many(
-        self,
-        events: Sequence[Event],
-        *,
-        meta: Mapping[str, MetaValue] | None = None,
-        expire: bool = False,
-    ) -> None:
-        # a lone event with nothing held and no metadata takes append_many's one-XADD path
+    def record_many(self, events: Sequence[Event]) -> None:
+        # a lone event with nothing held takes append_many's one-XADD path
         batch = [*self.take_held(), *events]
-        self.ledger.append_many(batch, lease=self.run.lease, meta=meta, expire=expire)
+        self.ledger.append_many(batch, lease=self.run.lease)
         self.events.extend(events)

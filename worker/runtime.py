@@ -9,20 +9,24 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import redis
 from celery import Celery
 
 from ledger.cache import EventCache
 from ledger.store import Ledger
-from worker.celery_app import CHUNK_TASK, create_app
+from worker.celery_app import chunk_task, create_app
 from worker.clock import Clock, Ids, RandomIds, SystemClock
-from worker.control import TurnControl
 from worker.errors import TurnCancelled
 from worker.failpoints import OFF, Failpoints
+from worker.lifecycle import Lifecycle
+from worker.lifecycle.dispatch import run_ids, task_id
+from worker.lifecycle.heartbeat import Heartbeat
+from worker.lifecycle.reaper import Reaper
 from worker.loop import AgentLoop
 from worker.models import Models
-from worker.reaper import Reaper
+from worker.recorder import RunContext
 from worker.settings import Settings
 from worker.tools import Registry
 
@@ -50,30 +54,42 @@ class CancellableClock:
 
 
 class CeleryDispatcher:
+    """Sends chunk messages by task name; the worker that runs a chunk sets its time limits."""
+
     def __init__(self, app: Celery, settings: Settings) -> None:
         self.app = app
         self.settings = settings
         #: the app's Queue objects: publishing to a declared one skips re-declaring it
         self.queues = {queue.name: queue for queue in app.conf.task_queues}
 
-    @staticmethod
-    def task_id(turn_id: str, run_id: str) -> str:
-        """Deterministic: a repeated dispatch of one run is recognisably the same message."""
-        return f"{turn_id}:{run_id}"
-
     def dispatch(self, turn_id: str, run_id: str, mode: str) -> None:
-        soft, hard = self.settings.limits(mode)
         self.app.send_task(
-            CHUNK_TASK,
+            chunk_task(mode),
             args=[turn_id, run_id],
-            task_id=self.task_id(turn_id, run_id),
+            task_id=task_id(turn_id, run_id),
             queue=self.queues[self.settings.queue(mode)],
-            soft_time_limit=soft,
-            time_limit=hard,
         )
 
     def revoke(self, turn_id: str, run_id: str) -> None:
-        self.app.control.revoke(self.task_id(turn_id, run_id))
+        self.app.control.revoke(task_id(turn_id, run_id))
+
+    def queued_runs(self) -> set[str] | None:
+        """Run ids in the chunk queues or held unacknowledged (kombu's Redis transport)."""
+        with self.app.connection_for_read() as connection:
+            channel: Any = connection.default_channel
+            client = getattr(channel, "client", None)
+            if client is None or not hasattr(channel, "unacked_key"):
+                return None  # not the Redis transport: its queues cannot be looked into here
+            names = [self.settings.foreground_queue, self.settings.background_queue]
+            lists = [
+                channel._q_for_pri(name, pri) for name in names for pri in channel.priority_steps
+            ]
+            pipe = client.pipeline(transaction=False)
+            for key in lists:
+                pipe.lrange(key, 0, -1)
+            pipe.hvals(channel.unacked_key)
+            replies = pipe.execute()
+        return run_ids(m for reply in replies for m in reply)
 
 
 @dataclass
@@ -115,9 +131,27 @@ class Runtime:
         return self.celery or create_app(self.settings)
 
     @cached_property
-    def control(self) -> TurnControl:
+    def lifecycle(self) -> Lifecycle:
         dispatcher = CeleryDispatcher(self.app, self.settings)
-        return TurnControl(self.ledger, self.settings, self.clock, self.ids, dispatcher)
+        return Lifecycle(
+            self.ledger,
+            self.settings,
+            self.clock,
+            self.ids,
+            dispatcher,
+            cache=self.events,
+            heartbeat=self.heartbeat,
+            failpoints=self.failpoints,
+        )
+
+    def heartbeat(self, run: RunContext) -> Heartbeat:
+        return Heartbeat(
+            self.lifecycle.store,
+            run,
+            self.clock,
+            lease_s=self.settings.lease_s,
+            interval_s=self.settings.heartbeat_s,
+        )
 
     @cached_property
     def failpoints(self) -> Failpoints:
@@ -128,10 +162,10 @@ class Runtime:
         return Models()
 
     def reaper(self) -> Reaper:
-        return Reaper(self.control)
+        return Reaper(self.lifecycle)
 
     def loop(self, turn_id: str, interrupts: tuple[type[BaseException], ...]) -> AgentLoop:
-        cancelled = self.control.is_cancelled
+        cancelled = self.lifecycle.is_cancelled
         clock = CancellableClock(
             self.clock, lambda: cancelled(turn_id), self.settings.cancel_poll_s
         )

@@ -45,14 +45,18 @@ class Settings(BaseSettings):
     journal_read_backoff_s: float = Field(0.25, ge=0)
     #: include the journal note in resume prompts (layer 1); the hard-block is always on
     journal_note: bool = True
-    #: seconds a run's lease outlives its chunk's hard limit before the reaper may take over
-    lease_grace_s: float = Field(10.0, gt=0)
+    #: seconds a run's lease holds without a heartbeat; a live run renews it every third of
+    #: that, whatever its chunk's time limits, so a dead worker's turn is taken over soon after
+    lease_s: float = Field(8.0, gt=0)
+    #: takeovers of dead runs in a row without a newly completed tool call before the turn
+    #: stops (``no_progress``, Continue available)
+    max_takeovers: int = Field(3, ge=1)
     #: seconds a recorded successor may wait unclaimed before the reaper re-dispatches it
     handoff_grace_s: float = Field(15.0, gt=0)
     #: re-dispatches of one lost handoff before the reaper stops the turn (loudly)
     max_redispatches: int = Field(3, ge=0)
     #: seconds between reaper sweeps on each worker
-    reaper_interval_s: float = Field(5.0, gt=0)
+    reaper_interval_s: float = Field(2.0, gt=0)
     #: seconds an unacknowledged message stays invisible before Redis redelivers it; must exceed
     #: every hard limit (0: twice the longest hard limit)
     visibility_timeout_s: float = Field(0.0, ge=0)
@@ -60,6 +64,9 @@ class Settings(BaseSettings):
     cancel_poll_s: float = Field(0.2, gt=0)
     #: arm the chaos runner's failpoints (worker.failpoints); never in production
     failpoints: bool = False
+    #: resume naively: no journal note, no hard-block, no interrupted-write guard. Only for
+    #: ``make chaos NAIVE=1``, which counts the duplicate effects dres prevents; never in production
+    naive: bool = False
     #: comma-separated modules of extra Celery tasks the dres worker should also run
     celery_include: str = ""
     foreground_queue: str = "dres.foreground"
@@ -95,9 +102,10 @@ class Settings(BaseSettings):
     def queue(self, mode: str) -> str:
         return self.background_queue if mode == "background" else self.foreground_queue
 
-    def lease_s(self, mode: str) -> float:
-        """How long a run's lease holds: its chunk cannot outlive the hard limit."""
-        return self.limits(mode)[1] + self.lease_grace_s
+    @property
+    def heartbeat_s(self) -> float:
+        """Seconds between a running run's lease renewals: three chances before it runs out."""
+        return self.lease_s / 3
 
     @property
     def broker(self) -> str:

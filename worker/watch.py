@@ -17,8 +17,6 @@ LABELS = {
     "resuming": "Resuming",
     "completed": "Completed",
     "stopped": "Stopped",
-    "failed": "Failed",
-    "cancelled": "Cancelled",
 }
 #: milliseconds each live read waits before the status line is refreshed
 POLL_MS = 250
@@ -51,11 +49,13 @@ def watch(ledger: Ledger, turn_id: str, out: TextIO = sys.stdout) -> str:
             out.write(
                 f"{envelope.stream_id:>8}  c{event.chunk}  {event.type:<13} {describe(event)}\n"
             )
-        status = ledger.meta(turn_id).status
+        meta = ledger.meta(turn_id)
+        status = meta.status
         # A turn_ended is final only if nothing follows it: after a Continue the turn goes on.
         caught_up = not batch or ledger.last_id(turn_id) == batch[-1].stream_id
         if _ended(status) and caught_up:
-            out.write(f"{LABELS.get(status, status)}\n")
+            why = f" ({meta.code})" if meta.code else ""
+            out.write(f"{LABELS.get(status, status)}{why}\n")
             out.flush()
             return status
         if live:
@@ -65,4 +65,4 @@ def watch(ledger: Ledger, turn_id: str, out: TextIO = sys.stdout) -> str:
 
 
 def _ended(status: str) -> bool:
-    return status in {"completed", "stopped", "failed", "cancelled"}
+    return status in {"completed", "stopped"}

@@ -8,8 +8,8 @@ import structlog
 from celery import signals
 
 from worker.errors import ConfigError
+from worker.lifecycle.reaper import ReaperThread
 from worker.logging import configure_logging
-from worker.reaper import ReaperThread
 from worker.runtime import Runtime
 from worker.settings import load_settings
 

@@ -1,13 +1,15 @@
--- Fenced append of events with metadata updates and optional expiry, in one atomic step (the
--- rare writes that must change the turn's metadata too: a handover, the end of a turn).
--- Plain appends skip this script: a single XADD with an explicit id is fenced by itself.
+-- Fenced append of a batch of a run's events, in one atomic step (a lone event takes a plain
+-- XADD, fenced by its explicit id). Changes of a turn's metadata are transitions
+-- (transition.lua), never appends.
 --
 -- KEYS[1] stream, KEYS[2] meta hash
 -- ARGV[1] lease epoch the caller holds
--- ARGV[2] seconds to keep the turn's keys from now (0: no expiry)
--- ARGV[3] number of events n, then n pairs (stream id, payload), then pairs (meta field, value)
--- An event whose id is already in the stream is not added again (a retry of this very call).
--- Errors: NOTURN, FENCED <current epoch>, BEHIND <top id> (the caller's sequence lags the stream).
+-- ARGV[2] number of events n, then n pairs (stream id, payload)
+-- An id already in the stream holding this very payload is ours (a retry of this call, or an
+-- append that landed unseen) and is not added again. An id taken by anything else, or an id at
+-- or below the top that is free, means the caller's sequence lags: nothing is written and
+-- BEHIND <top id> tells it where to go on. The batch is checked whole before any XADD.
+-- Errors: NOTURN, FENCED <current epoch>, BEHIND <top id>.
 local current = redis.call('HGET', KEYS[2], 'epoch')
 if not current then
   return redis.error_reply('NOTURN')
@@ -24,24 +26,21 @@ local top_ms, top_seq = -1, -1
 if top[1] then
   top_ms, top_seq = parse(top[1][1])
 end
-local n = tonumber(ARGV[3])
-local i = 4
-for _ = 1, n do
-  local ms, seq = parse(ARGV[i])
+local n = tonumber(ARGV[2])
+local first_new = n + 1
+for k = 1, n do
+  local id = ARGV[1 + 2 * k]
+  local ms, seq = parse(id)
   if ms > top_ms or (ms == top_ms and seq > top_seq) then
-    redis.call('XADD', KEYS[1], ARGV[i], 'e', ARGV[i + 1])
-    top_ms, top_seq = ms, seq
-  elseif #redis.call('XRANGE', KEYS[1], ARGV[i], ARGV[i]) == 0 then
+    first_new = k
+    break
+  end
+  local at = redis.call('XRANGE', KEYS[1], id, id)
+  if #at == 0 or at[1][2][2] ~= ARGV[2 + 2 * k] then
     return redis.error_reply('BEHIND ' .. top_ms .. '-' .. top_seq)
   end
-  i = i + 2
 end
-if i <= #ARGV then
-  redis.call('HSET', KEYS[2], unpack(ARGV, i))
-end
-local ttl = tonumber(ARGV[2])
-if ttl > 0 then
-  redis.call('EXPIRE', KEYS[1], ttl)
-  redis.call('EXPIRE', KEYS[2], ttl)
+for k = first_new, n do
+  redis.call('XADD', KEYS[1], ARGV[1 + 2 * k], 'e', ARGV[2 + 2 * k])
 end
 return n

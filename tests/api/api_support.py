@@ -23,14 +23,13 @@ from ledger.events import ToolDone, ToolStart
 from ledger.signature import input_signature
 from worker.redis_server import free_port
 from worker.runtime import Runtime
-from worker.turns import claim_run, create_turn
 
 ROOT = Path(__file__).resolve().parents[2]
 
 #: seconds between looks at state that cannot be waited on with XREAD BLOCK (HTTP status, files)
 POLL_S = 0.02
 #: the statuses GET /v1/turns/{id} may report (CONTRACT §10)
-STATUSES = {"queued", "running", "resuming", "completed", "stopped", "failed", "cancelled"}
+STATUSES = {"queued", "running", "resuming", "completed", "stopped"}
 #: the bearer token of the server that requires one
 TOKEN = "test-token-0123456789"
 #: the inputs of the write tools the tests' turns call
@@ -201,16 +200,11 @@ def crashed_stop(
     and Continue available. With ``interrupted_write`` the run first records the ``tool_start``
     of a write that never got its ``tool_done``.
     """
-    turn = create_turn(
-        rt.ledger,
+    turn = rt.lifecycle.create(
         "do the task",
-        clock=rt.clock,
-        ids=rt.ids,
         conversation_id=conversation_id,
     )
-    run = claim_run(
-        rt.ledger, turn.turn_id, turn.run_id, clock=rt.clock, ids=rt.ids, settings=rt.settings
-    )
+    run = rt.lifecycle.claim(turn.turn_id, turn.run_id)
     assert run is not None
     if interrupted_write:
         start = ToolStart(
@@ -225,7 +219,7 @@ def crashed_stop(
             signature=input_signature(EMAIL),
         )
         rt.ledger.append(start, lease=run.lease)
-    outcome = rt.control.take_over(rt.ledger.meta(turn.turn_id), "lease expired (test)")
+    outcome = rt.lifecycle.take_over(rt.ledger.meta(turn.turn_id), "lease expired (test)")
     assert outcome.ok and outcome.reason == "stopped: crashed", outcome
     return turn.turn_id
 
@@ -236,10 +230,8 @@ def turn_with_calls(rt: Runtime) -> str:
     call-1 is a ``send_email`` with its ``tool_done``, call-2 a ``create_ticket`` without one,
     both recorded under the lease of the turn's first run.
     """
-    turn = create_turn(rt.ledger, "email and ticket", clock=rt.clock, ids=rt.ids)
-    run = claim_run(
-        rt.ledger, turn.turn_id, turn.run_id, clock=rt.clock, ids=rt.ids, settings=rt.settings
-    )
+    turn = rt.lifecycle.create("email and ticket")
+    run = rt.lifecycle.claim(turn.turn_id, turn.run_id)
     assert run is not None
     common: dict[str, Any] = {"turn_id": turn.turn_id, "run_id": turn.run_id, "chunk": 0}
     events = [

@@ -31,7 +31,7 @@ from worker.api import create_api
 from worker.runtime import Runtime
 from worker.settings import Settings
 
-ENDED = {"completed", "stopped", "failed", "cancelled"}
+ENDED = {"completed", "stopped"}
 
 
 def events_url(turn_id: str) -> str:
@@ -127,7 +127,7 @@ def test_an_idle_stream_sends_keepalive_comments_and_closes_when_the_turn_is_sto
             assert stop.status_code == 202, stop.text
             rest = [item for item in items if isinstance(item, Sse)]
     assert [m.event for m in rest] == ["turn_ended"]
-    assert rest[0].json["status"] == "cancelled"
+    assert (rest[0].json["status"], rest[0].json["code"]) == ("stopped", "cancelled")
 
 
 def test_the_stream_of_a_continued_turn_stays_open_past_its_earlier_stop(
@@ -146,5 +146,7 @@ def test_the_stream_of_a_continued_turn_stays_open_past_its_earlier_stop(
         assert http.post(f"/v1/turns/{turn_id}/stop").status_code == 202
         rest = list(messages)
 
-    assert [(m.event, m.json["status"]) for m in rest] == [("turn_ended", "cancelled")]
+    assert [(m.event, m.json["status"], m.json["code"]) for m in rest] == [
+        ("turn_ended", "stopped", "cancelled")
+    ]
     assert as_ledger(replayed + rest) == ledger_form(ledger.read_turn(turn_id))

@@ -82,8 +82,9 @@ def test_dres_stop_cancels_a_queued_turn_and_dres_watch_then_exits_1_saying_so(
     assert stopped.returncode == 0, stopped.stderr
     watched = cli("watch", turn_id)
     assert watched.returncode == 1, watched.stdout + watched.stderr
-    assert watched.stdout.splitlines()[-1] == "Cancelled"
-    assert ledger.meta(turn_id).status == "cancelled"
+    assert watched.stdout.splitlines()[-1] == "Stopped (cancelled)"
+    meta = ledger.meta(turn_id)
+    assert (meta.status, meta.code) == ("stopped", "cancelled")
 
 
 def test_dres_journal_prints_a_table_and_with_json_the_journal_as_json(
@@ -172,7 +173,7 @@ def test_dres_watch_of_a_continued_turn_follows_it_past_its_earlier_stop(
 ) -> None:
     """The replayed turn_ended of the stop a Continue superseded does not end the watch."""
     turn_id = crashed_stop(runtime)
-    assert runtime.control.continue_turn(turn_id, auto=False).ok  # queued again, no worker
+    assert runtime.lifecycle.continue_turn(turn_id, auto=False).ok  # queued again, no worker
     watch = subprocess.Popen(
         [sys.executable, "-m", "worker.cli", "watch", turn_id],
         cwd=ROOT,
@@ -189,7 +190,7 @@ def test_dres_watch_of_a_continued_turn_follows_it_past_its_earlier_stop(
         deadline = time.monotonic() + 15
         while not any(" turn_ended " in line for line in replayed):
             replayed.append(lines.get(timeout=max(0.1, deadline - time.monotonic())))
-        assert runtime.control.stop(turn_id).ok  # cancelled before its run starts
+        assert runtime.lifecycle.stop(turn_id).ok  # cancelled before its run starts
         watch.wait(timeout=15)
         reader.join(timeout=5)
         err = watch.stderr.read() if watch.stderr else ""
@@ -198,7 +199,7 @@ def test_dres_watch_of_a_continued_turn_follows_it_past_its_earlier_stop(
             watch.kill()
             watch.wait()
     output = replayed + list(lines.queue)
-    assert output[-1].strip() == "Cancelled", output
+    assert output[-1].strip() == "Stopped (cancelled)", output
     assert watch.returncode == 1, err
     printed = [m.group(1) for line in output if (m := EVENT_LINE.match(line))]
     assert printed == [e.stream_id for e in ledger.read_turn(turn_id)]

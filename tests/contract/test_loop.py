@@ -149,14 +149,14 @@ def test_a_gateway_timeout_resumes_in_the_same_run_with_the_nudge_and_note(h: Ha
 def test_an_auth_error_fails_the_turn_without_resuming(h: Harness) -> None:
     h.start([{"fail": "auth"}, DONE])
     result = h.run_to_end()
-    assert (result.status, result.code, result.can_continue) == ("failed", "auth", False)
+    assert (result.status, result.code, result.can_continue) == ("stopped", "auth", True)
     assert h.events("resumed") == []
 
 
 def test_a_rate_limit_stops_a_foreground_turn_with_no_automatic_continuation(h: Harness) -> None:
     h.start([{"fail": "rate_limit"}, DONE])
     result = h.run_to_end()
-    assert (result.status, result.code, result.can_continue) == ("stopped", "rate_limit", False)
+    assert (result.status, result.code, result.can_continue) == ("stopped", "rate_limit", True)
 
 
 def test_a_rate_limit_resumes_a_background_turn_once_after_the_cooldown(h: Harness) -> None:
@@ -181,8 +181,8 @@ def test_a_stop_request_ends_the_turn_as_cancelled_at_a_safe_point(h: Harness) -
     run_loop = h.loop
     h.loop = lambda ledger=None: _cancelling(run_loop(ledger))  # type: ignore[method-assign]
     result = h.run_to_end()
-    assert result.status == "cancelled"
-    assert h.ledger.meta(h.turn_id).status == "cancelled"
+    assert (result.status, result.code) == ("stopped", "cancelled")
+    assert h.ledger.meta(h.turn_id).status == "stopped"
 
 
 def _cancelling(loop: Any) -> Any:
@@ -207,15 +207,12 @@ def test_text_an_interrupted_attempt_streamed_is_carried_into_the_resumed_histor
     h.start([DONE])
     loop = h.loop()
     loop.make_model = lambda spec: CutMidStream()
-    from worker.turns import claim_run, hand_over
 
-    run = claim_run(
-        h.ledger, h.turn_id, h.pending or "", clock=h.clock, ids=h.ids, settings=h.settings
-    )
+    run = h.lifecycle.claim(h.turn_id, h.pending or "")
     assert run is not None
     with pytest.raises(SimulatedSoftLimit):
         loop.run(run)
-    h.pending = hand_over(h.ledger, run, clock=h.clock, ids=h.ids)
+    h.pending = h.lifecycle.hand_over(run)
     h.run_to_end()
     texts = [m.text for m in resume_request(h).messages if type(m).__name__ == "AssistantMessage"]  # type: ignore[union-attr]
     assert texts == ["Here is the first half"]
@@ -280,7 +277,7 @@ def test_a_stop_flag_set_before_the_claim_ends_the_run_at_once_with_resumed_reco
     h.client.set(keys.turn_cancel(h.turn_id), "1")
     asked = len(h.requests)
     result = h.run_to_end()
-    assert result.status == "cancelled"
+    assert (result.status, result.code) == ("stopped", "cancelled")
     assert len(h.requests) == asked
     types = [e.type for e in h.events()]
     assert types[-4:] == ["run_started", "resumed", "run_ended", "turn_ended"]

@@ -28,7 +28,7 @@ from worker.worker_process import WorkerProcess
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 
-#: the dres settings of these tests (seconds): lease = hard limit + grace = 3.5 s
+#: the dres settings of these tests (seconds): a lease of 1 s, renewed every third of it
 DRES_ENV = {
     "DRES_TOOLS": "worker.demo_tools,sample_tools",
     "DRES_SOFT_LIMIT_S": "0.5",
@@ -36,7 +36,7 @@ DRES_ENV = {
     "DRES_BG_SOFT_LIMIT_S": "0.5",
     "DRES_BG_HARD_LIMIT_S": "3",
     "DRES_VISIBILITY_TIMEOUT_S": "8",
-    "DRES_LEASE_GRACE_S": "0.5",
+    "DRES_LEASE_S": "1",
     "DRES_HANDOFF_GRACE_S": "1",
     "DRES_REAPER_INTERVAL_S": "0.2",
     "DRES_CANCEL_POLL_S": "0.05",

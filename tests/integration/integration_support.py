@@ -17,7 +17,6 @@ from ledger.events import Event
 from ledger.store import Ledger
 from worker.runtime import Runtime
 from worker.settings import Settings
-from worker.turns import claim_run, create_turn
 from worker.worker_process import WorkerProcess as WorkerProcess  # re-exported for the tests
 
 #: seconds between looks at something that cannot be waited on with XREAD BLOCK
@@ -62,19 +61,14 @@ def crashed_stop(rt: Runtime, model: str, *, conversation_id: str | None = None)
     The run is claimed here and taken over as a dead run, exactly what the reaper does when a
     foreground run's lease runs out. No message is sent, so no worker runs anything for it.
     """
-    turn = create_turn(
-        rt.ledger,
+    turn = rt.lifecycle.create(
         "do the task",
-        clock=rt.clock,
-        ids=rt.ids,
         model=model,
         conversation_id=conversation_id,
     )
-    run = claim_run(
-        rt.ledger, turn.turn_id, turn.run_id, clock=rt.clock, ids=rt.ids, settings=rt.settings
-    )
+    run = rt.lifecycle.claim(turn.turn_id, turn.run_id)
     assert run is not None
-    outcome = rt.control.take_over(rt.ledger.meta(turn.turn_id), "lease expired (test)")
+    outcome = rt.lifecycle.take_over(rt.ledger.meta(turn.turn_id), "lease expired (test)")
     assert outcome.ok and outcome.reason == "stopped: crashed", outcome
     return turn.turn_id
 

@@ -22,10 +22,9 @@ from integration_support import (
     wait_for,
 )
 
-from worker.control import Outcome
+from worker.lifecycle import Outcome
 from worker.runtime import Runtime
 from worker.settings import Settings
-from worker.turns import claim_run
 
 pytestmark = pytest.mark.redis_server
 
@@ -39,7 +38,7 @@ def test_twenty_concurrent_automatic_continuations_of_one_stop_start_exactly_one
     clients = [Runtime.from_settings(settings) for _ in range(CLIENTS)]
     try:
         calls = [
-            (lambda c=c: c.control.continue_turn(turn_id, auto=True))  # type: ignore[misc]
+            (lambda c=c: c.lifecycle.continue_turn(turn_id, auto=True))  # type: ignore[misc]
             for c in clients
         ]
         outcomes = together(calls)
@@ -62,7 +61,7 @@ def test_twenty_concurrent_automatic_continuations_of_one_stop_start_exactly_one
     runs = of(events, "run_started")
     assert [(e.cause, e.run_id) for e in runs[1:]] == [("auto_continue", winners[0].run_id)]
     meta = runtime.ledger.meta(turn_id)
-    assert (meta.status, meta.runs, meta.extra["auto_continues"]) == ("completed", 2, "1")
+    assert (meta.status, meta.runs, meta.auto_continues) == ("completed", 2, 1)
 
 
 def test_the_fourth_automatic_continuation_of_a_turn_is_refused(
@@ -72,27 +71,25 @@ def test_the_fourth_automatic_continuation_of_a_turn_is_refused(
     rt = runtime
     turn_id = crashed_stop(rt, script([DONE]))
     for n in range(1, settings.max_auto_continue + 1):
-        outcome = rt.control.continue_turn(turn_id, auto=True)
+        outcome = rt.lifecycle.continue_turn(turn_id, auto=True)
         assert outcome.ok and outcome.run_id, (n, outcome)
-        run = claim_run(
-            rt.ledger, turn_id, outcome.run_id, clock=rt.clock, ids=rt.ids, settings=rt.settings
-        )
+        run = rt.lifecycle.claim(turn_id, outcome.run_id)
         assert run is not None and run.cause == "auto_continue"
-        assert rt.control.take_over(rt.ledger.meta(turn_id), "lease expired (test)").ok
-        assert rt.ledger.meta(turn_id).extra["auto_continues"] == str(n)
+        assert rt.lifecycle.take_over(rt.ledger.meta(turn_id), "lease expired (test)").ok
+        assert rt.ledger.meta(turn_id).auto_continues == n
 
-    refused = rt.control.continue_turn(turn_id, auto=True)
+    refused = rt.lifecycle.continue_turn(turn_id, auto=True)
 
     assert not refused.ok
     assert refused.reason == "automatic continuation limit reached (3 of 3)"
     meta = rt.ledger.meta(turn_id)
-    assert (meta.status, meta.extra["code"], meta.extra["auto_continues"]) == (
+    assert (meta.status, meta.code, meta.auto_continues) == (
         "stopped",
         "crashed",
-        "3",
+        3,
     )
     assert meta.runs == 1 + settings.max_auto_continue
-    assert rt.control.continue_turn(turn_id, auto=False).ok, "a person may still continue it"
+    assert rt.lifecycle.continue_turn(turn_id, auto=False).ok, "a person may still continue it"
 
 
 def test_continue_of_an_older_stop_of_the_conversation_is_refused(
@@ -104,7 +101,7 @@ def test_continue_of_an_older_stop_of_the_conversation_is_refused(
     before = runtime.ledger.read_turn(older)
 
     for auto in (False, True):
-        outcome = runtime.control.continue_turn(older, auto=auto)
+        outcome = runtime.lifecycle.continue_turn(older, auto=auto)
         assert (outcome.ok, outcome.reason) == (
             False,
             "only the conversation's newest stop can be continued",
@@ -112,6 +109,6 @@ def test_continue_of_an_older_stop_of_the_conversation_is_refused(
     assert runtime.ledger.read_turn(older) == before
     assert runtime.ledger.meta(older).status == "stopped"
 
-    assert runtime.control.continue_turn(newer, auto=False).ok
+    assert runtime.lifecycle.continue_turn(newer, auto=False).ok
     events = wait_for(runtime.ledger, newer, ended("completed"), timeout=10, what="completion")
     assert [e.cause for e in of(events, "run_started")] == ["first", "continue"], show(events)

@@ -80,13 +80,13 @@ def test_a_foreground_turn_whose_pool_process_is_killed_stops_and_completes_afte
     [stop] = of(events, "turn_ended")
     assert (stop.status, stop.code, stop.can_continue) == ("stopped", "crashed", True)
     meta = runtime.ledger.meta(turn.turn_id)
-    assert (meta.status, meta.extra["code"], meta.extra["can_continue"]) == (
+    assert (meta.status, meta.code, runtime.lifecycle.can_continue(meta)) == (
         "stopped",
         "crashed",
-        "1",
+        True,
     )
 
-    outcome = runtime.control.continue_turn(turn.turn_id, auto=False)
+    outcome = runtime.lifecycle.continue_turn(turn.turn_id, auto=False)
     assert outcome.ok, outcome
     events = wait_for(
         runtime.ledger, turn.turn_id, ended("completed"), timeout=10, what="completion"
@@ -121,7 +121,7 @@ def test_a_background_turn_on_a_killed_worker_is_resumed_by_a_new_worker_within_
 
     first, second = of(events, "run_started")
     picked_up_s = second.ts - killed_at
-    lease_s = settings.lease_s("background")
+    lease_s = settings.lease_s
     print(f"killed worker -> new run_started: {picked_up_s:.2f} s (lease {lease_s} s)")
     assert picked_up_s < lease_s + PICKUP_MARGIN_S, show(events)
     assert second.cause == "reaper"

@@ -11,12 +11,12 @@ from collections.abc import Callable
 import pytest
 from integration_support import DONE, WorkerProcess, ended, of, send, show, wait_for
 
-from ledger.errors import FencedOut
+from ledger.errors import FencedOut, TransitionRefused
 from ledger.events import Text
 from worker.demo_tools import outbox
+from worker.loop import RunResult
 from worker.recorder import Recorder, RunContext
 from worker.runtime import Runtime
-from worker.turns import claim_run, create_turn, finish, hand_over
 
 pytestmark = pytest.mark.redis_server
 
@@ -26,18 +26,14 @@ def test_a_zombie_run_cannot_append_after_the_reaper_moved_its_turn_to_a_success
 ) -> None:
     rt = runtime
     model = script([send("ada@x.io", "Hi"), DONE], on_resume="restart")
-    turn = create_turn(
-        rt.ledger, "email Ada", clock=rt.clock, ids=rt.ids, model=model, mode="background"
-    )
-    zombie = claim_run(
-        rt.ledger, turn.turn_id, turn.run_id, clock=rt.clock, ids=rt.ids, settings=rt.settings
-    )
+    turn = rt.lifecycle.create("email Ada", model=model, mode="background")
+    zombie = rt.lifecycle.claim(turn.turn_id, turn.run_id)
     assert zombie is not None
     recorder = Recorder(rt.ledger, zombie, rt.clock, rt.ids, [])
     recorder.record(Text, text="the zombie was alive once")
 
     # What the reaper does when the zombie's lease runs out; the worker runs the successor.
-    taken = rt.control.take_over(rt.ledger.meta(turn.turn_id), "lease expired (test)")
+    taken = rt.lifecycle.take_over(rt.ledger.meta(turn.turn_id), "lease expired (test)")
     assert (taken.ok, taken.reason) == (True, "resumed")
     events = wait_for(rt.ledger, turn.turn_id, ended("completed"), timeout=10, what="completion")
     before = rt.ledger.read_turn(turn.turn_id)
@@ -46,17 +42,11 @@ def test_a_zombie_run_cannot_append_after_the_reaper_moved_its_turn_to_a_success
 
     with pytest.raises(FencedOut):
         recorder.record(Text, text="a zombie's late text")
-    with pytest.raises(FencedOut):
-        finish(
-            rt.ledger,
-            zombie,
-            clock=rt.clock,
-            ids=rt.ids,
-            run_reason="completed",
-            status="completed",
-        )
-    with pytest.raises(FencedOut):
-        hand_over(rt.ledger, zombie, clock=rt.clock, ids=rt.ids)
+    # The zombie's ending and hand-over are steps of a holder whose epoch is gone: refused.
+    with pytest.raises(TransitionRefused):
+        rt.lifecycle.finish(zombie, RunResult("completed"))
+    with pytest.raises(TransitionRefused):
+        rt.lifecycle.hand_over(zombie)
 
     assert rt.ledger.read_turn(turn.turn_id) == before, "the zombie changed nothing"
     assert rt.ledger.meta(turn.turn_id).status == "completed"
@@ -68,17 +58,15 @@ def test_an_old_lease_cannot_append_after_its_successor_claimed_the_handed_over_
 ) -> None:
     rt = runtime
     model = script([DONE])
-    turn = create_turn(rt.ledger, "go", clock=rt.clock, ids=rt.ids, model=model)
+    turn = rt.lifecycle.create("go", model=model)
 
     def claim(run_id: str) -> RunContext:
-        run = claim_run(
-            rt.ledger, turn.turn_id, run_id, clock=rt.clock, ids=rt.ids, settings=rt.settings
-        )
+        run = rt.lifecycle.claim(turn.turn_id, run_id)
         assert run is not None
         return run
 
     old = claim(turn.run_id)
-    successor = hand_over(rt.ledger, old, clock=rt.clock, ids=rt.ids)
+    successor = rt.lifecycle.hand_over(old)
     new = claim(successor)
     Recorder(rt.ledger, new, rt.clock, rt.ids, []).record(Text, text="the successor writes")
     before = rt.ledger.read_turn(turn.turn_id)

@@ -25,7 +25,6 @@ from worker.demo_tools import outbox
 from worker.recorder import RunContext
 from worker.runtime import Runtime
 from worker.settings import Settings
-from worker.turns import claim_run, create_turn, hand_over
 
 pytestmark = pytest.mark.redis_server
 
@@ -41,7 +40,7 @@ def test_stop_during_a_running_chunk_cancels_the_turn_within_two_seconds(
     wait_for(runtime.ledger, turn.turn_id, having("model_start"), what="the model call")
 
     stopped_at = time.monotonic()
-    outcome = runtime.control.stop(turn.turn_id)
+    outcome = runtime.lifecycle.stop(turn.turn_id)
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=5, what="turn end")
     elapsed = time.monotonic() - stopped_at
 
@@ -49,12 +48,12 @@ def test_stop_during_a_running_chunk_cancels_the_turn_within_two_seconds(
     assert outcome.ok, outcome
     assert elapsed < STOP_WITHIN_S
     [end] = of(events, "turn_ended")
-    assert (end.status, end.code) == ("cancelled", "cancelled"), show(events)
+    assert (end.status, end.code) == ("stopped", "cancelled"), show(events)
     assert [e.reason for e in of(events, "run_ended")] == ["stopped"]
     assert len(of(events, "run_started")) == 1
     assert not of(events, "tool_start"), "nothing ran after the Stop"
     assert outbox(runtime.redis) == []
-    assert runtime.ledger.meta(turn.turn_id).status == "cancelled"
+    assert runtime.ledger.meta(turn.turn_id).status == "stopped"
 
 
 def test_stop_while_resuming_prevents_the_queued_chunk_from_running(
@@ -65,18 +64,14 @@ def test_stop_while_resuming_prevents_the_queued_chunk_from_running(
 ) -> None:
     """The first chunk ran (here) and queued its successor's message; Stop comes before it runs."""
     rt = runtime
-    turn = create_turn(
-        rt.ledger, "email a", clock=rt.clock, ids=rt.ids, model=script([send("a@x.io", "A"), DONE])
-    )
-    run = claim_run(
-        rt.ledger, turn.turn_id, turn.run_id, clock=rt.clock, ids=rt.ids, settings=rt.settings
-    )
+    turn = rt.lifecycle.create("email a", model=script([send("a@x.io", "A"), DONE]))
+    run = rt.lifecycle.claim(turn.turn_id, turn.run_id)
     assert isinstance(run, RunContext)
-    successor = hand_over(rt.ledger, run, clock=rt.clock, ids=rt.ids)
-    rt.control.launch(turn.turn_id, successor, "foreground")  # the message waits in the queue
+    successor = rt.lifecycle.hand_over(run)
+    rt.lifecycle.launch(turn.turn_id, successor, "foreground")  # the message waits in the queue
     assert rt.redis.llen(settings.foreground_queue) == 1
 
-    outcome = rt.control.stop(turn.turn_id)
+    outcome = rt.lifecycle.stop(turn.turn_id)
     assert (outcome.ok, outcome.reason) == (True, "cancelled before the next chunk ran")
 
     start_worker()
@@ -85,7 +80,7 @@ def test_stop_while_resuming_prevents_the_queued_chunk_from_running(
     events = rt.ledger.events(turn.turn_id)
     assert not of(events, "run_started", run_id=successor), show(events)
     [end] = of(events, "turn_ended")
-    assert (end.status, end.code) == ("cancelled", "cancelled")
+    assert (end.status, end.code) == ("stopped", "cancelled")
     meta = rt.ledger.meta(turn.turn_id)
-    assert (meta.status, meta.next_run, meta.runs) == ("cancelled", "", 1)
+    assert (meta.status, meta.code, meta.next_run, meta.runs) == ("stopped", "cancelled", "", 1)
     assert outbox(rt.redis) == []

@@ -1,0 +1,66 @@
+-- One step of a turn's state machine (ledger/turn.py): check the from-status and the caller's
+-- conditions, then write the step's events under a new lease epoch and set the metadata, in one
+-- atomic step that touches only this turn's keys.
+--
+-- Events are written at stream ids (E+1)-0, (E+1)-1, ... after the epoch is bumped, so from then
+-- on every XADD of an older epoch is refused by Redis itself: a run whose turn was ended, handed
+-- over or taken over cannot append after it. A step without events leaves the epoch alone.
+--
+-- KEYS[1] stream, KEYS[2] meta hash
+-- ARGV[1] the step's name, ARGV[2] the status it leads to ('': the status stays)
+-- ARGV[3] seconds to keep the turn's keys from now (0: leave as is, -1: keep them for good)
+-- ARGV[4] number of allowed from-statuses f, then f statuses
+-- then the number of conditions c, then c pairs (meta field, expected value; '' = unset)
+-- then the number of events n, then n payloads, then pairs (meta field, value) to set
+-- Returns the epoch after the step. Errors: NOTURN, REFUSED <status>, CHANGED <field> <value>.
+if redis.call('EXISTS', KEYS[2]) == 0 then
+  return redis.error_reply('NOTURN')
+end
+local status = redis.call('HGET', KEYS[2], 'status') or ''
+local i = 5
+local allowed = false
+for _ = 1, tonumber(ARGV[4]) do
+  if ARGV[i] == status then
+    allowed = true
+  end
+  i = i + 1
+end
+if not allowed then
+  return redis.error_reply('REFUSED ' .. status)
+end
+local conditions = tonumber(ARGV[i])
+i = i + 1
+for _ = 1, conditions do
+  local value = redis.call('HGET', KEYS[2], ARGV[i]) or ''
+  if value ~= ARGV[i + 1] then
+    return redis.error_reply('CHANGED ' .. ARGV[i] .. ' ' .. value)
+  end
+  i = i + 2
+end
+local n = tonumber(ARGV[i])
+i = i + 1
+local epoch
+if n > 0 then
+  epoch = redis.call('HINCRBY', KEYS[2], 'epoch', 1)
+  for k = 0, n - 1 do
+    redis.call('XADD', KEYS[1], epoch .. '-' .. k, 'e', ARGV[i])
+    i = i + 1
+  end
+else
+  epoch = tonumber(redis.call('HGET', KEYS[2], 'epoch') or '0')
+end
+if ARGV[2] ~= '' then
+  redis.call('HSET', KEYS[2], 'status', ARGV[2])
+end
+if i <= #ARGV then
+  redis.call('HSET', KEYS[2], unpack(ARGV, i))
+end
+local ttl = tonumber(ARGV[3])
+for _, key in ipairs(KEYS) do
+  if ttl > 0 then
+    redis.call('EXPIRE', key, ttl)
+  elseif ttl < 0 then
+    redis.call('PERSIST', key)
+  end
+end
+return epoch

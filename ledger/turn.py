@@ -1,0 +1,212 @@
+"""The turn's state machine: its statuses, the steps between them, and its typed metadata.
+
+A turn is ``queued`` (its first run waits for a worker), ``running`` (a run holds its lease),
+``resuming`` (a successor run waits: the next chunk, or a resume after a dead run), ``completed``
+or ``stopped`` (every end short of completion, with a ``StopCode``). Every change of status is
+one of the ``Step``s below, allowed only from the statuses ``TABLE`` lists, and is carried out by
+one atomic, fenced Lua step (``ledger/lua/transition.lua``, ``claim.lua``) that checks the
+from-status and the lease epoch; nothing else writes a turn's status. The table is data: the
+scripts are told the allowed from-statuses and the to-status of the step they carry out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from ledger.codec import text
+from ledger.errors import CorruptTurn
+
+
+class TurnStatus(StrEnum):
+    QUEUED = "queued"
+    RUNNING = "running"
+    RESUMING = "resuming"
+    COMPLETED = "completed"
+    STOPPED = "stopped"
+
+    @property
+    def ended(self) -> bool:
+        return self in (TurnStatus.COMPLETED, TurnStatus.STOPPED)
+
+
+class StopCode(StrEnum):
+    """Why a turn stopped. Every stop may be continued by a person (CONTRACT §7.7)."""
+
+    CANCELLED = "cancelled"
+    RATE_LIMIT = "rate_limit"
+    AUTH = "auth"
+    INVALID_REQUEST = "invalid_request"
+    INTERNAL_ERROR = "internal_error"
+    TRANSPORT_ERROR = "transport_error"
+    MAX_CHUNKS = "max_chunks"
+    CRASHED = "crashed"
+    HANDOFF_LOST = "handoff_lost"
+    NO_PROGRESS = "no_progress"
+    JOURNAL_UNREADABLE = "journal_unreadable"
+    LOOP_LIMIT = "loop_limit"
+
+    @classmethod
+    def of(cls, code: str) -> StopCode:
+        """The code of a model error or a run's end; anything unknown is an internal error."""
+        try:
+            return cls(code)
+        except ValueError:
+            return cls.INTERNAL_ERROR
+
+
+#: stops a client may continue on its own (``{"auto": true}``): the turn was cut off by time or
+#: a lost worker, never refused by an error or a person
+AUTO_CONTINUABLE = frozenset({StopCode.CRASHED, StopCode.HANDOFF_LOST, StopCode.MAX_CHUNKS})
+
+
+class Step(StrEnum):
+    """The events of a turn's life: each moves it from one status to another."""
+
+    CLAIM = "claim"  # the pending run takes the lease
+    RENEW = "renew"  # the running run's heartbeat extends its lease
+    HAND_OVER = "hand_over"  # the run ends at its soft limit; its successor is pending
+    COMPLETE = "complete"  # the run answered: the turn is done
+    STOP = "stop"  # the run ends the turn short of completion (error, Stop, chunk limit)
+    TAKE_OVER = "take_over"  # the run died: a successor resumes it (background)
+    STOP_DEAD = "stop_dead"  # the run died: the turn stops (foreground, Stop, no progress)
+    REDISPATCH = "redispatch"  # the pending run's message was lost: it is sent again
+    STOP_PENDING = "stop_pending"  # Stop, or a lost hand-over, before the pending run started
+    CONTINUE = "continue"  # a stopped turn gets a new run
+
+
+_Q, _RUN, _RES = TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING
+_DONE, _STOP = TurnStatus.COMPLETED, TurnStatus.STOPPED
+
+#: status x step -> status; a pair not listed is refused
+TABLE: Mapping[tuple[TurnStatus, Step], TurnStatus] = {
+    (_Q, Step.CLAIM): _RUN,
+    (_RES, Step.CLAIM): _RUN,
+    (_RUN, Step.RENEW): _RUN,
+    (_RUN, Step.HAND_OVER): _RES,
+    (_RUN, Step.COMPLETE): _DONE,
+    (_RUN, Step.STOP): _STOP,
+    (_RUN, Step.TAKE_OVER): _RES,
+    (_RUN, Step.STOP_DEAD): _STOP,
+    (_Q, Step.REDISPATCH): _Q,
+    (_RES, Step.REDISPATCH): _RES,
+    (_Q, Step.STOP_PENDING): _STOP,
+    (_RES, Step.STOP_PENDING): _STOP,
+    (_STOP, Step.CONTINUE): _Q,
+}
+
+
+def allowed_from(step: Step) -> tuple[TurnStatus, ...]:
+    return tuple(status for status, s in TABLE if s == step)
+
+
+def target(step: Step) -> TurnStatus | None:
+    """The status ``step`` leads to; None for a step that leaves every status as it is."""
+    pairs = [(status, to) for (status, s), to in TABLE.items() if s == step]
+    if all(status == to for status, to in pairs):
+        return None
+    (to,) = {to for _, to in pairs}
+    return to
+
+
+@dataclass(frozen=True, slots=True)
+class TurnMeta:
+    """The metadata hash beside a turn's stream, typed. Written only by the ledger's scripts."""
+
+    turn_id: str
+    status: TurnStatus
+    #: lease epoch: bumped by every change of holder; a run's stream ids start with it
+    epoch: int = 0
+    #: runs that claimed the turn so far
+    runs: int = 0
+    #: the chunk of the current (or last) run
+    chunk: int = 0
+    #: the run holding (or that last held) the lease
+    run_id: str = ""
+    #: the pending run, its chunk and why it exists (first, next_chunk, reaper, continue, …)
+    next_run: str = ""
+    next_chunk: int = 0
+    next_cause: str = "first"
+    conversation_id: str = ""
+    mode: str = "foreground"
+    model: str = ""
+    created: float = 0.0
+    #: when the pending run's message was (last) sent, and how often it was sent again
+    dispatched: float = 0.0
+    redispatches: int = 0
+    #: ms since the epoch: the lease holds until then unless its heartbeat renews it
+    lease_until: int = 0
+    #: why the turn stopped ("" unless stopped)
+    code: str = ""
+    auto_continues: int = 0
+    #: takeovers of dead runs in a row without a newly completed tool call
+    takeovers: int = 0
+    #: the chunk the current chunk budget (``DRES_MAX_CHUNKS``) counts from
+    chunk_base: int = 0
+    #: the turn is in its conversation's list (else the reaper repairs that)
+    listed: bool = False
+    #: the turn's Stop flag was set when this was read (a claim reads it; ``meta`` does not)
+    stop_requested: bool = False
+
+    @classmethod
+    def from_hash(
+        cls, turn_id: str, raw: Mapping[Any, Any], stop_requested: bool = False
+    ) -> TurnMeta:
+        """Parse the hash; a missing or unknown status or a field of the wrong type is named."""
+        fields = {text(k): text(v) for k, v in raw.items()}
+        try:
+            status = TurnStatus(fields.get("status", ""))
+        except ValueError:
+            raise CorruptTurn(turn_id, f"status {fields.get('status')!r}") from None
+        try:
+            return cls(
+                turn_id=turn_id,
+                status=status,
+                epoch=int(fields.get("epoch", 0)),
+                runs=int(fields.get("runs", 0)),
+                chunk=int(fields.get("chunk", 0)),
+                run_id=fields.get("run_id", ""),
+                next_run=fields.get("next_run", ""),
+                next_chunk=int(fields.get("next_chunk", 0)),
+                next_cause=fields.get("next_cause", "first"),
+                conversation_id=fields.get("conversation_id", ""),
+                mode=fields.get("mode", "foreground"),
+                model=fields.get("model", ""),
+                created=float(fields.get("created", 0) or 0),
+                dispatched=float(fields.get("dispatched", 0) or 0),
+                redispatches=int(fields.get("redispatches", 0) or 0),
+                lease_until=int(fields.get("lease_until", 0) or 0),
+                code=fields.get("code", ""),
+                auto_continues=int(fields.get("auto_continues", 0) or 0),
+                takeovers=int(fields.get("takeovers", 0) or 0),
+                chunk_base=int(fields.get("chunk_base", 0) or 0),
+                listed=fields.get("listed") == "1",
+                stop_requested=stop_requested,
+            )
+        except ValueError as e:
+            raise CorruptTurn(turn_id, str(e)) from None
+
+    @property
+    def ended(self) -> bool:
+        return self.status.ended
+
+
+def continue_refusal(
+    meta: TurnMeta, *, newest_turn: str | None, auto: bool, max_auto: int
+) -> str | None:
+    """Why Continue would be refused now, or None: the one rule for Continue and can_continue.
+
+    ``newest_turn``: the newest turn of the turn's conversation (None: unknown, taken as this).
+    """
+    if meta.status != TurnStatus.STOPPED:
+        return f"the turn is not stopped (status {meta.status})"
+    if newest_turn is not None and newest_turn != meta.turn_id:
+        return "only the conversation's newest stop can be continued"
+    if auto:
+        if StopCode.of(meta.code) not in AUTO_CONTINUABLE:
+            return f"no automatic continuation after {meta.code or 'this stop'}"
+        if meta.auto_continues >= max_auto:
+            return f"automatic continuation limit reached ({meta.auto_continues} of {max_auto})"
+    return None

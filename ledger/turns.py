@@ -1,0 +1,289 @@
+"""A turn's life in Redis: create it, claim it, and every other step of its state machine.
+
+``TurnStore`` is the only writer of a turn's metadata, of the reaper's index, of the Stop flag
+and of the conversation lists. Each status change is one atomic script over the turn's own
+``{turn_id}`` keys (``lua/create.lua``, ``lua/claim.lua``, ``lua/transition.lua``) that checks
+the from-status against ``ledger.turn.TABLE`` and the caller's conditions (the lease epoch, the
+run, the pending run); a step the table does not allow, or a turn that changed since the caller
+read it, is refused with ``TransitionRefused``. Structures across turns (the reaper's index, a
+conversation's list) are written idempotently beside those scripts, never inside them, so every
+script stays in one Redis Cluster slot; the reaper repairs what a crash between the two left.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from contextlib import suppress
+from typing import Any
+
+import redis
+
+from ledger import keys
+from ledger.codec import decode_entry, encode, text
+from ledger.errors import EventDecodeError, TransitionRefused, UnknownTurn
+from ledger.events import Event, RunStarted, TurnStarted
+from ledger.lease import Claim, Lease
+from ledger.store import Ledger, MetaValue, pairs, script
+from ledger.turn import Step, TurnMeta, TurnStatus, allowed_from, target
+
+#: seconds the Stop flag outlives the request (a run checks it at every safe point)
+STOP_FLAG_TTL_S = 24 * 3600
+#: the status a claim leads to
+_CLAIMED = target(Step.CLAIM) or TurnStatus.RUNNING
+#: what ``transition`` does to the turn's keys' expiry
+EXPIRE, PERSIST, KEEP = "expire", "persist", "keep"
+
+
+class TurnStore:
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.client = ledger.client
+        self._create = self.client.register_script(script("create.lua"))
+        self._claim = self.client.register_script(script("claim.lua"))
+        self._transition = self.client.register_script(script("transition.lua"))
+
+    # -- creating ----------------------------------------------------------------------------
+
+    def create(
+        self, event: TurnStarted, *, first_run: str, look_at_ms: int, fields: Mapping[str, Any]
+    ) -> bool:
+        """Create the turn (queued, ``first_run`` pending) with its ``turn_started``; once only.
+
+        The reaper's index gets the turn first (due at ``look_at_ms``), so a crash right after
+        the create still leaves a turn someone looks at; an index entry whose turn never came is
+        dropped by the reaper. The conversation's list gets it after (``list_in_conversation``).
+        Returns False, changing nothing, when the turn already exists.
+        """
+        self.watch(event.turn_id, look_at_ms)
+        meta: dict[str, MetaValue] = {
+            "status": TurnStatus.QUEUED.value,
+            "next_run": first_run,
+            "next_chunk": 0,
+            "next_cause": "first",
+            "conversation_id": event.conversation_id,
+            "mode": event.mode,
+            "created": event.ts,
+            "listed": 0,
+            **fields,
+        }
+        args: list[MetaValue] = [encode(event)]
+        for name, value in meta.items():
+            args += [name, value]
+        turn_keys = keys.turn_keys(event.turn_id)
+        created = self.ledger.retry(lambda: self._create(keys=turn_keys, args=args))
+        if int(created):
+            self.list_in_conversation(event.turn_id, event.conversation_id)
+        return bool(int(created))
+
+    def list_in_conversation(self, turn_id: str, conversation_id: str) -> None:
+        """Add the turn to its conversation's list once (idempotent), then mark it listed."""
+        conv = keys.conversation_turns(conversation_id)
+        if self.client.lpos(conv, turn_id) is None:
+            self.client.rpush(conv, turn_id)
+        self.mark(turn_id, listed=1)
+
+    def newest_turn(self, conversation_id: str) -> str | None:
+        newest = self.client.lindex(keys.conversation_turns(conversation_id or "_"), -1)
+        return None if newest is None else text(newest)
+
+    # -- claiming ----------------------------------------------------------------------------
+
+    def claim(
+        self,
+        turn_id: str,
+        run_id: str,
+        *,
+        lease_until_ms: int,
+        event_id: str,
+        ts: float,
+        read_from: str = "",
+    ) -> Claim:
+        """Make ``run_id`` the lease holder if it is the turn's pending run (one atomic step).
+
+        The claim records ``run_started`` (with ``event_id`` and ``ts``; its chunk, cause and
+        epoch from the metadata) at the new epoch's first stream id. A run that is not the
+        pending one (a duplicate delivery, a run already claimed, a stale message) gets no lease.
+        The lease runs to ``lease_until_ms`` unless renewed. ``read_from``: a stream id (``-``
+        for the start) to read the turn from in the same step, up to a page of entries.
+        ``Claim.meta`` is the metadata as it was just before, with the Stop flag.
+        """
+        head = _started_head(turn_id, run_id, event_id, ts)
+        count = self.ledger.page if read_from else 0
+        allowed = allowed_from(Step.CLAIM)
+        args: list[MetaValue] = [
+            run_id,
+            head,
+            lease_until_ms,
+            _CLAIMED.value,
+            read_from,
+            count,
+            len(allowed),
+            *(status.value for status in allowed),
+        ]
+        turn_keys = (*keys.turn_keys(turn_id), keys.turn_cancel(turn_id))
+        try:
+            reply: Any = self.ledger.retry(lambda: self._claim(keys=turn_keys, args=args))
+        except redis.ResponseError as e:
+            if str(e).startswith("NOTURN"):
+                raise UnknownTurn(turn_id) from e
+            raise
+        meta = TurnMeta.from_hash(turn_id, pairs(reply[1]), stop_requested=bool(reply[2]))
+        if int(reply[0]) == 1:
+            lease = Lease(turn_id, run_id, int(reply[3]), meta.next_chunk, meta.next_cause, seq=1)
+            if len(reply) < 5:
+                return Claim(lease, meta)
+            raw = [(sid, pairs(flat)) for sid, flat in reply[4]]
+            entries = list(self.ledger.decode(turn_id, raw))
+            return Claim(
+                lease, meta, entries=entries, read_from=read_from, read_all=len(raw) < count
+            )
+        if meta.run_id == run_id and meta.status == TurnStatus.RUNNING:
+            # A retried claim whose first reply was lost: the claim is ours. A duplicate delivery
+            # of the same run that lost the race looks alike, but the epoch opens with the
+            # winner's run_started, not ours.
+            started = self._opening(turn_id, meta.epoch)
+            if started is not None and started.event_id == event_id:
+                lease = Lease(turn_id, run_id, meta.epoch, started.chunk, started.cause, seq=1)
+                return Claim(lease, meta)
+        return Claim(None, meta, status=meta.status, holder=meta.run_id)
+
+    def _opening(self, turn_id: str, epoch: int) -> RunStarted | None:
+        """The ``run_started`` that opened epoch ``epoch`` (stream id ``E-0``), if any."""
+        sid = f"{epoch}-0"
+        at: Any = self.client.xrange(keys.turn_events(turn_id), min=sid, max=sid)
+        if not at:
+            return None
+        try:
+            event = decode_entry(at[0][0], at[0][1]).event
+        except EventDecodeError:
+            return None
+        return event if isinstance(event, RunStarted) else None
+
+    # -- the steps of the state machine ------------------------------------------------------
+
+    def transition(
+        self,
+        turn_id: str,
+        step: Step,
+        *,
+        expect: Mapping[str, MetaValue],
+        events: Sequence[Event] = (),
+        fields: Mapping[str, MetaValue] | None = None,
+        expiry: str = KEEP,
+    ) -> int:
+        """Carry out ``step`` if the table allows it from the turn's status and every ``expect``
+        field holds its value (``""``: unset); write ``events`` under a new epoch and set
+        ``fields``, atomically. Returns the turn's epoch after the step.
+
+        ``expiry``: ``EXPIRE`` gives the turn's keys the finished-turn expiry, ``PERSIST`` takes
+        it away (a stopped turn continued). Raises ``TransitionRefused`` (the turn is in another
+        status, or changed since it was read) and ``UnknownTurn``.
+        """
+        to = target(step)
+        return self._step(
+            turn_id,
+            step,
+            allowed_from(step),
+            to.value if to else "",
+            expect,
+            events,
+            fields,
+            expiry,
+        )
+
+    def mark(self, turn_id: str, **fields: MetaValue) -> None:
+        """Set bookkeeping fields (not the status) of an existing turn, whatever its status."""
+        with suppress(UnknownTurn):  # expired meanwhile: nothing left to mark
+            self._step(turn_id, None, tuple(TurnStatus), "", {}, (), fields, KEEP)
+
+    def renew(self, lease: Lease, until_ms: int) -> bool:
+        """The run's heartbeat: extend its lease; False when the run no longer holds the turn."""
+        try:
+            self.transition(
+                lease.turn_id,
+                Step.RENEW,
+                expect=self.holder(lease),
+                fields={"lease_until": until_ms},
+            )
+        except (TransitionRefused, UnknownTurn):
+            return False
+        return True
+
+    @staticmethod
+    def holder(lease: Lease) -> dict[str, MetaValue]:
+        """The conditions of a step the lease holder takes: its epoch and its run."""
+        return {"epoch": lease.epoch, "run_id": lease.run_id}
+
+    def _step(
+        self,
+        turn_id: str,
+        step: Step | None,
+        allowed: Sequence[TurnStatus],
+        to: str,
+        expect: Mapping[str, MetaValue],
+        events: Sequence[Event],
+        fields: Mapping[str, MetaValue] | None,
+        expiry: str,
+    ) -> int:
+        ttl = {EXPIRE: self.ledger.finished_ttl_s, PERSIST: -1, KEEP: 0}[expiry]
+        args: list[MetaValue] = [str(step or "mark"), to, ttl, len(allowed)]
+        args += [status.value for status in allowed]
+        args.append(len(expect))
+        for name, value in expect.items():
+            args += [name, value]
+        args.append(len(events))
+        args += [encode(event) for event in events]
+        for name, value in (fields or {}).items():
+            args += [name, value]
+        turn_keys = keys.turn_keys(turn_id)
+        try:
+            return int(self.ledger.retry(lambda: self._transition(keys=turn_keys, args=args)))
+        except redis.ResponseError as e:
+            reply = str(e)
+            if reply.startswith("NOTURN"):
+                raise UnknownTurn(turn_id) from e
+            word, _, rest = reply.partition(" ")
+            if word in ("REFUSED", "CHANGED") and step is not None:
+                raise TransitionRefused(turn_id, step.value, word, rest) from e
+            raise
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def meta(self, turn_id: str) -> TurnMeta:
+        raw = self.ledger.retry(lambda: self.client.hgetall(keys.turn_meta(turn_id)))
+        if not raw:
+            raise UnknownTurn(turn_id)
+        return TurnMeta.from_hash(turn_id, raw)
+
+    # -- the reaper's index ------------------------------------------------------------------
+
+    def watch(self, turn_id: str, at_ms: int) -> None:
+        """Have the reaper look at the turn at ``at_ms`` (ms since the epoch)."""
+        self.client.zadd(keys.active_turns(), {turn_id: at_ms})
+
+    def unwatch(self, turn_id: str) -> None:
+        self.client.zrem(keys.active_turns(), turn_id)
+
+    def due(self, now_ms: int, count: int) -> list[str]:
+        """Turns the reaper should look at now, most overdue first."""
+        due = self.client.zrangebyscore(keys.active_turns(), "-inf", now_ms, start=0, num=count)
+        return [text(turn_id) for turn_id in due]
+
+    # -- Stop --------------------------------------------------------------------------------
+
+    def request_stop(self, turn_id: str) -> None:
+        self.client.set(keys.turn_cancel(turn_id), "1", ex=STOP_FLAG_TTL_S)
+
+    def clear_stop(self, turn_id: str) -> None:
+        self.client.delete(keys.turn_cancel(turn_id))
+
+    def stop_requested(self, turn_id: str) -> bool:
+        return bool(self.client.exists(keys.turn_cancel(turn_id)))
+
+
+def _started_head(turn_id: str, run_id: str, event_id: str, ts: float) -> str:
+    """``run_started``'s JSON without chunk, cause and epoch (``claim.lua`` adds them)."""
+    data = RunStarted(event_id=event_id, turn_id=turn_id, run_id=run_id, chunk=0, ts=ts)
+    known = data.model_dump(mode="json", exclude={"chunk", "cause", "epoch"})
+    return json.dumps(known, separators=(",", ":"), ensure_ascii=False)[:-1]

@@ -1,0 +1,43 @@
+"""Sending a recorded run's message, and asking the broker whether a run's message is there."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import structlog
+
+log = structlog.get_logger("dres.dispatch")
+
+
+class Dispatcher(Protocol):
+    def dispatch(self, turn_id: str, run_id: str, mode: str) -> None:
+        """Send the message that runs ``run_id`` (ids only)."""
+
+    def revoke(self, turn_id: str, run_id: str) -> None:
+        """Best effort: tell the workers not to run a queued message."""
+
+    def queued_runs(self) -> set[str] | None:
+        """The run ids whose messages wait in the broker or are held unacknowledged by a worker;
+        None when the broker cannot be looked into (then nothing is taken for lost)."""
+
+
+def task_id(turn_id: str, run_id: str) -> str:
+    """Deterministic: a repeated dispatch of one run is recognisably the same message."""
+    return f"{turn_id}:{run_id}"
+
+
+def run_ids(messages: Iterable[Any]) -> set[str]:
+    """The run ids named by kombu Redis-transport messages (a queue's JSON messages, or the
+    ``unacked`` hash's ``[message, exchange, routing key]`` values); others are passed over."""
+    found = set()
+    for raw in messages:
+        try:
+            message = json.loads(raw)
+            if isinstance(message, list):
+                message = message[0]
+            found.add(str(message["headers"]["id"]).rpartition(":")[2])
+        except (ValueError, KeyError, IndexError, TypeError):
+            continue
+    return found

@@ -1,0 +1,133 @@
+"""The reaper: finds turns nobody is moving and moves them, loudly (CONTRACT §2, §7.7).
+
+It looks at the turns in the active index whose time has come:
+- a running turn whose lease ran out (its worker died, was killed or is paused: a live run's
+  heartbeat renews the lease): a background turn resumes under a new run, a foreground one stops
+  with Continue available;
+- a pending run not yet claimed: while its message waits in the broker (a backlog: more turns
+  than worker slots) nothing is done; a message that is nowhere (lost between the record and the
+  send, or by the broker) is sent again, up to ``max_redispatches`` times, then the turn stops
+  with Continue available;
+- a turn missing from its conversation's list (a crash right after its creation) is listed;
+- an ended or vanished turn leaves the index.
+Every action is an atomic step of the turn's state machine, so every worker may run a reaper.
+"""
+
+from __future__ import annotations
+
+import threading
+
+import structlog
+
+from ledger.errors import CorruptTurn, TransitionRefused, UnknownTurn
+from ledger.store import MetaValue
+from ledger.turn import Step, StopCode, TurnMeta, TurnStatus
+from worker.lifecycle.service import Lifecycle
+
+log = structlog.get_logger("dres.reaper")
+
+#: turns looked at per sweep
+BATCH = 100
+
+
+class Reaper:
+    def __init__(self, lifecycle: Lifecycle) -> None:
+        self.lifecycle = lifecycle
+        self.store = lifecycle.store
+        self.settings = lifecycle.settings
+        self.clock = lifecycle.clock
+        #: the broker's run ids, read at most once per sweep (None: not read yet this sweep)
+        self._queued: set[str] | None = None
+        self._queued_read = False
+
+    def sweep(self) -> dict[str, str]:
+        """Look at every due turn once; returns what was done to each."""
+        self._queued, self._queued_read = None, False
+        now_ms = self.lifecycle.ms()
+        return {turn_id: self.check(turn_id, now_ms) for turn_id in self.store.due(now_ms, BATCH)}
+
+    def check(self, turn_id: str, now_ms: int) -> str:
+        try:
+            meta = self.store.meta(turn_id)
+        except UnknownTurn:
+            self.store.unwatch(turn_id)
+            return "gone"
+        except CorruptTurn as e:
+            log.error("turn metadata unreadable; left alone", error=str(e))
+            self.store.unwatch(turn_id)
+            return "unreadable"
+        if not meta.listed:
+            self.store.list_in_conversation(turn_id, meta.conversation_id)
+        if meta.ended:
+            self.store.unwatch(turn_id)
+            return "finished"
+        if meta.status == TurnStatus.RUNNING:
+            if meta.lease_until > now_ms:
+                self.store.watch(turn_id, meta.lease_until)
+                return "alive"
+            return self.lifecycle.take_over(meta, "lease expired: the run's worker died").reason
+        return self._pending(meta)
+
+    def _pending(self, meta: TurnMeta) -> str:
+        grace = self.settings.handoff_grace_s
+        waited = self.clock.now() - meta.dispatched
+        if waited < grace:
+            self.store.watch(meta.turn_id, self.lifecycle.ms(grace - waited))
+            return "waiting"
+        queued = self._broker_runs()
+        if queued is None or meta.next_run in queued:
+            # In the broker: a backlog delays a turn, it never stops it nor gets a second message.
+            self.store.watch(meta.turn_id, self.lifecycle.ms(grace))
+            return "queued"
+        if meta.redispatches >= self.settings.max_redispatches:
+            detail = f"the next chunk was sent {meta.redispatches + 1} times and never started"
+            expect: dict[str, MetaValue] = {"next_run": meta.next_run, "epoch": meta.epoch}
+            return self.lifecycle.stop_loudly(
+                meta, Step.STOP_PENDING, expect, StopCode.HANDOFF_LOST, detail
+            ).reason
+        try:
+            self.store.transition(
+                meta.turn_id,
+                Step.REDISPATCH,
+                expect={"next_run": meta.next_run, "redispatches": meta.redispatches},
+                fields={"redispatches": meta.redispatches + 1, "dispatched": self.clock.now()},
+            )
+        except (TransitionRefused, UnknownTurn) as e:  # claimed meanwhile: the next look sees
+            log.info("pending run moved on before its re-dispatch", error=str(e))
+            return "changed"
+        self.lifecycle.launch(meta.turn_id, meta.next_run, meta.mode)
+        log.warning("re-dispatched a lost message", turn_id=meta.turn_id, run_id=meta.next_run)
+        return "redispatched"
+
+    def _broker_runs(self) -> set[str] | None:
+        if not self._queued_read:
+            self._queued_read = True
+            try:
+                self._queued = self.lifecycle.dispatcher.queued_runs()
+            except Exception as e:  # an unreachable broker: take nothing for lost this sweep
+                log.warning("could not look into the broker", error=repr(e))
+                self._queued = None
+        return self._queued
+
+
+class ReaperThread(threading.Thread):
+    """Sweeps every ``reaper_interval_s`` in the worker's main process until stopped."""
+
+    def __init__(self, reaper: Reaper) -> None:
+        super().__init__(name="dres-reaper", daemon=True)
+        self.reaper = reaper
+        self.stopping = threading.Event()
+
+    def run(self) -> None:
+        while not self.stopping.wait(self.reaper.settings.reaper_interval_s):
+            try:
+                actions = self.reaper.sweep()
+            except Exception as e:  # a sweep must never kill the thread; the next one retries
+                log.error("reaper sweep failed", error=repr(e))
+                continue
+            moved = {t: a for t, a in actions.items() if a not in {"alive", "waiting", "queued"}}
+            if moved:
+                log.info("reaper sweep", actions=moved)
+
+    def stop(self) -> None:
+        self.stopping.set()
