@@ -56,7 +56,10 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
 
 # Fault injection on a real worker and redis-server: `make chaos` (200 trials) or TRIALS=N.
+# NAIVE=1 runs the same trials with both layers and the interrupted-write guard off, and counts
+# the duplicate effects a plain retry would have caused.
 TRIALS ?= 200
 SEED ?= 1
+NAIVE ?= 0
 chaos: install redis-server
-	$(PY) -m chaos --trials $(TRIALS) --seed $(SEED)
+	$(PY) -m chaos --trials $(TRIALS) --seed $(SEED) $(if $(filter 1,$(NAIVE)),--naive)

@@ -1,4 +1,5 @@
-"""``python -m chaos [--trials N] [--seed S]``: run the chaos trials; exit 1 on any violation."""
+"""``python -m chaos [--trials N] [--seed S] [--naive]``: run the chaos trials; exit 1 on any
+violation (with ``--naive``: on any but the duplicate effects naive resume is there to count)."""
 
 from __future__ import annotations
 
@@ -11,5 +12,10 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(prog="python -m chaos", description=__doc__)
     parser.add_argument("--trials", type=int, default=200)
     parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument(
+        "--naive",
+        action="store_true",
+        help="resume naively (the worker gets DRES_NAIVE=1) and count the duplicate effects",
+    )
     args = parser.parse_args()
-    sys.exit(main(args.trials, args.seed))
+    sys.exit(main(args.trials, args.seed, naive=args.naive))

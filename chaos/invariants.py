@@ -1,20 +1,28 @@
 """What must hold after every chaos trial, checked from the ledger and the tools' effects.
 
-Pure functions: events and effect rows in, violations (sentences) out.
+Pure functions: events, effect rows and plain values in, violations (sentences) out. They fall in
+two groups, because ``--naive`` runs the same trials with the journal's protections switched off
+and is expected to fail exactly one of them:
+- ``duplicate_checks``: a write's side effect happened once (what the journal note, the hard-block
+  and the interrupted-write guard exist for);
+- ``other_checks``: everything else (the stream is well formed, the turn ended within the bound,
+  its metadata agrees with its stream, no record was lost), which naive resume must pass too.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ledger.codec import Envelope
-from ledger.events import ToolDone, ToolStart
+from ledger.events import RunEnded, RunStarted, ToolDone, ToolStart, TurnEnded
 
 #: writes that are not idempotent: an interrupted one may never run again
 PLAIN_WRITES = frozenset({"chaos_send", "chaos_note"})
 IDEMPOTENT_WRITES = frozenset({"chaos_charge"})
+#: the statuses a turn ends in; every end short of completion is ``stopped`` with a code
+ENDED = frozenset({"completed", "stopped"})
 
 
 def check(
@@ -22,31 +30,81 @@ def check(
     effects: Sequence[dict[str, Any]],
     *,
     status: str,
-    can_continue: bool,
+    code: str,
+    soft_limit_in_tool: bool,
+) -> list[str]:
+    """Every invariant of one turn; ``status`` and ``code`` are the turn's metadata at the end."""
+    return [
+        *duplicate_checks(envelopes, effects),
+        *other_checks(
+            envelopes, effects, status=status, code=code, soft_limit_in_tool=soft_limit_in_tool
+        ),
+    ]
+
+
+def duplicate_checks(envelopes: Sequence[Envelope], effects: Sequence[dict[str, Any]]) -> list[str]:
+    events = [env.event for env in envelopes]
+    return [*completed_writes_ran_once(effects), *interrupted_writes_not_retried(events)]
+
+
+def other_checks(
+    envelopes: Sequence[Envelope],
+    effects: Sequence[dict[str, Any]],
+    *,
+    status: str,
+    code: str,
     soft_limit_in_tool: bool,
 ) -> list[str]:
     events = [env.event for env in envelopes]
+    end = last_turn_ended(events)
     return [
-        *completed_writes_ran_once(effects),
-        *interrupted_writes_not_retried(events),
-        *terminal(status, can_continue),
+        *terminal(status, end.can_continue if end else False, code),
+        *meta_matches_stream(events, status, code),
+        *nothing_after_turn_ended(envelopes),
+        *runs_closed(envelopes, ended=status in ENDED),
+        *each_run_started_once(events),
         *no_fenced_out_events(envelopes),
         *no_lost_records(events, effects, soft_limit_in_tool),
     ]
 
 
-def completed_writes_ran_once(effects: Sequence[dict[str, Any]]) -> list[str]:
-    """A plain write's effect happened at most once; an idempotent one was applied at most once."""
-    plain = Counter(
+def last_turn_ended(events: Sequence[Any]) -> TurnEnded | None:
+    """The stream's last ``turn_ended`` (a continued turn has earlier ones), or None."""
+    return next((e for e in reversed(events) if isinstance(e, TurnEnded)), None)
+
+
+# -- duplicate effects --------------------------------------------------------------------------
+
+
+def duplicate_effects(effects: Sequence[dict[str, Any]]) -> int:
+    """Extra executions of plain writes plus extra applications of the idempotent charge."""
+    return sum(n - 1 for n in _plain_runs(effects).values()) + sum(
+        n - 1 for n in _charges_applied(effects).values()
+    )
+
+
+def _plain_runs(effects: Sequence[dict[str, Any]]) -> Counter[tuple[Any, ...]]:
+    return Counter(
         (row["tool"], row.get("to"), row.get("subject"), row.get("text"))
         for row in effects
         if row["tool"] in PLAIN_WRITES
     )
-    out = [f"{key[0]} ran {n} times: {key[1:]}" for key, n in plain.items() if n > 1]
-    applied = Counter(
+
+
+def _charges_applied(effects: Sequence[dict[str, Any]]) -> Counter[Any]:
+    return Counter(
         row["amount"] for row in effects if row["tool"] in IDEMPOTENT_WRITES and row["applied"]
     )
-    out += [f"chaos_charge of {amount} applied {n} times" for amount, n in applied.items() if n > 1]
+
+
+def completed_writes_ran_once(effects: Sequence[dict[str, Any]]) -> list[str]:
+    """A plain write's effect happened at most once; an idempotent one was applied at most once."""
+    out = [f"{key[0]} ran {n} times: {key[1:]}" for key, n in _plain_runs(effects).items() if n > 1]
+    out += [
+        f"chaos_charge of {amount} applied {n} times"
+        for amount, n in _charges_applied(effects).items()
+        if n > 1
+    ]
     return out
 
 
@@ -58,10 +116,98 @@ def interrupted_writes_not_retried(events: Sequence[Any]) -> list[str]:
     return [f"{tool} started {n} times with one input" for (tool, _), n in starts.items() if n > 1]
 
 
-def terminal(status: str, can_continue: bool) -> list[str]:
+# -- the turn's end -----------------------------------------------------------------------------
+
+
+def terminal(status: str, can_continue: bool, code: str = "") -> list[str]:
+    """The turn completed, or stopped with Continue available (each trial's turn is its
+    conversation's newest, and every newest stop may be continued)."""
     if status == "completed" or (status == "stopped" and can_continue):
         return []
-    return [f"the turn ended {status!r} (can_continue={can_continue}) within the bound"]
+    if status == "stopped":
+        return [f"the turn stopped ({code or 'no code'}) without can_continue"]
+    return [f"the turn was still {status!r} at the bound"]
+
+
+def meta_matches_stream(events: Sequence[Any], status: str, code: str) -> list[str]:
+    """The metadata's status is the last ``turn_ended``'s, and a stop's code is the event's.
+
+    A turn whose metadata is not ended yet may follow a stopped ``turn_ended`` (a Continue in
+    flight); that it did not end in time is ``terminal``'s to say. A completed turn never goes on.
+    """
+    end = last_turn_ended(events)
+    if end is None:
+        if status in ENDED:
+            return [f"the metadata says {status!r} but the stream has no turn_ended"]
+        return []
+    if status not in ENDED:
+        if end.status == "completed":
+            return [f"the metadata says {status!r} after the turn completed"]
+        return []
+    if status != end.status:
+        return [f"the metadata says {status!r}, the last turn_ended {end.status!r}"]
+    if status == "stopped" and code != end.code:
+        return [f"the metadata's stop code is {code!r}, the last turn_ended's {end.code!r}"]
+    return []
+
+
+def completed_despite_backlog(status: str, code: str) -> list[str]:
+    """A backlog delays a turn; it never stops it (CONTRACT §7.7, 'Queued is not lost')."""
+    if status == "completed":
+        return []
+    return [f"a backlog left the turn {status!r}" + (f" ({code})" if code else "")]
+
+
+def one_message_per_run(copies: Mapping[str, int]) -> list[str]:
+    """The broker never held two messages for one run (``copies``: the most seen at once)."""
+    return [f"the broker held {n} messages for {task}" for task, n in copies.items() if n > 1]
+
+
+# -- the stream is well formed (CONTRACT §6) ----------------------------------------------------
+
+
+def nothing_after_turn_ended(envelopes: Sequence[Envelope]) -> list[str]:
+    """The stream's last ``turn_ended`` is its final entry (earlier ones were continued)."""
+    ends = [i for i, env in enumerate(envelopes) if isinstance(env.event, TurnEnded)]
+    if not ends:
+        return []
+    last = envelopes[ends[-1]]
+    return [
+        f"{env.stream_id} {env.event.type} follows the last turn_ended ({last.stream_id})"
+        for env in envelopes[ends[-1] + 1 :]
+    ]
+
+
+def runs_closed(envelopes: Sequence[Envelope], *, ended: bool = True) -> list[str]:
+    """Every ``run_started`` is followed by a ``run_ended`` of the same run_id (its own, or the
+    ``crashed`` one a takeover writes for it). Only in a turn that has not ended yet
+    (``ended``: its metadata says so) may the newest run still be open: it is running."""
+    open_runs: dict[str, str] = {}  # run_id -> stream id of its run_started
+    for env in envelopes:
+        event = env.event
+        if isinstance(event, RunStarted):
+            open_runs[event.run_id] = env.stream_id
+        elif isinstance(event, RunEnded):
+            open_runs.pop(event.run_id, None)
+    running = None if ended else _newest_run_started(envelopes)
+    return [
+        f"run {run_id} (started at {sid}) has no run_ended after it"
+        for run_id, sid in open_runs.items()
+        if run_id != running
+    ]
+
+
+def _newest_run_started(envelopes: Sequence[Envelope]) -> str | None:
+    return next(
+        (env.event.run_id for env in reversed(envelopes) if isinstance(env.event, RunStarted)),
+        None,
+    )
+
+
+def each_run_started_once(events: Sequence[Any]) -> list[str]:
+    """A run id is one attempt: a second ``run_started`` of it means a message claimed twice."""
+    starts = Counter(e.run_id for e in events if isinstance(e, RunStarted))
+    return [f"run {run_id} started {n} times" for run_id, n in starts.items() if n > 1]
 
 
 def no_fenced_out_events(envelopes: Sequence[Envelope]) -> list[str]:

@@ -4,35 +4,38 @@ Each trial runs one turn of several write tools (one idempotent, one with ``iden
 ``restart``-mode model, and injects one fault at a random point: SIGKILL of the pool child or of
 the whole worker (before tool_start, between the side effect and tool_done, after tool_done,
 during the handoff to the next chunk), a soft limit inside a tool, a duplicated or dropped
-successor message, or ``kill -9`` of redis-server with an AOF restart. Then it checks the
-invariants of ``chaos.invariants``. A stopped foreground turn is continued, as a person would,
-at most twice.
+successor message, ``kill -9`` of redis-server with an AOF restart, or SIGTERM of the worker (a
+deploy). A ``backlog`` trial instead enqueues several foreground turns at once on a worker with
+one pool process, so each turn's next chunk waits in the queue well past the handoff grace: every
+turn must still complete, and the broker must never hold two messages for one run. Then it
+checks the invariants of ``chaos.invariants`` on every turn. A stopped foreground turn is
+continued, as a person would, at most twice (a backlog turn never: it must not stop).
+
+``naive=True`` runs the same trials on a worker started with ``DRES_NAIVE=1`` (no journal note,
+no hard-block, no interrupted-write guard) and counts the duplicate effects that causes.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
-import os
 import random
 import tempfile
 import time
-from collections import Counter, defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import redis
 
 from chaos import invariants
-from chaos.tools import effects_key
+from chaos.cluster import BACKLOG, DEFAULT, BrokerCensus, Cluster
+from chaos.report import Outcome, TurnResult, naive_table, table
+from chaos.tools import read_effects
 from ledger import keys
 from worker.client import enqueue
-from worker.redis_server import RedisServer
-from worker.runtime import Runtime
-from worker.settings import load_settings
-from worker.worker_process import WorkerProcess
 
-ROOT = Path(__file__).resolve().parents[1]
-#: (action, failpoint); ``redis_kill`` is done by the runner itself
+#: (action, failpoint); the actions of ``RUNNER_FAULTS`` and ``backlog`` are the runner's own
 FAULTS: list[tuple[str, str]] = [
     *[
         (action, point)
@@ -43,24 +46,22 @@ FAULTS: list[tuple[str, str]] = [
     ("duplicate", "chunk.handoff"),
     ("drop", "chunk.handoff"),
     ("redis_kill", "-"),
+    ("sigterm", "-"),
+    ("backlog", "-"),
 ]
-#: seconds a trial's turn has to reach a terminal state
-BOUND_S = 40.0
-ENV = {
-    "DRES_SOFT_LIMIT_S": "0.5",
-    "DRES_HARD_LIMIT_S": "2",
-    "DRES_BG_SOFT_LIMIT_S": "0.5",
-    "DRES_BG_HARD_LIMIT_S": "2",
-    "DRES_VISIBILITY_TIMEOUT_S": "5",
-    "DRES_LEASE_GRACE_S": "0.5",
-    "DRES_HANDOFF_GRACE_S": "1",
-    "DRES_REAPER_INTERVAL_S": "0.2",
-    "DRES_MAX_REDISPATCHES": "3",
-    "DRES_CANCEL_POLL_S": "0.05",
-    "DRES_FAILPOINTS": "1",
-    "DRES_TOOLS": "worker.demo_tools,chaos.tools",
-    "DRES_JOURNAL_READ_BACKOFF_S": "0.2",
+#: faults the runner makes once the (first) turn's stream holds a random number of events
+RUNNER_FAULTS: dict[str, Callable[[Cluster], None]] = {
+    "redis_kill": Cluster.kill_redis,
+    "sigterm": Cluster.terminate_worker,
 }
+#: turns a backlog trial enqueues at once: with one pool process, the last one's first chunk
+#: and every turn's second chunk wait behind several soft limits' worth of chunks
+BACKLOG_TURNS = 6
+#: seconds a trial's turns have to reach a terminal state
+BOUND_S = 40.0
+#: seconds between looks at the turns (and the broker) while a trial runs
+POLL_S = 0.05
+MESSAGE = "Send the launch email, charge 5, note it."
 SCRIPT = {
     "on_resume": "restart",
     "steps": [
@@ -78,6 +79,7 @@ SCRIPT = {
             ],
         },
         {"tool_calls": [{"name": "chaos_charge", "input": {"amount": 5}}]},
+        # Over the soft limit (0.5 s): every turn takes two chunks at least.
         {"delay_s": 1.0, "tool_calls": [{"name": "chaos_note", "input": {"text": "charged"}}]},
         {"tool_calls": [{"name": "chaos_read", "input": {}}]},
         {"text": "All done."},
@@ -86,132 +88,181 @@ SCRIPT = {
 
 
 @dataclass
-class Outcome:
-    fault: str
-    status: str
-    can_continue: bool
-    violations: list[str]
-    seconds: float
-    continues: int
-    #: the fault really happened (its point was reached) during the trial
-    fired: bool
+class Watch:
+    """Follows a trial's turns until each ends, making the runner's own fault on the way."""
 
+    cluster: Cluster
+    turn_ids: list[str]
+    action: str
+    #: events of the first turn's stream after which the runner's fault strikes (None: none)
+    kill_after: int | None
+    max_continues: int
+    census: BrokerCensus | None = None
+    fired: bool = False
+    done: set[str] = field(default_factory=set)
+    continues: dict[str, int] = field(default_factory=dict)
 
-@dataclass
-class Cluster:
-    """A restartable redis-server and prefork worker."""
+    def run(self) -> None:
+        deadline = time.monotonic() + BOUND_S
+        while len(self.done) < len(self.turn_ids) and time.monotonic() < deadline:
+            self.cluster.ensure_worker()
+            # redis-server may be restarting (the redis_kill fault): look again
+            with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
+                self.look()
+            time.sleep(POLL_S)
 
-    tmp: Path
-    server: RedisServer = field(init=False)
-    worker: WorkerProcess | None = None
-    restarts: int = 0
-
-    def __post_init__(self) -> None:
-        self.server = RedisServer(data_dir=self.tmp / "redis").start()
-        self.env = {**os.environ, **ENV, "DRES_REDIS_URL": self.server.url, "PYTHONPATH": str(ROOT)}
-        os.environ.update({k: v for k, v in self.env.items() if k.startswith("DRES_")})
-        self.runtime = Runtime.from_settings(load_settings())
-
-    def ensure_worker(self) -> None:
-        if self.worker is not None and self.worker.alive():
+    def look(self) -> None:
+        runtime = self.cluster.runtime
+        if self.census is not None:
+            self.census.look()
+        first = keys.turn_events(self.turn_ids[0])
+        if self.kill_after is not None and runtime.redis.xlen(first) >= self.kill_after:
+            self.kill_after, self.fired = None, True
+            RUNNER_FAULTS[self.action](self.cluster)
             return
-        if self.worker is not None:
-            self.restarts += 1
-            self.worker.stop()
-        log = self.tmp / f"worker-{self.restarts}.log"
-        self.worker = WorkerProcess.start(self.env, log, concurrency=2, ready=False)
-        self.worker.wait_ready(timeout=30)
+        for turn_id in self.turn_ids:
+            if turn_id in self.done:
+                continue
+            status = runtime.ledger.meta(turn_id).status
+            if status == "completed":
+                self.done.add(turn_id)
+            elif status == "stopped":
+                self.stopped(turn_id)
 
-    def kill_redis(self) -> None:
-        self.server.kill()
-        self.server.start()
+    def stopped(self, turn_id: str) -> None:
+        """Continue it as a person would, or leave it stopped (a refusal is judged later, from
+        the stream's ``can_continue``)."""
+        n = self.continues.get(turn_id, 0)
+        if (
+            n < self.max_continues
+            and self.cluster.runtime.lifecycle.continue_turn(turn_id, auto=False).ok
+        ):
+            self.continues[turn_id] = n + 1
+        else:
+            self.done.add(turn_id)
 
-    def close(self) -> None:
-        if self.worker is not None:
-            self.worker.stop()
-        self.server.cleanup()
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial's draw: its fault, where it strikes, and the turns' mode."""
+
+    action: str
+    point: str
+    mode: str
+    #: hits of the failpoint passed over before the fault fires
+    skip: int
+    #: events of the first turn's stream after which the runner's own fault strikes
+    kill_after: int | None
+    naive: bool
+
+    @classmethod
+    def draw(cls, rng: random.Random, naive: bool) -> Trial:
+        # The draws depend on the seed alone, never on an outcome: a naive run meets the same
+        # faults in the same order.
+        action, point = rng.choice(FAULTS)
+        mode = rng.choice(["background", "background", "foreground"])
+        skip = rng.randrange(3) if point.startswith("tool.") else 0
+        kill_after = rng.randrange(3, 20) if action in RUNNER_FAULTS else None
+        if action == "backlog":
+            mode = "foreground"  # a foreground turn is the one a lost handoff would stop
+        return cls(action, point, mode, skip, kill_after, naive)
+
+    @property
+    def backlog(self) -> bool:
+        return self.action == "backlog"
+
+    @property
+    def turns(self) -> int:
+        return BACKLOG_TURNS if self.backlog else 1
+
+    @property
+    def fault(self) -> str:
+        label = f"backlog x{self.turns}" if self.backlog else self.action
+        where = f" {self.point}" if self.point != "-" else ""
+        return f"{label}{where} ({self.mode})"
 
 
-def run_trial(cluster: Cluster, rng: random.Random, script: str) -> Outcome:
-    action, point = rng.choice(FAULTS)
-    mode = rng.choice(["background", "background", "foreground"])
-    skip = rng.randrange(3) if point.startswith("tool.") else 0
+def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
     client = cluster.runtime.redis
     client.delete(keys.chaos_fault())
-    if action != "redis_kill":
-        client.hset(
-            keys.chaos_fault(), mapping={"point": point, "action": action, "skip": skip, "hits": 0}
-        )
-    cluster.ensure_worker()
+    if trial.point != "-":
+        armed: dict[str, str | int] = {"point": trial.point, "action": trial.action}
+        client.hset(keys.chaos_fault(), mapping={**armed, "skip": trial.skip, "hits": 0})
+    cluster.ensure_worker(BACKLOG if trial.backlog else DEFAULT)
     started = time.monotonic()
-    turn = enqueue(
-        cluster.runtime, "Send the launch email, charge 5, note it.", mode=mode, model=script
+    turn_ids = [
+        enqueue(cluster.runtime, MESSAGE, mode=trial.mode, model=script).turn_id
+        for _ in range(trial.turns)
+    ]
+    watch = Watch(
+        cluster,
+        turn_ids,
+        trial.action,
+        trial.kill_after,
+        max_continues=0 if trial.backlog else 2,
+        census=cluster.census() if trial.backlog else None,
     )
-    kill_after = rng.randrange(3, 20) if action == "redis_kill" else None
-    status, can_continue, continues, killed = _await_end(cluster, turn.turn_id, kill_after)
-    fired = killed or client.hget(keys.chaos_fault(), "fired") is not None
+    watch.run()
+    fired = trial.backlog or watch.fired or client.hget(keys.chaos_fault(), "fired") is not None
     client.delete(keys.chaos_fault())
+    outcome = Outcome(trial.fault, [], 0.0, fired)
+    for index, turn_id in enumerate(turn_ids):
+        prefix = f"turn {index + 1}: " if len(turn_ids) > 1 else ""
+        judge(cluster, trial, watch, outcome, turn_id, prefix)
+    if watch.census is not None:
+        outcome.violations += invariants.one_message_per_run(watch.census.most)
+    outcome.seconds = time.monotonic() - started
+    return outcome
+
+
+def judge(
+    cluster: Cluster, trial: Trial, watch: Watch, outcome: Outcome, turn_id: str, prefix: str
+) -> None:
+    """Check one ended turn's invariants into ``outcome``; in a naive run the duplicate-effect
+    ones go to its notes, since naive resume is expected to break them."""
     ledger = cluster.runtime.ledger
-    envelopes = ledger.read_turn(turn.turn_id)
-    effects = [json.loads(row) for row in client.lrange(effects_key(turn.turn_id), 0, -1)]
-    violations = invariants.check(
-        envelopes,
-        effects,
-        status=status,
-        can_continue=can_continue,
-        soft_limit_in_tool=action == "soft_limit",
+    meta = ledger.meta(turn_id)
+    envelopes = ledger.read_turn(turn_id)
+    effects = read_effects(cluster.runtime.redis, turn_id)
+    status, code = str(meta.status), meta.code
+    end = invariants.last_turn_ended([env.event for env in envelopes])
+    soft_limit = trial.action == "soft_limit"
+    others = invariants.other_checks(
+        envelopes, effects, status=status, code=code, soft_limit_in_tool=soft_limit
     )
-    fault = f"{action} {point} ({mode})" if point != "-" else f"{action} ({mode})"
-    seconds = time.monotonic() - started
-    return Outcome(fault, status, can_continue, violations, seconds, continues, fired)
+    if trial.backlog:
+        others += invariants.completed_despite_backlog(status, code)
+    duplicates = invariants.duplicate_checks(envelopes, effects)
+    if not trial.naive:
+        others, duplicates = [*duplicates, *others], []
+    outcome.violations += [prefix + v for v in others]
+    outcome.duplicate_notes += [prefix + v for v in duplicates]
+    outcome.turns.append(
+        TurnResult(
+            status=status,
+            code=code,
+            can_continue=bool(end and end.can_continue),
+            continues=watch.continues.get(turn_id, 0),
+            timed_out=turn_id not in watch.done,
+            duplicates=invariants.duplicate_effects(effects),
+        )
+    )
 
 
-def _await_end(
-    cluster: Cluster, turn_id: str, kill_after: int | None
-) -> tuple[str, bool, int, bool]:
-    """Wait for a terminal state; continue a stopped turn (as a person would) at most twice.
-
-    Returns the status, can_continue, the number of continues, and whether redis was killed.
-    """
-    deadline = time.monotonic() + BOUND_S
-    continues, killed = 0, False
-    while time.monotonic() < deadline:
-        cluster.ensure_worker()
-        try:
-            meta = cluster.runtime.ledger.meta(turn_id)
-            seen = cluster.runtime.redis.xlen(keys.turn_events(turn_id))
-        except (redis.ConnectionError, redis.TimeoutError):
-            time.sleep(0.05)  # redis-server is restarting
-            continue
-        if kill_after is not None and seen >= kill_after:
-            kill_after, killed = None, True
-            cluster.kill_redis()
-            continue
-        can_continue = meta.extra.get("can_continue") == "1"
-        if meta.status in {"completed", "failed", "cancelled"}:
-            return meta.status, can_continue, continues, killed
-        if meta.status == "stopped":
-            if not can_continue or continues >= 2:
-                return meta.status, can_continue, continues, killed
-            if cluster.runtime.control.continue_turn(turn_id, auto=False).ok:
-                continues += 1
-        time.sleep(0.05)
-    meta = cluster.runtime.ledger.meta(turn_id)
-    return f"{meta.status} (timed out)", False, continues, killed
-
-
-def run(trials: int, seed: int) -> tuple[list[Outcome], Cluster]:
+def run(trials: int, seed: int, naive: bool = False) -> tuple[list[Outcome], Cluster]:
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="dres-chaos-"))
     script_path = tmp / "script.json"
     script_path.write_text(json.dumps(SCRIPT))
-    cluster = Cluster(tmp)
+    cluster = Cluster(tmp, naive=naive)
     outcomes = []
     try:
         for index in range(trials):
-            outcome = run_trial(cluster, rng, f"scripted:{script_path}")
+            outcome = run_trial(cluster, Trial.draw(rng, naive), f"scripted:{script_path}")
             outcomes.append(outcome)
             mark = "VIOLATION" if outcome.violations else "ok"
+            if naive:
+                mark += f"  {outcome.duplicates} duplicate effect(s)"
             print(
                 f"[{index + 1:>3}/{trials}] {outcome.fault:<44} -> {outcome.status:<10} "
                 f"{outcome.seconds:5.1f} s  {mark}",
@@ -219,42 +270,28 @@ def run(trials: int, seed: int) -> tuple[list[Outcome], Cluster]:
             )
             for violation in outcome.violations:
                 print(f"        ! {violation}", flush=True)
+            for note in outcome.duplicate_notes:
+                print(f"        = {note}", flush=True)
     finally:
         cluster.close()
     return outcomes, cluster
 
 
-def table(outcomes: list[Outcome]) -> str:
-    rows: dict[str, Counter[str]] = defaultdict(Counter)
-    for o in outcomes:
-        stopped = o.status == "stopped" and o.can_continue
-        ended = "stopped, can continue" if stopped else o.status
-        rows[o.fault][ended] += 1
-        rows[o.fault]["fired"] += o.fired
-        rows[o.fault]["continued"] += bool(o.continues)
-        rows[o.fault]["violations"] += bool(o.violations)
-    columns = ["fired", "completed", "continued", "stopped, can continue", "violations"]
-    others = sorted({k for c in rows.values() for k in c} - set(columns))
-    header = ["fault", "trials", *columns, *others]
-    lines = [header]
-    for fault in sorted(rows):
-        counts = rows[fault]
-        trials = sum(v for k, v in counts.items() if k not in {"violations", "fired", "continued"})
-        lines.append([fault, str(trials), *(str(counts[c]) for c in [*columns, *others])])
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    out = ["  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)) for line in lines]
-    out.insert(1, "-" * len(out[0]))
-    return "\n".join(out)
-
-
-def main(trials: int, seed: int) -> int:
+def main(trials: int, seed: int, naive: bool = False) -> int:
+    """Run the trials and print the tables; 1 if any invariant broke (in a naive run: any but
+    the duplicate-effect ones, which naive resume is expected to break)."""
     started = time.monotonic()
-    outcomes, cluster = run(trials, seed)
+    outcomes, cluster = run(trials, seed, naive)
     print()
     print(table(outcomes))
+    if naive:
+        print("\nnaive resume (DRES_NAIVE=1):\n")
+        print(naive_table(outcomes))
     violations = sum(bool(o.violations) for o in outcomes)
+    mode = "naive resume" if naive else "dres"
     print(
-        f"\n{len(outcomes)} trials, seed {seed}, {violations} with violations, "
-        f"{cluster.restarts} worker restarts, {time.monotonic() - started:.0f} s"
+        f"\n{len(outcomes)} trials ({mode}), seed {seed}, {violations} with violations, "
+        f"{sum(o.duplicates for o in outcomes)} duplicate effects, {cluster.restarts} worker "
+        f"restarts, {cluster.switches} worker switches, {time.monotonic() - started:.0f} s"
     )
     return 1 if violations else 0

@@ -24,6 +24,11 @@ def applied_key(turn_id: str) -> str:
     return f"chaos:applied:{turn_id}"
 
 
+def read_effects(client: Any, turn_id: str) -> list[dict[str, Any]]:
+    """The effect rows the tools logged for ``turn_id``, oldest first (the runner's read)."""
+    return [json.loads(row) for row in client.lrange(effects_key(turn_id), 0, -1)]
+
+
 def _record(ctx: ToolContext, **data: Any) -> None:
     row = {"tool": ctx.tool, "call_id": ctx.call_id, "key": ctx.idempotency_key, **data}
     ctx.redis.rpush(effects_key(ctx.turn_id), json.dumps(row, sort_keys=True))

@@ -1,0 +1,165 @@
+"""The chaos runner's machines: a restartable redis-server and prefork worker, and a look into
+the broker that counts its messages per run."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from worker.redis_server import RedisServer
+from worker.runtime import Runtime
+from worker.settings import load_settings
+from worker.worker_process import WorkerProcess
+
+ROOT = Path(__file__).resolve().parents[1]
+#: every interval shrunk so that a trial's faults play out in seconds
+ENV = {
+    "DRES_SOFT_LIMIT_S": "0.5",
+    "DRES_HARD_LIMIT_S": "2",
+    "DRES_BG_SOFT_LIMIT_S": "0.5",
+    "DRES_BG_HARD_LIMIT_S": "2",
+    "DRES_VISIBILITY_TIMEOUT_S": "5",
+    "DRES_LEASE_S": "1.5",
+    "DRES_HANDOFF_GRACE_S": "1",
+    "DRES_REAPER_INTERVAL_S": "0.2",
+    "DRES_MAX_REDISPATCHES": "3",
+    "DRES_CANCEL_POLL_S": "0.05",
+    "DRES_FAILPOINTS": "1",
+    "DRES_TOOLS": "worker.demo_tools,chaos.tools",
+    "DRES_JOURNAL_READ_BACKOFF_S": "0.2",
+}
+#: kombu's Redis transport keeps a message of priority p > 0 in ``queue + SEP + step``
+PRIORITY_SEP = "\x06\x16"
+PRIORITY_STEPS = (3, 6, 9)
+#: kombu's hash of delivered, unacknowledged messages: ``[message, exchange, routing key]``
+UNACKED = "unacked"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """How the worker runs: its pool size and the settings it gets beyond ``ENV``."""
+
+    concurrency: int = 2
+    env: tuple[tuple[str, str], ...] = ()
+
+
+DEFAULT = Profile()
+#: one pool process, so a turn's next chunk waits in the queue behind the others' chunks far
+#: longer than the handoff grace; one re-dispatch allowed, so taking a queued message for a lost
+#: one would soon stop a turn ``handoff_lost``
+BACKLOG = Profile(concurrency=1, env=(("DRES_MAX_REDISPATCHES", "1"),))
+
+
+@dataclass
+class Cluster:
+    """A restartable redis-server and prefork worker."""
+
+    tmp: Path
+    #: the worker resumes naively (``DRES_NAIVE=1``): no note, no hard-block, no guard
+    naive: bool = False
+    server: RedisServer = field(init=False)
+    worker: WorkerProcess | None = None
+    profile: Profile = DEFAULT
+    #: workers started again because they died (a fault), and because a trial needed another
+    #: profile
+    restarts: int = 0
+    switches: int = 0
+
+    def __post_init__(self) -> None:
+        self.server = RedisServer(data_dir=self.tmp / "redis").start()
+        self.env = {
+            **os.environ,
+            **ENV,
+            "DRES_NAIVE": "1" if self.naive else "0",
+            "DRES_REDIS_URL": self.server.url,
+            "PYTHONPATH": str(ROOT),
+        }
+        os.environ.update({k: v for k, v in self.env.items() if k.startswith("DRES_")})
+        self.runtime = Runtime.from_settings(load_settings())
+        #: the Celery broker's Redis (the ledger's unless ``DRES_BROKER_URL`` says otherwise)
+        self.broker = redis.Redis.from_url(self.runtime.settings.broker, socket_timeout=5)
+
+    def ensure_worker(self, profile: Profile | None = None) -> None:
+        """A live worker of ``profile`` (default: the one running): a dead one is started again,
+        one of another profile is stopped first."""
+        wanted = profile or self.profile
+        if self.worker is not None and self.worker.alive() and wanted == self.profile:
+            return
+        if self.worker is not None:
+            if self.worker.alive():
+                self.switches += 1
+            else:
+                self.restarts += 1
+            self.worker.stop()
+        self.profile = wanted
+        log = self.tmp / f"worker-{self.restarts}-{self.switches}.log"
+        env = {**self.env, **dict(wanted.env)}
+        self.worker = WorkerProcess.start(env, log, concurrency=wanted.concurrency, ready=False)
+        self.worker.wait_ready(timeout=30)
+
+    def kill_redis(self) -> None:
+        self.server.kill()
+        self.server.start()
+
+    def terminate_worker(self) -> None:
+        """SIGTERM the worker (a deploy): a warm shutdown; ``ensure_worker`` starts the next."""
+        if self.worker is not None:
+            self.worker.terminate()
+
+    def census(self) -> BrokerCensus:
+        settings = self.runtime.settings
+        return BrokerCensus(self.broker, (settings.foreground_queue, settings.background_queue))
+
+    def close(self) -> None:
+        if self.worker is not None:
+            self.worker.stop()
+        self.server.cleanup()
+
+
+@dataclass
+class BrokerCensus:
+    """Counts the broker's messages per task id (one per run: ``turn_id:run_id``) each time it
+    looks, and keeps the most it ever saw of each. An observer of its own, not the worker's
+    reading of the broker, so that a wrong reading there cannot hide here."""
+
+    client: redis.Redis
+    queues: tuple[str, ...]
+    most: dict[str, int] = field(default_factory=dict)
+
+    def look(self) -> None:
+        # One MULTI: a message restored from ``unacked`` to its queue moves in one transaction,
+        # so reading both at once never sees it twice. (A delivery moves it in two steps, the
+        # queue's pop first: in between it is in neither, which can only undercount.)
+        with self.client.pipeline(transaction=True) as pipe:
+            for queue in self.queues:
+                pipe.lrange(queue, 0, -1)
+                for step in PRIORITY_STEPS:
+                    pipe.lrange(f"{queue}{PRIORITY_SEP}{step}", 0, -1)
+            pipe.hvals(UNACKED)
+            replies = pipe.execute()
+        counts: dict[str, int] = {}
+        for task in task_ids(raw for reply in replies for raw in reply):
+            counts[task] = counts.get(task, 0) + 1
+        for task, n in counts.items():
+            self.most[task] = max(n, self.most.get(task, 0))
+
+
+def task_ids(messages: Iterable[Any]) -> list[str]:
+    """The task ids of kombu Redis-transport messages (a queue's JSON messages, or the unacked
+    hash's ``[message, exchange, routing key]`` values); anything else is passed over."""
+    found = []
+    for raw in messages:
+        try:
+            message = json.loads(raw)
+            if isinstance(message, list):
+                message = message[0]
+            found.append(str(message["headers"]["id"]))
+        except (ValueError, KeyError, IndexError, TypeError):
+            continue
+    return found

@@ -1,0 +1,295 @@
+"""The chaos runner's invariants are pure checks over hand-built streams (chaos.invariants)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from chaos import invariants
+from chaos.report import Outcome, TurnResult, naive_table
+from ledger.codec import Envelope
+from ledger.events import (
+    RunEnded,
+    RunStarted,
+    Text,
+    ToolDone,
+    ToolStart,
+    TurnEnded,
+    TurnStarted,
+)
+from ledger.signature import input_signature
+
+SEND = {"to": "ada@example.com", "subject": "Launch", "body": "Friday at 10."}
+
+
+def base(run_id: str, n: int) -> dict[str, Any]:
+    return {"event_id": f"ev{n}", "turn_id": "t1", "run_id": run_id, "chunk": 0, "ts": 1.0}
+
+
+def stream(*items: tuple[str, str, str, dict[str, Any]]) -> list[Envelope]:
+    """Envelopes from ``(stream_id, type, run_id, fields)``, in the order given."""
+    types = {
+        "turn_started": TurnStarted,
+        "run_started": RunStarted,
+        "text": Text,
+        "tool_start": ToolStart,
+        "tool_done": ToolDone,
+        "run_ended": RunEnded,
+        "turn_ended": TurnEnded,
+    }
+    return [
+        Envelope(sid, types[kind](**base(run_id, n), **fields))
+        for n, (sid, kind, run_id, fields) in enumerate(items)
+    ]
+
+
+def started(run_id: str, sid: str) -> tuple[str, str, str, dict[str, Any]]:
+    return (sid, "run_started", run_id, {})
+
+
+def ended(run_id: str, sid: str, reason: str = "completed") -> tuple[str, str, str, dict[str, Any]]:
+    return (sid, "run_ended", run_id, {"reason": reason})
+
+
+def turn_ended(
+    run_id: str, sid: str, status: str = "completed", code: str = "", can_continue: bool = False
+) -> tuple[str, str, str, dict[str, Any]]:
+    fields = {"status": status, "code": code, "can_continue": can_continue}
+    return (sid, "turn_ended", run_id, fields)
+
+
+def opening() -> tuple[str, str, str, dict[str, Any]]:
+    return ("0-1", "turn_started", "r1", {"conversation_id": "c1", "message": "hi"})
+
+
+def continued_turn() -> list[Envelope]:
+    """Stopped as crashed, continued, then completed: two turn_ended, the last one final."""
+    return stream(
+        opening(),
+        started("r1", "1-0"),
+        ended("r1", "1-1", "crashed"),
+        turn_ended("r1", "1-2", "stopped", "crashed", can_continue=True),
+        started("r2", "2-0"),
+        ended("r2", "2-1"),
+        turn_ended("r2", "2-2"),
+    )
+
+
+def events(envelopes: list[Envelope]) -> list[Any]:
+    return [env.event for env in envelopes]
+
+
+# -- nothing follows the last turn_ended --------------------------------------------------------
+
+
+def test_a_continued_turn_may_have_an_earlier_turn_ended_before_more_runs() -> None:
+    assert invariants.nothing_after_turn_ended(continued_turn()) == []
+
+
+def test_an_event_after_the_last_turn_ended_is_a_violation_naming_it() -> None:
+    envelopes = [*continued_turn(), *stream(("2-3", "text", "r2", {"text": "late"}))]
+    assert invariants.nothing_after_turn_ended(envelopes) == [
+        "2-3 text follows the last turn_ended (2-2)"
+    ]
+
+
+def test_a_stream_without_turn_ended_has_nothing_following_an_end() -> None:
+    assert invariants.nothing_after_turn_ended(stream(opening(), started("r1", "1-0"))) == []
+
+
+# -- every run_started is closed ----------------------------------------------------------------
+
+
+def test_runs_closed_by_their_own_run_ended_are_closed() -> None:
+    assert invariants.runs_closed(continued_turn()) == []
+
+
+def test_a_dead_run_is_closed_by_the_crashed_run_ended_a_takeover_writes_for_it() -> None:
+    envelopes = stream(
+        opening(),
+        started("r1", "1-0"),
+        ended("r1", "2-0", "crashed"),  # written by the takeover, at the next epoch
+        started("r2", "3-0"),
+        ended("r2", "3-1"),
+        turn_ended("r2", "3-2"),
+    )
+    assert invariants.runs_closed(envelopes) == []
+
+
+def test_a_run_never_ended_in_an_ended_turn_is_a_violation() -> None:
+    envelopes = stream(
+        opening(), started("r1", "1-0"), started("r2", "2-0"), ended("r2", "2-1"),
+        turn_ended("r2", "2-2"),
+    )  # fmt: skip
+    assert invariants.runs_closed(envelopes) == [
+        "run r1 (started at 1-0) has no run_ended after it"
+    ]
+
+
+def test_a_run_ended_before_its_run_started_does_not_close_it() -> None:
+    envelopes = stream(opening(), ended("r1", "1-0"), started("r1", "1-1"), turn_ended("r1", "1-2"))
+    assert invariants.runs_closed(envelopes) == [
+        "run r1 (started at 1-1) has no run_ended after it"
+    ]
+
+
+def test_only_the_newest_run_of_a_turn_not_ended_yet_may_be_open() -> None:
+    envelopes = stream(opening(), started("r1", "1-0"), started("r2", "2-0"))
+    assert invariants.runs_closed(envelopes, ended=False) == [
+        "run r1 (started at 1-0) has no run_ended after it"
+    ]
+    assert invariants.runs_closed(envelopes, ended=True) == [
+        "run r1 (started at 1-0) has no run_ended after it",
+        "run r2 (started at 2-0) has no run_ended after it",
+    ]
+
+
+# -- each run starts once ----------------------------------------------------------------------
+
+
+def test_a_run_id_started_twice_is_a_violation() -> None:
+    envelopes = stream(opening(), started("r1", "1-0"), started("r1", "2-0"))
+    assert invariants.each_run_started_once(events(envelopes)) == ["run r1 started 2 times"]
+    assert invariants.each_run_started_once(events(continued_turn())) == []
+
+
+# -- the metadata agrees with the last turn_ended ----------------------------------------------
+
+
+def test_metadata_matching_the_last_turn_ended_is_consistent() -> None:
+    assert invariants.meta_matches_stream(events(continued_turn()), "completed", "") == []
+
+
+def test_metadata_agreeing_only_with_an_earlier_turn_ended_is_a_violation() -> None:
+    assert invariants.meta_matches_stream(events(continued_turn()), "stopped", "crashed") == [
+        "the metadata says 'stopped', the last turn_ended 'completed'"
+    ]
+
+
+def test_a_stop_whose_code_differs_from_the_metadata_is_a_violation() -> None:
+    envelopes = stream(
+        opening(), started("r1", "1-0"), ended("r1", "1-1", "crashed"),
+        turn_ended("r1", "1-2", "stopped", "handoff_lost", can_continue=True),
+    )  # fmt: skip
+    assert invariants.meta_matches_stream(events(envelopes), "stopped", "handoff_lost") == []
+    assert invariants.meta_matches_stream(events(envelopes), "stopped", "crashed") == [
+        "the metadata's stop code is 'crashed', the last turn_ended's 'handoff_lost'"
+    ]
+
+
+def test_ended_metadata_without_a_turn_ended_is_a_violation() -> None:
+    envelopes = stream(opening(), started("r1", "1-0"), ended("r1", "1-1"))
+    assert invariants.meta_matches_stream(events(envelopes), "completed", "") == [
+        "the metadata says 'completed' but the stream has no turn_ended"
+    ]
+    assert invariants.meta_matches_stream(events(envelopes), "running", "") == []
+
+
+def test_a_continue_in_flight_after_a_stop_is_consistent_but_not_after_completion() -> None:
+    stopped = continued_turn()[:4]
+    assert invariants.meta_matches_stream(events(stopped), "queued", "") == []
+    assert invariants.meta_matches_stream(events(continued_turn()), "running", "") == [
+        "the metadata says 'running' after the turn completed"
+    ]
+
+
+# -- the turn ended within the bound -----------------------------------------------------------
+
+
+def test_a_completed_turn_or_a_continuable_stop_is_terminal() -> None:
+    assert invariants.terminal("completed", False) == []
+    assert invariants.terminal("stopped", True, "crashed") == []
+
+
+def test_a_stop_without_can_continue_or_a_turn_still_running_is_a_violation() -> None:
+    assert invariants.terminal("stopped", False, "no_progress") == [
+        "the turn stopped (no_progress) without can_continue"
+    ]
+    assert invariants.terminal("running", False) == ["the turn was still 'running' at the bound"]
+
+
+# -- a backlog delays, never stops or duplicates ------------------------------------------------
+
+
+def test_a_backlog_that_stopped_a_turn_is_a_violation_naming_the_code() -> None:
+    assert invariants.completed_despite_backlog("completed", "") == []
+    assert invariants.completed_despite_backlog("stopped", "handoff_lost") == [
+        "a backlog left the turn 'stopped' (handoff_lost)"
+    ]
+
+
+def test_two_broker_messages_for_one_run_are_a_violation() -> None:
+    assert invariants.one_message_per_run({"t1:r1": 1, "t1:r2": 1}) == []
+    assert invariants.one_message_per_run({"t1:r1": 1, "t1:r2": 2}) == [
+        "the broker held 2 messages for t1:r2"
+    ]
+
+
+# -- duplicate effects --------------------------------------------------------------------------
+
+
+def send_row(call_id: str) -> dict[str, Any]:
+    return {"tool": "chaos_send", "call_id": call_id, "to": SEND["to"], "subject": SEND["subject"]}
+
+
+def charge_row(call_id: str, applied: bool) -> dict[str, Any]:
+    return {"tool": "chaos_charge", "call_id": call_id, "amount": 5, "applied": applied}
+
+
+def test_duplicate_effects_count_extra_plain_runs_and_extra_charges_applied() -> None:
+    once = [send_row("c1"), charge_row("c2", True), charge_row("c3", False)]
+    assert invariants.duplicate_effects(once) == 0
+    twice = [send_row("c1"), send_row("c4"), send_row("c5"), charge_row("c2", True)]
+    assert invariants.duplicate_effects([*twice, charge_row("c6", True)]) == 3
+
+
+def completed_send_turn() -> list[Envelope]:
+    signature = input_signature(SEND)
+    return stream(
+        opening(),
+        started("r1", "1-0"),
+        ("1-1", "tool_start", "r1", {"call_id": "c1", "tool": "chaos_send", "input": SEND,
+                                     "signature": signature}),
+        ("1-2", "tool_done", "r1", {"call_id": "c1", "tool": "chaos_send", "result": {}}),
+        ended("r1", "1-3", "soft_limit"),
+        started("r2", "2-0"),
+        ended("r2", "2-1"),
+        turn_ended("r2", "2-2"),
+    )  # fmt: skip
+
+
+def test_check_passes_a_well_formed_completed_turn() -> None:
+    kwargs = {"status": "completed", "code": "", "soft_limit_in_tool": True}
+    assert invariants.check(completed_send_turn(), [send_row("c1")], **kwargs) == []
+
+
+def test_check_reports_the_new_stream_invariants() -> None:
+    late = stream(("2-3", "run_started", "r3", {}))
+    found = invariants.check(
+        [*completed_send_turn(), *late], [send_row("c1")], status="stopped", code="crashed",
+        soft_limit_in_tool=False,
+    )  # fmt: skip
+    assert "2-3 run_started follows the last turn_ended (2-2)" in found
+    assert "run r3 (started at 2-3) has no run_ended after it" in found
+    assert "the metadata says 'stopped', the last turn_ended 'completed'" in found
+    assert "the turn stopped (crashed) without can_continue" in found
+
+
+def test_a_repeated_write_is_a_duplicate_check_not_another_violation() -> None:
+    """A naive run reports it as a duplicate, and the rest of the turn still passes."""
+    effects = [send_row("c1"), send_row("c1")]
+    kwargs = {"status": "completed", "code": "", "soft_limit_in_tool": False}
+    duplicates = invariants.duplicate_checks(completed_send_turn(), effects)
+    assert duplicates == ["chaos_send ran 2 times: ('ada@example.com', 'Launch', None)"]
+    assert invariants.other_checks(completed_send_turn(), effects, **kwargs) == []
+    assert invariants.check(completed_send_turn(), effects, **kwargs) == duplicates
+
+
+def test_the_naive_table_counts_duplicate_effects_and_the_trials_with_one() -> None:
+    def trial(fault: str, duplicates: int) -> Outcome:
+        turn = TurnResult("completed", "", False, 0, False, duplicates)
+        return Outcome(fault, [turn], 1.0, True)
+
+    outcomes = [trial("drop (background)", 2), trial("drop (background)", 0), trial("a (x)", 1)]
+    rows = [line.split() for line in naive_table(outcomes).splitlines()[2:]]
+    assert rows == [["a", "(x)", "1", "1", "1"], ["drop", "(background)", "2", "2", "1"],
+                    ["all", "3", "3", "2"]]  # fmt: skip
