@@ -12,12 +12,17 @@ baseline measured in the same run.
 6. a peer, when ``make bench-peers`` has written ``bench/peers/dbos.json``: DBOS Transact's
    per-step overhead (SQLite) / dres's per-tool-call recording (row 2), and DBOS's recovery of
    1000 completed steps / dres's journal rebuild of 1000 tool calls
+7. crash pickup: two dres workers with default limits and lease; a background turn's pool process,
+   or its whole worker, SIGKILLed mid-step -> the next run's ``run_started`` (no baseline: an
+   absolute time, target <= 15 s on the median)
 
 Rows 1-3 run in this process (``bench.ledger_bench``), rows 4-5 against a real dres worker
-subprocess (``bench.celery_bench``), each group on a private redis-server (AOF, everysec)
-started here for it and stopped after it. It reports and never asserts: the exit status is 0
-even when a target is missed. ``--quick`` is a smoke test; ``--markdown PATH`` writes a
-RESULTS.md-style report (machine, versions, date, the table, notes).
+subprocess (``bench.celery_bench``), row 7 against two (``bench.pickup_bench``), each group on a
+private redis-server (AOF, everysec) started here for it and stopped after it. It reports and
+never asserts: the exit status is 0 even when a target is missed. ``--quick`` is a smoke test;
+``--markdown PATH`` writes a RESULTS.md-style report (machine, versions, date, the table,
+notes); ``--pickup-trials N`` sets row 7's trials per case. Row 7 alone:
+``python -m bench.pickup_bench [--quick] [--trials N]``.
 """
 
 from __future__ import annotations
@@ -30,14 +35,14 @@ import subprocess
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from bench import celery_bench, ledger_bench
+from bench import celery_bench, ledger_bench, pickup_bench
 from bench.ledger_bench import CALLS_1000, Row, misses, table_lines
 from worker.redis_server import RedisServer
 
@@ -45,6 +50,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DEFAULT_JSON = HERE / "results.json"
 DEFAULT_PEERS = HERE / "peers" / "dbos.json"
+PICKUP_TARGET = pickup_bench.PICKUP_TARGET_S
 
 
 # -- environment --------------------------------------------------------------------------------
@@ -167,7 +173,11 @@ def header_lines(env: dict[str, Any], mode: str) -> list[str]:
 
 
 def _md_cell(values: Sequence[float]) -> str:
-    return ledger_bench._cell(values).replace("..", "–")
+    return ledger_bench._cell(values).replace("..", "–") if values else "–"
+
+
+def _md_signs(text: str) -> str:
+    return text.replace("<=", "≤").replace(">=", "≥")
 
 
 def markdown_table(rows: Sequence[Row]) -> list[str]:
@@ -176,11 +186,12 @@ def markdown_table(rows: Sequence[Row]) -> list[str]:
         "|---|---|---|---|---|---|---|---|",
     ]
     for row in rows:
-        target = "–" if row.target is None else f"≤ {row.target}"
+        target = "–" if row.target_text == "-" else _md_signs(row.target_text)
+        ratio = "–" if row.absolute else ledger_bench.ratio_cell(row).replace("..", "–")
         lines.append(
             f"| {row.number} | {row.name} ({row.unit}) | {_md_cell(row.dres)} | "
-            f"{_md_cell(row.raw)} | {ledger_bench.ratio_cell(row).replace('..', '–')} | "
-            f"{target} | {row.verdict} | {row.wording} |"
+            f"{_md_cell(row.raw)} | {ratio} | {target} | {row.verdict} | "
+            f"{_md_signs(row.wording)} |"
         )
     return lines
 
@@ -204,19 +215,22 @@ def markdown(result: dict[str, Any], rows: Sequence[Row]) -> str:
         "",
         f"Written by `make bench` (`python -m bench --markdown bench/RESULTS.md`, mode "
         f"{result['mode']}) on {env['date']}; the whole run took {env['elapsed_s']} s. Every "
-        "dres figure stands beside its baseline measured in the same run, on the same private "
-        "redis-server (one for rows 1–3, a fresh one for rows 4–5), with interleaved repeats; "
-        "figures are medians with [min–max] over blocks/rounds; ratio = the median of the "
-        "per-pair ratios dres / baseline (each dres block or round beside the baseline one run "
-        "next to it), with their range; unpaired rows (6): median dres / median baseline. The "
-        "ratio of the two medians is listed under Details. Raw data: `bench/results.json`.",
+        "dres figure of rows 1–6 stands beside its baseline measured in the same run, on the same "
+        "private redis-server (one for rows 1–3, a fresh one for rows 4–5, another for row 7), "
+        "with interleaved repeats; figures are medians with [min–max] over blocks/rounds/trials; "
+        "ratio = the median of the per-pair ratios dres / baseline (each dres block or round "
+        "beside the baseline one run next to it), with their range; unpaired rows (6): median "
+        "dres / median baseline. Row 7 has no baseline: an absolute time, its verdict read on "
+        "the median against the target. The ratio of the two medians is listed under Details. "
+        "Raw data: `bench/results.json`.",
         "",
         "## Machine",
         "",
         f"- CPU: {env['cpu_model']}, nproc {env['cpu_count']} (affinity {env['cpu_affinity']})",
         f"- memory: {env['memory_gib']} GiB; kernel {env['kernel']} ({env['platform']})",
         f"- load average: {env['loadavg_start']} at the start, "
-        f"{env['loadavg_after_ledger_rows']} after rows 1–3, {env['loadavg_end']} at the end",
+        f"{env['loadavg_after_ledger_rows']} after rows 1–3, "
+        f"{env['loadavg_after_celery_rows']} after rows 4–5, {env['loadavg_end']} at the end",
         "",
         "## Versions",
         "",
@@ -248,7 +262,8 @@ def markdown(result: dict[str, Any], rows: Sequence[Row]) -> str:
         f"- This run: load average {env['loadavg_start']} -> {env['loadavg_end']} "
         f"(1, 5, 15 min) on {env['cpu_count']} cores; the Celery rows started at "
         f"{result['celery']['loadavg_before_resume']} (row 4) and "
-        f"{result['celery']['loadavg_before_throughput']} (row 5)."
+        f"{result['celery']['loadavg_before_throughput']} (row 5); row 7 started at "
+        f"{result['pickup']['loadavg_before']}."
     )
     return "\n".join(out) + "\n"
 
@@ -282,6 +297,17 @@ METHOD = [
     "completed steps (`os._exit` before it returns), relaunched, its body timing the replay. "
     "Beside them: row 2's dres figure (p50 of one tool call's recording) and row 3's rebuild of "
     "1000 tool calls (2002 events). Unpaired: no pair range.",
+    "**7** two `dres worker -c 1` (prefork) on a fresh redis-server, their environment free of "
+    "`DRES_*` but the Redis URL and the tools: default time limits (background 600 s / 660 s), "
+    "lease (`DRES_LEASE_S`, renewed every third of it), reaper interval and visibility timeout. "
+    "A background turn of a scripted model says where it runs (a read-only tool answering its "
+    "pool process's and worker's PIDs), then thinks for 30 s; once the ledger shows that step's "
+    "`model_start`, the bench SIGKILLs that worker's pool process (child) or its whole process "
+    "group (whole worker) and takes the time. Figure: `ts` of the turn's next `run_started` "
+    "(a run other than the killed one) − the kill time; a trial without one within 40 s counts "
+    "at 40 s. The resumed run skips the thinking, so the turn ends at once; a killed worker is "
+    "replaced and every pool process warmed up by short turns before the next trial. Cases "
+    "alternate; median [min–max] over the trials of each case, no baseline.",
 ]
 
 NOISE = [
@@ -299,6 +325,10 @@ NOISE = [
     "to back (a quiet hour of 2026-12-03, PING, same server), and the code that runs first is "
     "cold too. A plain hop runs hot, one task straight after the other; the information row 4 "
     "(a plain task chaining from its own soft limit) pays the same wake-up as dres.",
+    "Row 7 is a matter of timers, not of CPU: a pickup waits for the dead run's lease to run out "
+    "(up to a lease after its last renewal) and for the next reaper sweep, or, for a killed pool "
+    "process, for Celery to hand its message back; load moves it by milliseconds, and its spread "
+    "is where the kill falls between two renewals and two sweeps.",
 ]
 
 
@@ -352,6 +382,9 @@ def details(by: dict[str, Row], result: dict[str, Any]) -> list[str]:
             f"turns/s, plain send rate {_fmt(x['plain_send_per_s'])} tasks/s; chunks per turn "
             f"{_fmt(x['dres_chunks_per_turn'])}{info}."
         )
+    pickup = [row for row in by.values() if row.absolute and row.number == "7"]
+    if pickup:
+        lines.append(pickup_details(pickup, result.get("pickup", {})))
     peer = result.get("peer")
     if peer:
         lines.append(
@@ -365,6 +398,29 @@ def details(by: dict[str, Row], result: dict[str, Any]) -> list[str]:
             f"its end {peer['loadavg_end']}."
         )
     return lines
+
+
+def pickup_details(rows: Sequence[Row], info: dict[str, Any]) -> str:
+    """Row 7's line under Details: the settings, then per case the trials and their figures."""
+    settings = info.get("settings") or rows[0].extra.get("settings", {})
+    cases = []
+    for row in rows:
+        x = row.extra
+        figures = ", ".join(f"{t['pickup_s']:.2f}" for t in x["trial_details"])
+        cases.append(
+            f"{row.name.removeprefix('crash pickup, ')}: {x['trials']} trials [{figures}] s, "
+            f"max {max(row.dres):.2f} s, {x['over_target']} over {PICKUP_TARGET:g} s, "
+            f"{x['missed_deadline']} without a new run within {x['deadline_s']:g} s; new runs' "
+            f"causes {_fmt(x['causes'])}; resumed by {_fmt(x['resumed_by'])}; turns "
+            f"{_fmt(x['statuses'])}"
+        )
+    extra = (
+        f"; {info['replacement_workers']} replacement workers started, "
+        f"{info['cold_trials']} trials began with a pool process not warmed up"
+        if "replacement_workers" in info
+        else ""
+    )
+    return f"Row 7 (settings: {_fmt(settings)}{extra}): " + "; ".join(cases) + "."
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -382,7 +438,17 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--markdown", metavar="PATH", type=Path, help="write a RESULTS.md")
     parser.add_argument("--json", metavar="PATH", type=Path, default=DEFAULT_JSON)
     parser.add_argument("--peers", metavar="PATH", type=Path, default=DEFAULT_PEERS)
-    return parser.parse_args(argv)
+    parser.add_argument(
+        "--pickup-trials",
+        metavar="N",
+        type=int,
+        help=f"row 7's trials per case (default {pickup_bench.FULL.trials}, "
+        f"{pickup_bench.QUICK.trials} with --quick)",
+    )
+    args = parser.parse_args(argv)
+    if args.pickup_trials is not None and args.pickup_trials < 1:
+        parser.error("--pickup-trials must be at least 1")
+    return args
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -391,6 +457,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     mode = "quick" if quick else "full"
     lplan = ledger_bench.QUICK if quick else ledger_bench.FULL
     cplan = celery_bench.QUICK if quick else celery_bench.FULL
+    pplan = pickup_bench.QUICK if quick else pickup_bench.FULL
+    if args.pickup_trials is not None:
+        pplan = replace(pplan, trials=args.pickup_trials)
     started = time.monotonic()
     with RedisServer(appendfsync="everysec") as server:
         client = redis.Redis(port=server.port)
@@ -407,9 +476,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         progress(started, "rows 4-5: a dres worker (prefork, 2 processes) vs plain Celery tasks")
         celery_rows, celery_info = celery_bench.measure(server.url, cplan)
         rows += celery_rows
+    env["loadavg_after_celery_rows"] = _loadavg()
+    # Row 7 gets a server of its own too, and workers with every setting at its default (the
+    # rows 4-5 worker runs with short time limits).
+    with RedisServer(appendfsync="everysec") as server:
+        progress(
+            started,
+            f"row 7: crash pickup, two dres workers, {pplan.trials} kills of a pool process "
+            "and of a whole worker",
+        )
+        pickup_rows, pickup_info = pickup_bench.measure(server.url, pplan)
     env["loadavg_end"] = _loadavg()
     extra_rows, peer = peer_rows(rows, args.peers)
-    rows += extra_rows
+    rows += extra_rows + pickup_rows
     env["elapsed_s"] = round(time.monotonic() - started, 1)
     missed = misses(rows)
     print("\n".join([*header_lines(env, mode), *table_lines(rows)]))
@@ -420,9 +499,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"elapsed {env['elapsed_s']} s")
     result: dict[str, Any] = {
         "mode": mode,
-        "plan": {"ledger": asdict(lplan), "celery": asdict(cplan)},
+        "plan": {"ledger": asdict(lplan), "celery": asdict(cplan), "pickup": asdict(pplan)},
         "environment": env,
         "celery": celery_info,
+        "pickup": pickup_info,
         "misses": missed,
         "rows": [row.as_dict() for row in rows],
         "peer": peer,

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
-from bench.ledger_bench import Row
+from bench.ledger_bench import Row, misses, table_lines
+from bench.pickup_bench import PickupPlan, Trial, pickup_rows
 
 
 def test_a_paired_rows_ratio_is_the_median_of_its_pair_ratios() -> None:
@@ -31,3 +34,37 @@ def test_an_unpaired_rows_ratio_is_the_ratio_of_its_medians() -> None:
     assert row.pair_ratios == []
     assert row.ratio == pytest.approx(2.0 / 20.0)
     assert row.verdict == "info"
+
+
+def test_a_row_without_a_baseline_reads_its_median_against_its_limit() -> None:
+    kept = Row("crash pickup, child", "s", dres=[9.0, 40.0, 8.5, 9.2, 10.1], raw=[], limit=15.0)
+    over = Row("crash pickup, whole worker", "s", dres=[16.0, 9.0, 40.0], raw=[], limit=15.0)
+
+    assert kept.absolute and kept.pair_ratios == []
+    assert (kept.verdict, kept.target_text) == ("meets", "<= 15 s")
+    assert kept.wording == "no baseline; 4/5 <= 15 s"
+    assert over.verdict == "misses"
+    assert misses([kept, over]) == ["crash pickup, whole worker median 16.00 s, not <= 15 s"]
+    row = kept.as_dict()
+    assert (row["ratio"], row["raw"], row["target_limit"]) == (None, None, 15.0)
+    assert row["dres"] == {"median": 9.2, "min": 8.5, "max": 40.0}
+    [_, _, line] = table_lines([kept])
+    cells = re.split(r"\s{2,}", line)
+    assert cells[2:] == ["-", "-", "<= 15 s", "meets", "no baseline; 4/5 <= 15 s"]
+
+
+def test_a_pickup_trial_without_a_new_run_counts_at_its_deadline() -> None:
+    plan = PickupPlan(trials=2, deadline_s=40.0)
+    trials = [
+        Trial("child", "t1", "run_a", 11, 8.3, True, "reaper", "same worker", "completed"),
+        Trial("child", "t2", "run_b", 12, plan.deadline_s, False),
+        Trial("whole worker", "t3", "run_c", 13, 9.1, True, "reaper", "other worker", "completed"),
+    ]
+
+    child, whole = pickup_rows(trials, plan, {"settings": {"lease_s": 8.0}})
+
+    assert (child.name, child.number, child.unit) == ("crash pickup, child", "7", "s")
+    assert child.dres == [8.3, 40.0] and child.raw == []
+    assert (child.extra["missed_deadline"], child.extra["over_target"]) == (1, 1)
+    assert child.extra["causes"] == {"reaper": 1, "none": 1}
+    assert (whole.dres, whole.verdict) == ([9.1], "meets")

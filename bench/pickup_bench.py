@@ -1,0 +1,486 @@
+"""Row 7 of ``make bench``: crash pickup, how soon a second worker resumes a killed background turn.
+
+Issue 11's acceptance line: SIGKILL of the whole worker during a background turn with default time
+limits, and a second worker resumes it in <= 15 s (median of >= 5 trials, for the death of a pool
+process and for the death of a whole worker).
+
+Setup: a private redis-server (AOF on, ``appendfsync everysec``) and two real dres workers,
+``python -m worker.cli worker -c 1 --without-heartbeat`` (prefork, one pool process each, the
+reaper on), started with ``worker.worker_process.WorkerProcess``. Their environment carries no
+``DRES_*`` variable but the Redis URL and ``DRES_TOOLS=bench.bench_tools``: every time limit
+(background 600 s / 660 s), the lease (``DRES_LEASE_S``, renewed by a heartbeat every third of
+it), the reaper's interval (``DRES_REAPER_INTERVAL_S``) and the visibility timeout are dres's
+defaults, as in production.
+
+A trial: one background turn of a scripted model whose first step calls ``worker_pid`` (which
+says which pool process, of which worker, runs the turn), whose second step thinks for
+``THINK_S`` = 30 s before calling it again, then a final answer. Once the turn's run has recorded
+the start of that long step (its ``model_start``, step 1), the bench process SIGKILLs either
+that worker's pool process (case "child": its worker lives on, Celery's ``reject_on_worker_lost``
+hands the message back) or the whole worker, its main process and its pool process
+(``killpg``; case "whole worker": its message stays unacknowledged until the visibility timeout,
+so the surviving worker's reaper must act), and takes ``time.time()`` right after. The figure:
+the ``ts`` of the turn's next ``run_started`` (a run other than the killed one), read from the
+ledger, minus the kill time. A trial waits at most ``deadline_s`` (40 s) for it; a trial without
+a new run by then is recorded at the deadline (a miss). The resumed run replays the long step at
+once (``delay_s`` acts only on a step's first attempt), so the turn ends within a second or so,
+and the next trial starts on two idle workers: a killed whole worker is replaced by a fresh one
+(warmed up by short turns) before it, and a killed pool process by its worker's new one.
+
+Cases alternate (child, whole worker, whole worker, child, ...). The rows have no baseline: each
+is an absolute time against the target (<= 15 s on the median), with its [min..max] beside it;
+per-trial figures, the new runs' causes and which worker resumed go to the JSON.
+
+Run from the project root: ``.venv/bin/python -m bench.pickup_bench [--quick] [--trials N]
+[--json PATH]`` (or through ``python -m bench``, which prints every row in one table).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import tempfile
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass
+from functools import partial
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bench.celery_bench import ROOT, write_script
+from bench.ledger_bench import Row, table_lines
+from ledger.events import Event, ModelStart, RunStarted, ToolDone, TurnEnded
+from worker.client import enqueue
+from worker.redis_server import RedisServer
+from worker.runtime import Runtime
+from worker.settings import Settings, load_settings
+from worker.worker_process import WorkerProcess
+
+T = TypeVar("T")
+
+#: seconds: issue 11's bound on the median pickup
+PICKUP_TARGET_S = 15.0
+#: seconds after the kill before a trial counts as a miss (its figure is then this deadline)
+TRIAL_DEADLINE_S = 40.0
+#: seconds the turn's second step thinks on its first attempt: the kill lands in it
+THINK_S = 30.0
+#: seconds a trial's turn may take to reach its long step (else the setup is broken: an error)
+START_S = 30.0
+#: seconds a picked-up turn may take to end before the next trial starts anyway
+END_S = 30.0
+#: seconds a worker may take to log "ready." (two start at once on two shared cores)
+WORKER_READY_S = 60.0
+#: seconds a worker may take to replace a killed pool process
+RESPAWN_S = 30.0
+#: rounds of short turns that warm up a fresh worker (each round: one turn per worker)
+WARM_ROUNDS = 5
+#: seconds between ledger reads while waiting; the figures come from ledger timestamps
+POLL_S = 0.05
+WORKERS = 2
+TOOLS = "bench.bench_tools"
+CASES = ("child", "whole worker")
+#: the settings that decide a pickup, reported with the rows (absent ones as None)
+REPORTED_SETTINGS = (
+    "bg_soft_limit_s",
+    "bg_hard_limit_s",
+    "lease_s",
+    "heartbeat_s",
+    "reaper_interval_s",
+    "visibility_timeout",
+    "handoff_grace_s",
+)
+
+
+@dataclass(frozen=True)
+class PickupPlan:
+    #: trials of each case (the acceptance line asks for a median of >= 5)
+    trials: int
+    #: seconds after the kill before a trial counts as a miss
+    deadline_s: float = TRIAL_DEADLINE_S
+
+
+FULL = PickupPlan(trials=5)
+QUICK = PickupPlan(trials=2)
+
+
+@dataclass
+class Trial:
+    case: str
+    turn_id: str
+    #: the run that was killed, and the PID the SIGKILL went to (the pool process, or the
+    #: worker's main process and with it its process group)
+    killed_run: str
+    killed_pid: int
+    #: seconds from the kill to the next run's run_started ts; the deadline when none came
+    pickup_s: float
+    picked_up: bool
+    #: the new run's cause (reaper, redelivery, ...)
+    cause: str | None = None
+    #: who ran the new run: "same worker" (a child case's worker, by its new pool process) or
+    #: "other worker"; None when it was not seen (no pickup, or the turn did not end in time)
+    resumed_by: str | None = None
+    #: the turn's status once it ended after the pickup (None: not within END_S)
+    status: str | None = None
+
+
+# -- scripts ------------------------------------------------------------------------------------
+
+WHERE: dict[str, Any] = {"name": "worker_pid"}
+
+
+def pickup_script() -> list[dict[str, Any]]:
+    """Say where the turn runs, think for THINK_S (the kill lands here), say where again, answer."""
+    return [
+        {"text": "Where am I?", "tool_calls": [WHERE]},
+        {"delay_s": THINK_S, "text": "Thinking.", "tool_calls": [WHERE]},
+        {"text": "Done."},
+    ]
+
+
+def warm_script() -> list[dict[str, Any]]:
+    """A short turn; its 0.3 s of thinking lets two of them go to two different workers."""
+    return [{"delay_s": 0.3, "tool_calls": [WHERE]}, {"text": "Done."}]
+
+
+# -- reading the ledger -------------------------------------------------------------------------
+
+
+def until(read: Callable[[], T | None], timeout: float) -> T | None:
+    """The first value of ``read()`` that is not None, or None once ``timeout`` s have passed."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = read()
+        if value is not None:
+            return value
+        if time.monotonic() >= deadline:
+            return None
+        time.sleep(POLL_S)
+
+
+def where(events: Sequence[Event], run_id: str) -> dict[str, int] | None:
+    """What ``worker_pid`` answered in run ``run_id`` (its first completed call)."""
+    for event in events:
+        if (
+            isinstance(event, ToolDone)
+            and event.tool == WHERE["name"]
+            and event.run_id == run_id
+            and not event.is_error
+            and isinstance(event.result, dict)
+        ):
+            return {"pid": int(event.result["pid"]), "ppid": int(event.result["ppid"])}
+    return None
+
+
+def long_step(events: Sequence[Event]) -> tuple[str, dict[str, int]] | None:
+    """(the run, where it runs) once a run has started the long step (model_start, step 1)."""
+    for event in events:
+        if isinstance(event, ModelStart) and event.step == 1:
+            found = where(events, event.run_id)
+            return (event.run_id, found) if found else None
+    return None
+
+
+def next_run(events: Sequence[Event], killed_run: str) -> RunStarted | None:
+    """The first run_started after the killed run's own."""
+    seen = False
+    for event in events:
+        if isinstance(event, RunStarted):
+            if event.run_id == killed_run:
+                seen = True
+            elif seen:
+                return event
+    return None
+
+
+def turn_end(events: Sequence[Event]) -> TurnEnded | None:
+    ended = [e for e in events if isinstance(e, TurnEnded)]
+    return ended[-1] if ended else None
+
+
+# -- the workers --------------------------------------------------------------------------------
+
+
+def worker_env(redis_url: str) -> dict[str, str]:
+    """This process's environment without any ``DRES_*`` (every limit, the lease and the reaper
+    at their defaults), plus the Redis URL, the bench tools and the project on PYTHONPATH."""
+    base = {k: v for k, v in os.environ.items() if not k.startswith("DRES_")}
+    pythonpath = os.pathsep.join(p for p in (str(ROOT), base.get("PYTHONPATH", "")) if p)
+    return {**base, "PYTHONPATH": pythonpath, "DRES_REDIS_URL": redis_url, "DRES_TOOLS": TOOLS}
+
+
+def default_settings(redis_url: str) -> Settings:
+    """The settings the workers read from ``worker_env``, for this (the producer's) process."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("DRES_")}
+    for name in saved:
+        del os.environ[name]
+    try:
+        return load_settings(redis_url=redis_url, tools=TOOLS)
+    finally:
+        os.environ.update(saved)
+
+
+def reported_settings(settings: Settings) -> dict[str, Any]:
+    values = {name: getattr(settings, name, None) for name in REPORTED_SETTINGS}
+    return {k: v if isinstance(v, int | float | str) else None for k, v in values.items()}
+
+
+def _one_pool(worker: WorkerProcess) -> bool | None:
+    return True if len(worker.children()) == 1 else None
+
+
+class Workers:
+    """``count`` dres workers (prefork, one pool process each) on one Redis; a killed one is
+    replaced. A worker killed whole is never signalled again (its PID may be reused)."""
+
+    def __init__(self, env: dict[str, str], tmp: Path, count: int = WORKERS) -> None:
+        self.env = env
+        self.tmp = tmp
+        self.count = count
+        self.live: list[WorkerProcess] = []
+        self.killed: list[WorkerProcess] = []
+        self.started = 0
+        #: pool processes that have run a task (built their runtime, imported the tools)
+        self.warm: set[int] = set()
+
+    def fill(self) -> list[WorkerProcess]:
+        """Start workers until ``count`` are up (a dead one is stopped and replaced); the new."""
+        for worker in [w for w in self.live if not w.alive()]:
+            self.live.remove(worker)
+            worker.stop()
+            self.killed.append(worker)
+        new = []
+        while len(self.live) < self.count:
+            self.started += 1
+            log = self.tmp / f"worker-{self.started}.log"
+            worker = WorkerProcess.start(self.env, log, concurrency=1, ready=False)
+            self.live.append(worker)
+            new.append(worker)
+        for worker in new:  # started together, waited for together
+            worker.wait_ready(timeout=WORKER_READY_S)
+        return new
+
+    def settle(self) -> list[WorkerProcess]:
+        """``count`` live workers with one pool process each, before a trial; the new workers."""
+        new = self.fill()
+        for worker in self.live:
+            if until(partial(_one_pool, worker), RESPAWN_S) is None:
+                raise RuntimeError(
+                    f"worker {worker.pid} has pool processes {worker.children()} "
+                    f"{RESPAWN_S:.0f} s after a kill, not one:\n{worker.log()[-3000:]}"
+                )
+        return new
+
+    def pools(self) -> set[int]:
+        """The PIDs of the live workers' pool processes."""
+        return {pid for worker in self.live for pid in worker.children()}
+
+    def owner(self, ppid: int) -> WorkerProcess:
+        for worker in self.live:
+            if worker.pid == ppid:
+                return worker
+        raise RuntimeError(f"no live worker has PID {ppid} (live: {[w.pid for w in self.live]})")
+
+    def kill_child(self, worker: WorkerProcess, pid: int) -> float:
+        """SIGKILL the worker's pool process ``pid``; the time of the kill."""
+        if pid not in worker.children():
+            raise RuntimeError(f"{pid} is not a pool process of worker {worker.pid}")
+        os.kill(pid, signal.SIGKILL)
+        return time.time()
+
+    def kill_whole(self, worker: WorkerProcess) -> float:
+        """SIGKILL the worker's process group (main process and pool); the time of the kill."""
+        worker.kill_group()
+        killed_at = time.time()
+        self.live.remove(worker)
+        self.killed.append(worker)
+        return killed_at
+
+    def stop(self) -> None:
+        for worker in self.live:
+            worker.terminate()  # all at once: each warm shutdown takes seconds
+        for worker in self.live:
+            worker.stop()
+
+    def tails(self, chars: int = 3000) -> str:
+        return "\n".join(
+            f"--- {w.log_path.name} (pid {w.pid}) ---\n{w.log()[-chars:]}"
+            for w in [*self.killed, *self.live]
+        )
+
+
+# -- trials -------------------------------------------------------------------------------------
+
+
+def warm_up(rt: Runtime, workers: Workers, model: str) -> bool:
+    """Short turns, one per worker at a time, until every pool process has run a task: its
+    first one builds its runtime and imports the tools, which a pickup should not pay (a fresh
+    worker, or a worker's new pool process after a kill). False: some stayed cold."""
+    rounds = 0
+    while workers.pools() - workers.warm and rounds < WARM_ROUNDS:
+        rounds += 1
+        ids = [enqueue(rt, "warm-up", mode="background", model=model).turn_id for _ in workers.live]
+        for turn_id in ids:
+            events = until(partial(_ended, rt, turn_id), END_S)
+            if events is None:
+                raise RuntimeError(f"warm-up turn {turn_id} did not end within {END_S:.0f} s")
+            runs = {e.run_id for e in events if isinstance(e, RunStarted)}
+            workers.warm |= {found["pid"] for run in runs if (found := where(events, run))}
+    return not workers.pools() - workers.warm
+
+
+def _ended(rt: Runtime, turn_id: str) -> list[Event] | None:
+    events = rt.ledger.events(turn_id)
+    return events if turn_end(events) else None
+
+
+def run_trial(rt: Runtime, workers: Workers, case: str, model: str, plan: PickupPlan) -> Trial:
+    turn_id = enqueue(rt, "benchmark: crash pickup", mode="background", model=model).turn_id
+    started = until(lambda: long_step(rt.ledger.events(turn_id)), START_S)
+    if started is None:
+        raise RuntimeError(f"turn {turn_id} did not reach its long step within {START_S:.0f} s")
+    killed_run, running = started
+    workers.warm.add(running["pid"])
+    worker = workers.owner(running["ppid"])
+    if case == "child":
+        killed_pid = running["pid"]
+        killed_at = workers.kill_child(worker, killed_pid)
+    else:
+        killed_pid = worker.pid
+        killed_at = workers.kill_whole(worker)
+    left = killed_at + plan.deadline_s - time.time()
+    new = until(lambda: next_run(rt.ledger.events(turn_id), killed_run), max(0.0, left))
+    if new is None or new.ts - killed_at > plan.deadline_s:
+        return Trial(case, turn_id, killed_run, killed_pid, plan.deadline_s, False)
+    trial = Trial(case, turn_id, killed_run, killed_pid, new.ts - killed_at, True, new.cause)
+    events = until(lambda: _ended(rt, turn_id), END_S)
+    if events is not None:
+        end = turn_end(events)
+        trial.status = end.status if end else None
+        resumed = where(events, new.run_id)
+        if resumed is not None:
+            workers.warm.add(resumed["pid"])
+            same = resumed["ppid"] == worker.pid
+            trial.resumed_by = "same worker" if same else "other worker"
+    return trial
+
+
+def pickup_rows(trials: Sequence[Trial], plan: PickupPlan, info: dict[str, Any]) -> list[Row]:
+    rows = []
+    for case in CASES:
+        mine = [t for t in trials if t.case == case]
+        if not mine:
+            continue
+        figures = [t.pickup_s for t in mine]
+        extra = {
+            "trials": len(mine),
+            "deadline_s": plan.deadline_s,
+            "missed_deadline": sum(1 for t in mine if not t.picked_up),
+            "over_target": sum(1 for x in figures if x > PICKUP_TARGET_S),
+            "causes": dict(Counter(t.cause or "none" for t in mine)),
+            "resumed_by": dict(Counter(t.resumed_by or "not seen" for t in mine)),
+            "statuses": dict(Counter(t.status or "not ended" for t in mine)),
+            "settings": info.get("settings", {}),
+            "trial_details": [asdict(t) for t in mine],
+        }
+        rows.append(
+            Row(
+                f"crash pickup, {case}", "s", figures, [], None, extra,
+                number="7", baseline="none: an absolute time against its target",
+                limit=PICKUP_TARGET_S,
+            )
+        )  # fmt: skip
+    return rows
+
+
+def bench_pickup(
+    rt: Runtime, workers: Workers, plan: PickupPlan, model: str, warm: str, info: dict[str, Any]
+) -> list[Trial]:
+    """Every trial, cases alternating, each on two idle, warm workers (noted in ``info``: the
+    replacement workers started, the trials that began with a pool process still cold)."""
+    trials: list[Trial] = []
+    info["replacement_workers"] = info["cold_trials"] = 0
+    for n in range(plan.trials):
+        for case in CASES if n % 2 == 0 else CASES[::-1]:
+            info["replacement_workers"] += len(workers.settle())
+            if not warm_up(rt, workers, warm):
+                info["cold_trials"] += 1
+            trials.append(run_trial(rt, workers, case, model, plan))
+    return trials
+
+
+def measure(redis_url: str, plan: PickupPlan) -> tuple[list[Row], dict[str, Any]]:
+    """Row 7 against the Redis at ``redis_url`` (its workers are started and stopped here)."""
+    settings = default_settings(redis_url)
+    info: dict[str, Any] = {
+        "workers": WORKERS,
+        "concurrency": 1,
+        "settings": reported_settings(settings),
+        "think_s": THINK_S,
+    }
+    rt = Runtime.from_settings(settings)
+    with tempfile.TemporaryDirectory(prefix="dres-pickup-") as tmp:
+        workers = Workers(worker_env(redis_url), Path(tmp))
+        try:
+            model = write_script(Path(tmp) / "pickup.json", pickup_script())
+            warm = write_script(Path(tmp) / "warm.json", warm_script())
+            started = time.monotonic()
+            workers.fill()
+            info["warmed_up"] = warm_up(rt, workers, warm)
+            info["start_s"] = round(time.monotonic() - started, 1)
+            info["loadavg_before"] = [round(x, 2) for x in os.getloadavg()]
+            started = time.monotonic()
+            trials = bench_pickup(rt, workers, plan, model, warm, info)
+            info["trials_s"] = round(time.monotonic() - started, 1)
+            info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+        except BaseException:
+            print(f"pickup workers' log tails:\n{workers.tails()}", file=sys.stderr)
+            raise
+        finally:
+            workers.stop()
+            rt.app.close()
+            rt.redis.close()
+    return pickup_rows(trials, plan, info), info
+
+
+def trial_lines(rows: Sequence[Row]) -> list[str]:
+    lines = []
+    for row in rows:
+        for t in row.extra["trial_details"]:
+            lines.append(
+                f"{t['case']:<12}  {t['pickup_s']:6.2f} s  cause {t['cause']}, resumed by "
+                f"{t['resumed_by']}, {t['status'] or 'not ended'}  (turn {t['turn_id']})"
+            )
+    return lines
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.pickup_bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help=f"{QUICK.trials} trials per case")
+    parser.add_argument("--trials", type=int, help=f"trials per case (default {FULL.trials})")
+    parser.add_argument("--json", metavar="PATH", type=Path, help="also write results as JSON")
+    args = parser.parse_args(argv)
+    plan = QUICK if args.quick else FULL
+    if args.trials is not None:
+        if args.trials < 1:
+            parser.error("--trials must be at least 1")
+        plan = PickupPlan(trials=args.trials, deadline_s=plan.deadline_s)
+    started = time.monotonic()
+    with RedisServer(appendfsync="everysec") as server:
+        rows, info = measure(server.url, plan)
+    info["elapsed_s"] = round(time.monotonic() - started, 1)
+    print("\n".join(table_lines(rows)))
+    print()
+    print("\n".join(trial_lines(rows)))
+    print(f"\nsettings {info['settings']}; elapsed {info['elapsed_s']} s")
+    if args.json:
+        result = {"plan": asdict(plan), "info": info, "rows": [r.as_dict() for r in rows]}
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
