@@ -76,18 +76,26 @@ def runtime(settings: Settings) -> Iterator[Runtime]:
 
 @pytest.fixture
 def start_worker(dres_env: dict[str, str], tmp_path: Path) -> Iterator[StartWorker]:
-    """``start_worker(concurrency=1, extra=(), ready=True)`` starts a prefork worker process."""
+    """``start_worker(concurrency=1, extra=(), ready=True, overrides=None)`` starts a prefork
+    worker process; ``overrides`` are DRES_* settings of that worker only."""
     started: list[WorkerProcess] = []
     base = {k: v for k, v in os.environ.items() if not k.startswith("DRES_")}
     pythonpath = os.pathsep.join(p for p in (str(TESTS), base.get("PYTHONPATH", "")) if p)
     env = {**base, **dres_env, "PYTHONPATH": pythonpath}
 
     def start(
-        concurrency: int = 1, extra: tuple[str, ...] = (), ready: bool = True
+        concurrency: int = 1,
+        extra: tuple[str, ...] = (),
+        ready: bool = True,
+        overrides: dict[str, str] | None = None,
     ) -> WorkerProcess:
         log_path = tmp_path / f"worker-{len(started) + 1}.log"
         process = WorkerProcess.start(
-            env, log_path, concurrency=concurrency, extra=extra, ready=False
+            {**env, **(overrides or {})},
+            log_path,
+            concurrency=concurrency,
+            extra=extra,
+            ready=False,
         )
         started.append(process)
         if ready:
