@@ -30,6 +30,7 @@ from api_support import (
 
 from ledger.journal import build_journal
 from ledger.store import Ledger
+from worker.demo_tools import outbox
 from worker.runtime import Runtime
 from worker.settings import Settings
 
@@ -234,3 +235,55 @@ def test_a_new_message_after_an_unfinished_turn_carries_a_note_of_its_status(
     assert note is not None and f"ended as stopped ({code})" in note, note
     if how == "stopped":
         assert "send_email" in note and "verify" in note, note
+
+
+SEND = {
+    "text": "Emailing Ada.",
+    "tool_calls": [
+        {"name": "send_email", "input": {"to": "ada@x.io", "subject": "Hi", "body": "hello"}}
+    ],
+}
+
+
+@pytest.mark.parametrize("fail", ["rate_limit", "auth"])
+def test_continue_after_a_provider_stop_is_202_and_the_resumed_run_uses_both_layers(
+    worker: Service, http: httpx.Client, script: Script, ledger: Ledger, rdb: redis.Redis, fail: str
+) -> None:
+    """A rate limit (foreground) or a credential error stops the turn with Continue available;
+    Continue resumes it, and the model that re-sends the completed email is given the note and
+    is blocked: one email."""
+    model = script([SEND, {"fail": fail, "text": "…"}, {"text": "Done."}], on_resume="restart")
+    turn_id = post_turn(http, model=model)["turn_id"]
+    wait_until(lambda: status_of(http, turn_id)["status"] == "stopped", what="the stop")
+    stopped = status_of(http, turn_id)
+    assert (stopped["code"], stopped["can_continue"]) == (fail, True)
+    assert continue_(http, turn_id, auto=True).status_code == 409, "no auto-continue after errors"
+
+    reply = continue_(http, turn_id, auto=False)
+
+    assert reply.status_code == 202, reply.text
+    wait_until(lambda: status_of(http, turn_id)["status"] == "completed", what="completion")
+    events = ledger.events(turn_id)
+    [resumed] = [e for e in events if e.type == "resumed"]
+    assert resumed.cause == "continue" and "send_email" in (resumed.note or "")  # type: ignore[union-attr]
+    blocked = [e for e in events if e.type == "tool_blocked"]
+    assert [(b.tool, b.reason) for b in blocked] == [("send_email", "completed")]  # type: ignore[union-attr]
+    assert len(outbox(rdb)) == 1
+
+
+def test_continue_after_stop_is_202_and_the_turn_completes(
+    worker: Service, http: httpx.Client, script: Script
+) -> None:
+    turn_id = post_turn(http, model=script(busy(12)))["turn_id"]
+    wait_until(lambda: status_of(http, turn_id)["status"] == "running", what="the turn running")
+    assert http.post(f"/v1/turns/{turn_id}/stop").status_code == 202
+    wait_until(lambda: status_of(http, turn_id)["code"] == "cancelled", what="the stop")
+    assert status_of(http, turn_id)["can_continue"] is True
+    assert continue_(http, turn_id, auto=True).status_code == 409, "no auto-continue after Stop"
+
+    reply = continue_(http, turn_id, auto=False)
+
+    assert reply.status_code == 202, reply.text
+    wait_until(
+        lambda: status_of(http, turn_id)["status"] == "completed", timeout=30, what="completion"
+    )
