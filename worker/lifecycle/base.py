@@ -1,0 +1,134 @@
+"""What every part of the lifecycle service shares: its collaborators, the events that end runs
+and turns, and the one way a turn is ended (``close``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
+
+import structlog
+
+from ledger.cache import EventCache
+from ledger.events import Event, RunEnded, TurnEnded
+from ledger.store import Ledger, MetaValue
+from ledger.turn import Step, TurnMeta, TurnStatus
+from ledger.turns import EXPIRE, TurnStore
+from worker.clock import Clock, Ids
+from worker.failpoints import OFF, Failpoints
+from worker.lifecycle.dispatch import Dispatcher
+from worker.recorder import RunContext
+from worker.settings import Settings
+
+log = structlog.get_logger("dres.lifecycle")
+
+
+@dataclass(frozen=True)
+class Outcome:
+    ok: bool
+    #: why not, in words a client can show (or what was done)
+    reason: str = ""
+    run_id: str | None = None
+
+
+class LifecycleBase:
+    def __init__(
+        self,
+        ledger: Ledger,
+        settings: Settings,
+        clock: Clock,
+        ids: Ids,
+        dispatcher: Dispatcher,
+        *,
+        cache: EventCache | None = None,
+        heartbeat: Callable[[RunContext], AbstractContextManager[object]] | None = None,
+        failpoints: Failpoints = OFF,
+    ) -> None:
+        self.ledger = ledger
+        self.store = TurnStore(ledger)
+        self.settings = settings
+        self.clock = clock
+        self.ids = ids
+        self.dispatcher = dispatcher
+        self.cache = cache
+        #: keeps a running run's lease alive while it runs (none: the lease is not renewed)
+        self.heartbeat = heartbeat or (lambda run: nullcontext())
+        self.failpoints = failpoints
+
+    def ms(self, after_s: float = 0.0) -> int:
+        """The clock's now plus ``after_s``, in ms since the epoch (leases, the reaper's index)."""
+        return int((self.clock.now() + after_s) * 1000)
+
+    def launch(self, turn_id: str, run_id: str, mode: str) -> None:
+        """Dispatch a recorded pending run, watched for a lost message."""
+        self.store.watch(turn_id, self.ms(self.settings.handoff_grace_s))
+        self.dispatcher.dispatch(turn_id, run_id, mode)
+
+    def take_over(self, meta: TurnMeta, why: str) -> Outcome:
+        raise NotImplementedError  # the control steps' (``Control.take_over``)
+
+    # -- ending a turn -----------------------------------------------------------------------
+
+    def close(
+        self, turn_id: str, step: Step, expect: Mapping[str, MetaValue], events: Sequence[Event]
+    ) -> None:
+        """End the turn with ``events``, the last of which is its ``turn_ended``, in one step of
+        the state machine; its keys then expire and the reaper stops looking at it."""
+        ended = events[-1]
+        assert isinstance(ended, TurnEnded), "a turn is closed by its turn_ended"
+        self.store.transition(
+            turn_id,
+            step,
+            expect=expect,
+            events=events,
+            fields={"code": ended.code, "next_run": ""},
+            expiry=EXPIRE,
+        )
+        self.store.unwatch(turn_id)
+
+    def is_newest(self, turn_id: str, conversation_id: str) -> bool:
+        """Is the turn its conversation's newest (so a stop of it may be continued)?"""
+        newest = self.store.newest_turn(conversation_id)
+        return newest is None or newest == turn_id
+
+    # -- events ------------------------------------------------------------------------------
+
+    def run_ended(self, run: RunContext, reason: str, detail: str = "") -> RunEnded:
+        return RunEnded(
+            event_id=self.ids.new("ev"),
+            turn_id=run.turn_id,
+            run_id=run.run_id,
+            chunk=run.chunk,
+            ts=self.clock.now(),
+            reason=reason,
+            detail=detail,
+        )
+
+    def turn_ended(
+        self, run: RunContext, status: TurnStatus, code: str = "", detail: str = ""
+    ) -> TurnEnded:
+        """The run's turn ends; a stop may be continued while the turn is its conversation's
+        newest."""
+        stopped = status == TurnStatus.STOPPED
+        return TurnEnded(
+            event_id=self.ids.new("ev"),
+            turn_id=run.turn_id,
+            run_id=run.run_id,
+            chunk=run.chunk,
+            ts=self.clock.now(),
+            status=status.value,
+            code=code,
+            detail=detail,
+            can_continue=stopped and self.is_newest(run.turn_id, run.conversation_id),
+        )
+
+    def event(self, meta: TurnMeta, cls: type[Event], **fields: object) -> Event:
+        """An event written on behalf of the turn's last run (by Stop, the reaper, …)."""
+        return cls(
+            event_id=self.ids.new("ev"),
+            turn_id=meta.turn_id,
+            run_id=meta.run_id or "control",
+            chunk=meta.chunk,
+            ts=self.clock.now(),
+            **fields,
+        )

@@ -1,0 +1,172 @@
+"""The chunk path: claim the pending run, run it, and record how it ended or hand it over.
+
+``run_chunk`` is the one path of a chunk, for the Celery task and the test harness alike.
+"""
+
+from __future__ import annotations
+
+import redis
+import structlog
+
+from ledger.errors import FencedOut, LedgerError, TransitionRefused
+from ledger.store import MetaValue
+from ledger.turn import Step, StopCode, TurnStatus
+from worker.lifecycle.base import LifecycleBase
+from worker.loop import AgentLoop, RunResult
+from worker.recorder import RunContext
+
+log = structlog.get_logger("dres.lifecycle")
+
+
+class ChunkPath(LifecycleBase):
+    def claim(self, turn_id: str, run_id: str) -> RunContext | None:
+        """Claim the turn's pending run (recording run_started); None when ``run_id`` is not it.
+
+        With the process's cache, the claim also reads what is new of the turn in its atomic
+        step: the run's snapshot, with no round trip of its own.
+        """
+        cache = self.cache
+        lease_until = self.ms(self.settings.lease_s)
+        claim = self.store.claim(
+            turn_id,
+            run_id,
+            lease_until_ms=lease_until,
+            event_id=self.ids.new("ev"),
+            ts=self.clock.now(),
+            read_from=cache.read_point(turn_id) if cache is not None else "",
+        )
+        if claim.lease is None or claim.meta is None:
+            return None
+        # The reaper looks again when the lease would run out without its heartbeat.
+        self.store.watch(turn_id, lease_until)
+        meta = claim.meta
+        return RunContext(
+            claim.lease,
+            mode=meta.mode,
+            model=meta.model or None,
+            stop_requested=meta.stop_requested,
+            snapshot=cache.absorb(claim) if cache is not None else None,
+            chunk_base=meta.chunk_base,
+            conversation_id=meta.conversation_id,
+        )
+
+    def run_chunk(
+        self,
+        turn_id: str,
+        run_id: str,
+        loop: AgentLoop,
+        *,
+        interrupts: tuple[type[BaseException], ...],
+        redelivered: bool = False,
+    ) -> str:
+        """One chunk: claim the pending run, run it, and record how it ended (or hand it over).
+
+        ``interrupts`` (Celery's soft limit) hand the turn to its next chunk wherever they land,
+        also while the ending is being recorded: a turn that already ended refuses the hand-over.
+        Returns what happened, in a word or two.
+        """
+        run = self.claim(turn_id, run_id)
+        if run is None:
+            return self.not_claimed(turn_id, run_id, redelivered)
+        structlog.contextvars.bind_contextvars(chunk=run.chunk, epoch=run.epoch)
+        try:
+            with self.heartbeat(run):
+                result = loop.run(run)
+                return self.finish(run, result)
+        except interrupts:
+            return self.chain(run)
+        except FencedOut as e:
+            log.warning("another run holds the turn; this one stops writing", error=str(e))
+            return "fenced-out"
+        except (LedgerError, redis.ConnectionError, redis.TimeoutError):
+            # Redis is unreachable: nothing can be recorded; the lease runs out, the reaper acts
+            raise
+        except Exception as e:
+            log.exception("chunk failed")
+            self.fail(run, e)
+            return "failed"
+
+    def finish(self, run: RunContext, result: RunResult) -> str:
+        """Record the run's and the turn's end in one fenced step; the turn's keys then expire."""
+        if result.status == TurnStatus.COMPLETED:
+            step, ended = Step.COMPLETE, self.turn_ended(run, TurnStatus.COMPLETED)
+        else:
+            code = StopCode.of(result.code)
+            step, ended = Step.STOP, self.turn_ended(run, TurnStatus.STOPPED, code, result.detail)
+        ran = self.run_ended(run, result.run_reason, result.detail)
+        self.close(run.turn_id, step, self.store.holder(run.lease), [*result.held, ran, ended])
+        self.failpoints.hit("turn.ended")  # chaos and tests: a soft limit right after the end
+        if self.cache is not None and step == Step.COMPLETE:
+            self.cache.forget(run.turn_id)
+        return f"{ended.status}: {ended.code}" if ended.code else ended.status
+
+    def chain(self, run: RunContext) -> str:
+        """The soft limit: hand the turn to its next chunk, or stop it at the chunk budget."""
+        budget = self.settings.max_chunks
+        try:
+            if run.chunk + 1 - run.chunk_base >= budget:
+                detail = f"the turn used its {budget} chunks"
+                ended = self.turn_ended(run, TurnStatus.STOPPED, StopCode.MAX_CHUNKS, detail)
+                ran = self.run_ended(run, "soft_limit", detail)
+                self.close(run.turn_id, Step.STOP, self.store.holder(run.lease), [ran, ended])
+                return "stopped: max_chunks"
+            successor = self.hand_over(run)
+        except TransitionRefused as e:
+            log.info("soft limit after the run's turn moved on; nothing to hand over", why=str(e))
+            return "ended"
+        fault = self.failpoints.hit("chunk.handoff")  # chaos only: crash, drop or duplicate here
+        if fault == "drop":
+            self.store.watch(run.turn_id, self.ms(self.settings.handoff_grace_s))
+            return "chained (message dropped)"
+        self.launch(run.turn_id, successor, run.mode)
+        if fault == "duplicate":
+            self.dispatcher.dispatch(run.turn_id, successor, run.mode)
+        log.info("soft limit: chained the next chunk", successor=successor)
+        return "chained"
+
+    def hand_over(self, run: RunContext, reason: str = "soft_limit") -> str:
+        """End ``run`` and record its successor (the next chunk) as the turn's pending run.
+
+        One fenced step: a run that no longer holds the turn, or whose turn ended, cannot hand it
+        over. Returns the successor's run id, which the caller then dispatches (ids only).
+        """
+        successor = self.ids.new("run")
+        fields: dict[str, MetaValue] = {
+            "next_run": successor,
+            "next_chunk": run.chunk + 1,
+            "next_cause": "next_chunk",
+            "dispatched": self.clock.now(),
+            "redispatches": 0,
+        }
+        self.store.transition(
+            run.turn_id,
+            Step.HAND_OVER,
+            expect=self.store.holder(run.lease),
+            events=[self.run_ended(run, reason)],
+            fields=fields,
+        )
+        return successor
+
+    def fail(self, run: RunContext, error: BaseException) -> None:
+        """A chunk raised: the turn stops (``internal_error``) with Continue available."""
+        detail = repr(error)[:500]
+        try:
+            ended = self.turn_ended(run, TurnStatus.STOPPED, StopCode.INTERNAL_ERROR, detail)
+            ran = self.run_ended(run, "error", detail)
+            self.close(run.turn_id, Step.STOP, self.store.holder(run.lease), [ran, ended])
+        except LedgerError:
+            log.exception("could not record the failure")
+
+    def not_claimed(self, turn_id: str, run_id: str, redelivered: bool) -> str:
+        meta = self.store.meta(turn_id)
+        if redelivered and meta.run_id == run_id and meta.status == TurnStatus.RUNNING:
+            # This very run held the turn and its message came back: its worker may be lost, or
+            # the broker's visibility timeout ran out under a live run. Only a lease that ran out
+            # says which; until then the reaper looks at the turn when it does.
+            if meta.lease_until > self.ms():
+                self.store.watch(turn_id, meta.lease_until)
+                return "holder alive"
+            outcome = self.take_over(meta, "the run's worker was lost (message redelivered)")
+            return f"took over: {outcome.reason}"
+        log.info("duplicate or stale chunk message; nothing to run", status=meta.status)
+        return "not-claimed"

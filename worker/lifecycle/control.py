@@ -1,0 +1,165 @@
+"""Acting on a turn from outside its run: Stop, Continue, and taking over from a dead run."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import redis
+import structlog
+
+from ledger.errors import TransitionRefused
+from ledger.events import Event, RunEnded, ToolDone, TurnEnded
+from ledger.store import MetaValue
+from ledger.turn import Step, StopCode, TurnMeta, continue_refusal
+from ledger.turns import PERSIST
+from worker.lifecycle.base import LifecycleBase, Outcome
+
+log = structlog.get_logger("dres.lifecycle")
+
+
+class Control(LifecycleBase):
+    def is_cancelled(self, turn_id: str) -> bool:
+        """Was Stop requested? A check that cannot reach Redis says no: the next one asks again."""
+        try:
+            return self.store.stop_requested(turn_id)
+        except (redis.ConnectionError, redis.TimeoutError) as e:
+            log.warning("could not check for a Stop request", error=repr(e))
+            return False
+
+    def stop(self, turn_id: str) -> Outcome:
+        """Cancel a running or resuming turn: a running run ends at its next safe point, a
+        pending run never runs."""
+        meta = self.store.meta(turn_id)
+        if meta.ended:
+            return Outcome(False, f"the turn is not running (status {meta.status})")
+        self.store.request_stop(turn_id)
+        if not meta.next_run:
+            return Outcome(True, "stopping at the next safe point")
+        expect: dict[str, MetaValue] = {"next_run": meta.next_run, "epoch": meta.epoch}
+        detail = "Stop requested"
+        if not self.stop_loudly(meta, Step.STOP_PENDING, expect, StopCode.CANCELLED, detail).ok:
+            return Outcome(True, "stopping at the next safe point")  # it started meanwhile
+        self.dispatcher.revoke(turn_id, meta.next_run)
+        return Outcome(True, "cancelled before the next chunk ran")
+
+    def can_continue(self, meta: TurnMeta) -> bool:
+        return self.continue_refusal(meta, auto=False) is None
+
+    def continue_refusal(self, meta: TurnMeta, *, auto: bool) -> str | None:
+        newest = self.store.newest_turn(meta.conversation_id)
+        return continue_refusal(
+            meta, newest_turn=newest, auto=auto, max_auto=self.settings.max_auto_continue
+        )
+
+    def continue_turn(self, turn_id: str, *, auto: bool) -> Outcome:
+        """Continue a stopped turn with a new run (CONTRACT §7.7); refusals say why."""
+        meta = self.store.meta(turn_id)
+        refusal = self.continue_refusal(meta, auto=auto)
+        if refusal:
+            return Outcome(False, refusal)
+        run_id = self.ids.new("run")
+        # A turn stopped at its chunk budget goes on with the next chunk and a fresh budget.
+        chunk = meta.chunk + 1 if meta.code == StopCode.MAX_CHUNKS else meta.chunk
+        fields: dict[str, MetaValue] = {
+            "next_run": run_id,
+            "next_chunk": chunk,
+            "next_cause": "auto_continue" if auto else "continue",
+            "chunk_base": chunk,
+            "code": "",
+            "dispatched": self.clock.now(),
+            "redispatches": 0,
+            "takeovers": 0,
+            "auto_continues": meta.auto_continues + int(auto),
+        }
+        # Two requests that read the same stop: the first moves it on, the second is refused.
+        # ``auto_continues`` is unset until the first automatic continuation.
+        expect: dict[str, MetaValue] = {
+            "epoch": meta.epoch,
+            "auto_continues": meta.auto_continues or "",
+        }
+        try:
+            self.store.transition(
+                turn_id, Step.CONTINUE, expect=expect, fields=fields, expiry=PERSIST
+            )
+        except TransitionRefused:
+            return Outcome(False, "the turn was continued or changed by another request")
+        self.store.clear_stop(turn_id)
+        self.launch(turn_id, run_id, meta.mode)
+        return Outcome(True, "continuing", run_id)
+
+    def take_over(self, meta: TurnMeta, why: str) -> Outcome:
+        """The run holding ``meta`` died: resume a background turn, stop a foreground one.
+
+        Guarded by the holder, its epoch and its lease deadline as read, so a run that renewed
+        its lease or finished in between is left alone. A background turn whose dead runs made
+        no progress ``max_takeovers`` times in a row stops (``no_progress``).
+        """
+        expect: dict[str, MetaValue] = {
+            "run_id": meta.run_id,
+            "epoch": meta.epoch,
+            "lease_until": meta.lease_until,
+        }
+        crashed = [self.event(meta, RunEnded, reason="crashed", detail=why)]
+        if self.is_cancelled(meta.turn_id):
+            detail = "Stop requested"
+            return self.stop_loudly(
+                meta, Step.STOP_DEAD, expect, StopCode.CANCELLED, detail, crashed
+            )
+        if meta.mode != "background":
+            return self.stop_loudly(meta, Step.STOP_DEAD, expect, StopCode.CRASHED, why, crashed)
+        stalled = 0 if self._progressed(meta) else meta.takeovers + 1
+        if stalled > self.settings.max_takeovers:
+            detail = f"{stalled} runs in a row died without completing a tool call"
+            code = StopCode.NO_PROGRESS
+            return self.stop_loudly(meta, Step.STOP_DEAD, expect, code, detail, crashed)
+        run_id = self.ids.new("run")
+        fields: dict[str, MetaValue] = {
+            "next_run": run_id,
+            "next_chunk": meta.chunk,
+            "next_cause": "reaper",
+            "dispatched": self.clock.now(),
+            "redispatches": 0,
+            "takeovers": stalled,
+        }
+        try:
+            self.store.transition(
+                meta.turn_id, Step.TAKE_OVER, expect=expect, events=crashed, fields=fields
+            )
+        except TransitionRefused:
+            return Outcome(False, "the turn changed")
+        self.launch(meta.turn_id, run_id, "background")
+        log.warning("resuming a turn whose run died", turn_id=meta.turn_id, why=why)
+        return Outcome(True, "resumed", run_id)
+
+    def _progressed(self, meta: TurnMeta) -> bool:
+        """Did the dead run (all its events are of its epoch) complete a tool call?"""
+        events = self.ledger.read_from(meta.turn_id, f"{meta.epoch}-0")
+        return any(
+            isinstance(e.event, ToolDone) and not e.event.is_error and e.event.run_id == meta.run_id
+            for e in events
+        )
+
+    def stop_loudly(
+        self,
+        meta: TurnMeta,
+        step: Step,
+        expect: Mapping[str, MetaValue],
+        code: StopCode,
+        detail: str,
+        events: Sequence[Event] = (),
+    ) -> Outcome:
+        """End the turn as stopped with Continue available, recording why."""
+        ended = self.event(
+            meta,
+            TurnEnded,
+            status="stopped",
+            code=code.value,
+            detail=detail,
+            can_continue=self.is_newest(meta.turn_id, meta.conversation_id),
+        )
+        try:
+            self.close(meta.turn_id, step, expect, [*events, ended])
+        except TransitionRefused:
+            return Outcome(False, "the turn changed")
+        log.error("turn stopped", turn_id=meta.turn_id, code=code.value, detail=detail)
+        return Outcome(True, f"stopped: {code.value}")
