@@ -154,8 +154,12 @@ class Ledger:
             except redis.ResponseError as e:
                 if str(e).startswith("BEHIND"):
                     # Our sequence lags the stream (an append of ours landed unseen, or the
-                    # ids are taken by other events): go on after the top, never over it.
-                    lease.seq = _split(str(e).split()[1])[1] + 1
+                    # ids are taken by other events): go on after the top, never over it. A top
+                    # of another epoch is no lag of ours: another holder wrote there.
+                    top_epoch, top_seq = _split(str(e).split()[1])
+                    if top_epoch != lease.epoch:
+                        raise FencedOut(lease.turn_id, lease.epoch, top_epoch) from e
+                    lease.seq = top_seq + 1
                     continue
                 raise self._translate(lease.turn_id, lease.epoch, e) from e
             lease.seq += len(batch)

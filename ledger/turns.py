@@ -50,12 +50,13 @@ class TurnStore:
     ) -> bool:
         """Create the turn (queued, ``first_run`` pending) with its ``turn_started``; once only.
 
-        The reaper's index gets the turn first (due at ``look_at_ms``), so a crash right after
-        the create still leaves a turn someone looks at; an index entry whose turn never came is
-        dropped by the reaper. The conversation's list gets it after (``list_in_conversation``).
-        Returns False, changing nothing, when the turn already exists.
+        The reaper's index gets the turn first (due at ``look_at_ms``, unless it is there
+        already), so a crash right after the create still leaves a turn someone looks at; an
+        index entry whose turn never came is dropped by the reaper. The conversation's list gets
+        it after (``list_in_conversation``). Returns False, changing nothing of the turn, when it
+        already exists.
         """
-        self.watch(event.turn_id, look_at_ms)
+        self.client.zadd(keys.active_turns(), {event.turn_id: look_at_ms}, nx=True)
         meta: dict[str, MetaValue] = {
             "status": TurnStatus.QUEUED.value,
             "next_run": first_run,
@@ -64,6 +65,8 @@ class TurnStore:
             "conversation_id": event.conversation_id,
             "mode": event.mode,
             "created": event.ts,
+            "dispatched": event.ts,
+            "redispatches": 0,
             "listed": 0,
             **fields,
         }

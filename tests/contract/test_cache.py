@@ -17,13 +17,16 @@ from ledger.cache import EventCache
 from ledger.events import Event, RunEnded
 from ledger.lease import Claim
 from ledger.store import Lease, Ledger
+from ledger.turn import Step
+from ledger.turns import TurnStore
 
 FAR = 2**62
 
 
 def new_turn(ledger: Ledger, turn_id: str = "t1") -> Lease:
-    assert ledger.create_turn(turn_started(turn_id), first_run="r1")
-    claim = ledger.claim(turn_id, "r1", lease_until_ms=FAR, event_id=f"claim-{turn_id}", ts=1.0)
+    store = TurnStore(ledger)
+    assert store.create(turn_started(turn_id), first_run="r1", look_at_ms=0, fields={})
+    claim = store.claim(turn_id, "r1", lease_until_ms=FAR, event_id=f"claim-{turn_id}", ts=1.0)
     assert claim.lease is not None
     return claim.lease
 
@@ -144,12 +147,19 @@ def test_max_turns_must_be_positive(client: redis.Redis) -> None:
 
 
 def handed_over(ledger: Ledger, lease: Lease, successor: str) -> None:
+    store = TurnStore(ledger)
     ended = RunEnded(**base(lease.turn_id, lease.run_id), reason="soft_limit")
-    ledger.append_many([ended], lease=lease, meta={"next_run": successor})
+    store.transition(
+        lease.turn_id,
+        Step.HAND_OVER,
+        expect=store.holder(lease),
+        events=[ended],
+        fields={"next_run": successor},
+    )
 
 
 def claim_next(ledger: Ledger, run_id: str, read_from: str) -> Claim:
-    return ledger.claim(
+    return TurnStore(ledger).claim(
         "t1", run_id, lease_until_ms=FAR, event_id=f"claim-{run_id}", ts=1.0, read_from=read_from
     )
 

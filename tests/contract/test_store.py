@@ -1,4 +1,8 @@
-"""The ledger store, run on fakeredis and on a real redis-server (CONTRACT §6, §9)."""
+"""The ledger store, run on fakeredis and on a real redis-server (CONTRACT §6, §9).
+
+Turns are created, claimed and moved on through ``TurnStore`` (the one writer of a turn's
+metadata); ``Ledger`` appends a run's events under its lease and reads them back.
+"""
 
 from __future__ import annotations
 
@@ -12,35 +16,48 @@ from backends import Backend
 from factories import base, done, start, text, turn_started
 
 from ledger import keys
-from ledger.errors import FencedOut, UnknownTurn
+from ledger.errors import FencedOut, TransitionRefused, UnknownTurn
 from ledger.events import RunEnded, RunStarted, TurnEnded
 from ledger.store import Lease, Ledger
+from ledger.turn import Step
+from ledger.turns import EXPIRE, TurnStore
 
 FAR = 2**62  # a lease deadline far in the future (ms)
 
 
-def claim(ledger: Ledger, run_id: str, turn_id: str = "t1") -> Lease:
-    result = ledger.claim(turn_id, run_id, lease_until_ms=FAR, event_id=f"claim-{run_id}", ts=1.0)
+def create(store: TurnStore, turn_id: str = "t1", first_run: str = "r1", **kw: str) -> bool:
+    event = turn_started(turn_id, **kw)
+    return store.create(event, first_run=first_run, look_at_ms=0, fields={})
+
+
+def claim(store: TurnStore, run_id: str, turn_id: str = "t1") -> Lease:
+    result = store.claim(turn_id, run_id, lease_until_ms=FAR, event_id=f"claim-{run_id}", ts=1.0)
     assert result.lease is not None, f"{run_id} could not claim {turn_id}"
     return result.lease
 
 
 def new_turn(ledger: Ledger, turn_id: str = "t1") -> Lease:
     """Create a turn and claim its first run; returns the run's lease."""
-    assert ledger.create_turn(turn_started(turn_id), first_run="r1")
-    return claim(ledger, "r1", turn_id)
+    store = TurnStore(ledger)
+    assert create(store, turn_id)
+    return claim(store, "r1", turn_id)
 
 
-def hand_over(ledger: Ledger, lease: Lease, successor: str) -> None:
+def hand_over(store: TurnStore, lease: Lease, successor: str, **fields: str | int) -> int:
+    """The run ends at its soft limit and ``successor`` is pending; returns the new epoch."""
     ended = RunEnded(**base(lease.turn_id, lease.run_id), reason="soft_limit")
-    ledger.append_many(
-        [ended], lease=lease, meta={"next_run": successor, "next_chunk": lease.chunk + 1}
+    return store.transition(
+        lease.turn_id,
+        Step.HAND_OVER,
+        expect=store.holder(lease),
+        events=[ended],
+        fields={"next_run": successor, "next_chunk": lease.chunk + 1, **fields},
     )
 
 
 def test_create_turn_records_turn_started_and_queues_the_first_run(client: redis.Redis) -> None:
     ledger = Ledger(client)
-    assert ledger.create_turn(turn_started("t1", "hi"), first_run="r1")
+    assert create(TurnStore(ledger), message="hi")
     meta = ledger.meta("t1")
     assert (meta.status, meta.epoch, meta.next_run, meta.runs) == ("queued", 0, "r1", 0)
     assert [e.type for e in ledger.events("t1")] == ["turn_started"]
@@ -48,19 +65,21 @@ def test_create_turn_records_turn_started_and_queues_the_first_run(client: redis
 
 def test_create_turn_twice_changes_nothing(client: redis.Redis) -> None:
     ledger = Ledger(client)
-    assert ledger.create_turn(turn_started("t1", "first"), first_run="r1")
-    assert not ledger.create_turn(turn_started("t1", "second"), first_run="r2")
+    store = TurnStore(ledger)
+    assert create(store, message="first")
+    assert not create(store, first_run="r2", message="second")
     assert ledger.meta("t1").next_run == "r1"
     assert [e.message for e in ledger.events("t1")] == ["first"]  # type: ignore[union-attr]
 
 
 def test_only_the_pending_run_claims_and_only_once(client: redis.Redis) -> None:
     ledger = Ledger(client)
-    ledger.create_turn(turn_started(), first_run="r1")
-    other = ledger.claim("t1", "other", lease_until_ms=FAR, event_id="x1", ts=1.0)
+    store = TurnStore(ledger)
+    create(store)
+    other = store.claim("t1", "other", lease_until_ms=FAR, event_id="x1", ts=1.0)
     assert not other.claimed and other.status == "queued"
-    lease = claim(ledger, "r1")
-    duplicate = ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="x2", ts=1.0)
+    lease = claim(store, "r1")
+    duplicate = store.claim("t1", "r1", lease_until_ms=FAR, event_id="x2", ts=1.0)
     assert (lease.epoch, lease.chunk, lease.cause) == (1, 0, "first")
     assert not duplicate.claimed and duplicate.holder == "r1" and duplicate.status == "running"
     meta = ledger.meta("t1")
@@ -81,38 +100,42 @@ def test_the_claims_run_started_takes_chunk_cause_and_epoch_from_the_metadata(
     client: redis.Redis,
 ) -> None:
     ledger = Ledger(client)
+    store = TurnStore(ledger)
     lease = new_turn(ledger)
-    ended = RunEnded(**base("t1", "r1"), reason="soft_limit")
-    meta = {"next_run": "r2", "next_chunk": 3, "next_cause": "next_chunk"}
-    ledger.append_many([ended], lease=lease, meta=meta)
+    handed = hand_over(store, lease, "r2", next_chunk=3, next_cause="next_chunk")
 
-    result = ledger.claim("t1", "r2", lease_until_ms=FAR, event_id="s2", ts=1234.5)
+    result = store.claim("t1", "r2", lease_until_ms=FAR, event_id="s2", ts=1234.5)
 
     assert result.lease is not None
-    assert (result.lease.epoch, result.lease.chunk, result.lease.cause) == (2, 3, "next_chunk")
+    new = handed + 1
+    assert (result.lease.epoch, result.lease.chunk, result.lease.cause) == (new, 3, "next_chunk")
     started = ledger.read_turn("t1")[-1]
-    assert started.stream_id == "2-0"
+    assert started.stream_id == f"{new}-0"
     assert started.event == RunStarted(
-        event_id="s2", turn_id="t1", run_id="r2", chunk=3, ts=1234.5, cause="next_chunk", epoch=2
+        event_id="s2", turn_id="t1", run_id="r2", chunk=3, ts=1234.5, cause="next_chunk", epoch=new
     )
     after = ledger.meta("t1")
     assert (after.chunk, after.runs, after.run_id, after.status) == (3, 2, "r2", "running")
 
 
-def test_a_background_turns_claim_takes_the_background_lease(client: redis.Redis) -> None:
+def test_a_claim_holds_the_lease_until_the_deadline_it_was_given_whatever_the_mode(
+    client: redis.Redis,
+) -> None:
+    """One short lease for every mode (the heartbeat renews it); read back as a typed number."""
     ledger = Ledger(client)
-    ledger.create_turn(turn_started(mode="background"), first_run="r1")
-    ledger.claim(
-        "t1", "r1", lease_until_ms=100, background_lease_until_ms=900, event_id="s", ts=1.0
-    )
-    assert ledger.meta("t1").extra["lease_until"] == "900"
+    store = TurnStore(ledger)
+    for turn_id, mode in (("t1", "foreground"), ("t2", "background")):
+        create(store, turn_id, mode=mode)
+        store.claim(turn_id, "r1", lease_until_ms=900, event_id=f"s-{turn_id}", ts=1.0)
+        assert ledger.meta(turn_id).lease_until == 900
 
 
 def test_a_claim_escapes_ids_in_the_event_it_builds(client: redis.Redis) -> None:
     turn_id = 'odd "turn" \\ ü'
     ledger = Ledger(client)
-    ledger.create_turn(turn_started(turn_id), first_run='r "1"')
-    assert ledger.claim(turn_id, 'r "1"', lease_until_ms=FAR, event_id='e"1', ts=1.0).claimed
+    store = TurnStore(ledger)
+    create(store, turn_id, first_run='r "1"')
+    assert store.claim(turn_id, 'r "1"', lease_until_ms=FAR, event_id='e"1', ts=1.0).claimed
     [_, started] = ledger.events(turn_id)
     assert (started.turn_id, started.run_id, started.event_id) == (turn_id, 'r "1"', 'e"1')
 
@@ -121,10 +144,11 @@ def test_a_pending_cause_that_is_not_one_of_ours_is_refused_and_nothing_written(
     client: redis.Redis,
 ) -> None:
     ledger = Ledger(client)
-    ledger.create_turn(turn_started(), first_run="r1")
+    store = TurnStore(ledger)
+    create(store)
     client.hset(keys.turn_meta("t1"), "next_cause", 'x","epoch":99')
     with pytest.raises(redis.ResponseError, match="BADCAUSE"):
-        ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="s", ts=1.0)
+        store.claim("t1", "r1", lease_until_ms=FAR, event_id="s", ts=1.0)
     assert [e.type for e in ledger.events("t1")] == ["turn_started"]
     assert ledger.meta("t1").status == "queued"
 
@@ -133,8 +157,9 @@ def test_a_claim_whose_reply_was_lost_is_retried_and_recognised_as_its_own(
     client: redis.Redis, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     ledger = Ledger(client)
-    ledger.create_turn(turn_started(), first_run="r1")
-    real = ledger._claim
+    store = TurnStore(ledger)
+    create(store)
+    real = store._claim
     lost: list[bool] = []
 
     def reply_lost_once(*args: object, **kwargs: object) -> object:
@@ -144,8 +169,8 @@ def test_a_claim_whose_reply_was_lost_is_retried_and_recognised_as_its_own(
             raise redis.ConnectionError("Connection closed by server.")
         return reply
 
-    monkeypatch.setattr(ledger, "_claim", reply_lost_once)
-    result = ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="mine", ts=1.0)
+    monkeypatch.setattr(store, "_claim", reply_lost_once)
+    result = store.claim("t1", "r1", lease_until_ms=FAR, event_id="mine", ts=1.0)
     assert lost and result.lease is not None
     assert (result.lease.epoch, result.lease.chunk, result.lease.cause) == (1, 0, "first")
     assert [e.event_id for e in ledger.events("t1") if e.type == "run_started"] == ["mine"]
@@ -153,38 +178,53 @@ def test_a_claim_whose_reply_was_lost_is_retried_and_recognised_as_its_own(
 
 def test_claiming_an_unknown_turn_raises_unknown_turn(client: redis.Redis) -> None:
     with pytest.raises(UnknownTurn, match="nope"):
-        Ledger(client).claim("nope", "r1", lease_until_ms=FAR, event_id="e", ts=1.0)
+        TurnStore(Ledger(client)).claim("nope", "r1", lease_until_ms=FAR, event_id="e", ts=1.0)
 
 
 def test_a_zombie_cannot_append_once_its_successor_claimed_the_turn(client: redis.Redis) -> None:
+    """Nor end the turn: a step under its old lease's conditions is refused, writing nothing."""
     ledger = Ledger(client)
+    store = TurnStore(ledger)
     old = new_turn(ledger)
-    hand_over(ledger, old, "r2")
-    new = claim(ledger, "r2")
-    assert new.epoch == old.epoch + 1 and new.chunk == 1
+    hand_over(store, old, "r2")
+    new = claim(store, "r2")
+    assert new.epoch == old.epoch + 2 and new.chunk == 1  # the hand-over's epoch, the claim's
     before = ledger.read_turn("t1")
     with pytest.raises(FencedOut) as info:
         ledger.append(text("zombie write"), lease=old)
     assert (info.value.presented, info.value.current) == (old.epoch, new.epoch)
+    ended = TurnEnded(**base(), status="completed")
+    with pytest.raises(TransitionRefused) as refused:
+        store.transition("t1", Step.COMPLETE, expect=store.holder(old), events=[ended])
+    assert (refused.value.why, refused.value.found) == ("CHANGED", f"epoch {new.epoch}")
     with pytest.raises(FencedOut):
-        ledger.update_meta(lease=old, meta={"status": "completed"})
-    with pytest.raises(FencedOut):
-        ledger.append_many([text("zombie batch")], lease=old)
+        ledger.append_many([text("zombie batch"), text("zombie batch 2")], lease=old)
     assert ledger.read_turn("t1") == before
     assert ledger.meta("t1").status == "running"
     ledger.append(text("successor write"), lease=new)
 
 
-def test_a_zombie_that_kept_appending_is_fenced_by_the_claim_alone(client: redis.Redis) -> None:
-    """No write of the successor is needed: the claim's run_started already fences the zombie."""
+def test_a_zombie_that_kept_appending_is_fenced_by_the_takeover_alone(client: redis.Redis) -> None:
+    """No claim or write of a successor is needed: the takeover's run_ended fences the zombie."""
     ledger = Ledger(client)
+    store = TurnStore(ledger)
     old = new_turn(ledger)
     for i in range(5):
         ledger.append(text(f"old {i}"), lease=old)
-    hand_over(ledger, old, "r2")
-    claim(ledger, "r2")
+    meta = store.meta("t1")
+    crashed = RunEnded(**base(), reason="crashed")
+    store.transition(
+        "t1",
+        Step.TAKE_OVER,
+        expect={"run_id": meta.run_id, "epoch": meta.epoch, "lease_until": meta.lease_until},
+        events=[crashed],
+        fields={"next_run": "r2"},
+    )
     with pytest.raises(FencedOut):
         ledger.append(text("late"), lease=old)
+    with pytest.raises(FencedOut):
+        ledger.append_many([text("late 1"), text("late 2")], lease=old)
+    assert ledger.events("t1")[-1] == crashed
 
 
 def test_append_to_a_turn_that_does_not_exist_raises_unknown_turn(client: redis.Redis) -> None:
@@ -241,11 +281,12 @@ def test_after_an_append_abandoned_mid_flight_the_next_append_goes_after_it(
 def test_a_batch_append_keeps_order_across_script_batches(client: redis.Redis) -> None:
     ledger = Ledger(client)
     lease = new_turn(ledger)
+    meta = ledger.meta("t1")
     batch = [text(f"part {i}") for i in range(700)]
-    ids = ledger.append_many(batch, lease=lease, meta={"chunk": 3})
+    ids = ledger.append_many(batch, lease=lease)
     assert ids == [f"{lease.epoch}-{i}" for i in range(1, 701)]
     assert [e.text for e in ledger.events("t1")[2:]] == [f"part {i}" for i in range(700)]  # type: ignore[union-attr]
-    assert ledger.meta("t1").chunk == 3
+    assert ledger.meta("t1") == meta  # an append never changes the metadata
     assert ledger.append(text("then one more"), lease=lease) == f"{lease.epoch}-701"
 
 
@@ -254,7 +295,7 @@ def test_a_retried_batch_whose_first_attempt_landed_adds_nothing_twice(
 ) -> None:
     ledger = Ledger(client)
     lease = new_turn(ledger)
-    real = ledger._append_meta
+    real = ledger._append_batch_script
     lost: list[bool] = []
 
     def reply_lost_once(*args: object, **kwargs: object) -> object:
@@ -264,9 +305,11 @@ def test_a_retried_batch_whose_first_attempt_landed_adds_nothing_twice(
             raise redis.ConnectionError("connection reset after the script ran")
         return reply
 
-    monkeypatch.setattr(ledger, "_append_meta", reply_lost_once)
-    ledger.append_many([text("a"), text("b")], lease=lease, meta={"status": "x"})
+    monkeypatch.setattr(ledger, "_append_batch_script", reply_lost_once)
+    ids = ledger.append_many([text("a"), text("b")], lease=lease)
     assert lost and [e.text for e in ledger.events("t1")[2:]] == ["a", "b"]  # type: ignore[union-attr]
+    assert ids == [f"{lease.epoch}-1", f"{lease.epoch}-2"]
+    assert ledger.append(text("c"), lease=lease) == f"{lease.epoch}-3"
 
 
 def test_paged_read_of_25k_events_returns_every_event_in_order(client: redis.Redis) -> None:
@@ -344,9 +387,11 @@ def test_a_malformed_entry_is_skipped_with_a_warning(
 
 def test_ending_a_turn_sets_its_status_and_the_finished_expiry(client: redis.Redis) -> None:
     ledger = Ledger(client, finished_ttl_s=3600)
+    store = TurnStore(ledger)
     lease = new_turn(ledger)
     ended = TurnEnded(**base(), status="completed")
-    ledger.append_many([ended], lease=lease, meta={"status": "completed"}, expire=True)
+    expect = store.holder(lease)
+    store.transition("t1", Step.COMPLETE, expect=expect, events=[ended], expiry=EXPIRE)
     assert ledger.meta("t1").status == "completed"
     for key in keys.turn_keys("t1"):
         assert 3500 < client.ttl(key) <= 3600
@@ -369,9 +414,10 @@ def test_a_duplicate_delivery_racing_the_winner_of_a_claim_gets_no_lease(
 ) -> None:
     """Both read the turn before either claimed; only the one whose run_started opens E wins."""
     ledger = Ledger(client)
-    ledger.create_turn(turn_started(), first_run="r1")
-    winner = ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="a", ts=1.0)
-    loser = ledger.claim("t1", "r1", lease_until_ms=FAR, event_id="b", ts=1.0)
+    store = TurnStore(ledger)
+    create(store)
+    winner = store.claim("t1", "r1", lease_until_ms=FAR, event_id="a", ts=1.0)
+    loser = store.claim("t1", "r1", lease_until_ms=FAR, event_id="b", ts=1.0)
     assert winner.claimed and not loser.claimed
     assert [e.event_id for e in ledger.events("t1") if e.type == "run_started"] == ["a"]
 
@@ -400,10 +446,10 @@ def test_reads_are_retried_after_a_dropped_connection(
 
 
 def test_a_claim_reads_the_stop_flag_in_its_own_step(client: redis.Redis) -> None:
-    ledger = Ledger(client)
+    store = TurnStore(Ledger(client))
     for turn_id, stop in (("t1", False), ("t2", True)):
-        ledger.create_turn(turn_started(turn_id), first_run="r1")
+        create(store, turn_id)
         if stop:
-            client.set(keys.turn_cancel(turn_id), "1")
-        result = ledger.claim(turn_id, "r1", lease_until_ms=FAR, event_id=turn_id, ts=1.0)
+            store.request_stop(turn_id)
+        result = store.claim(turn_id, "r1", lease_until_ms=FAR, event_id=turn_id, ts=1.0)
         assert result.meta is not None and result.meta.stop_requested is stop
