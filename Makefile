@@ -25,14 +25,17 @@ redis-server:
 test: install redis-server
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# ruff; mypy --strict on every package; and repeated code (6 lines or more) fails the build.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy --strict ledger
+	$(VENV)/bin/mypy --strict ledger worker tasks
+	$(VENV)/bin/pylint --disable=all --enable=duplicate-code --min-similarity-lines=6 \
+		--score=n ledger worker tasks
 
 # The demo: a private redis-server (or DRES_REDIS_URL), a prefork worker, one turn; it stops all.
 run: install redis-server
-	$(PY) -m worker.cli demo
+	$(PY) -m worker.edges.cli demo
 
 # Every row in one table, each dres figure beside its baseline from the same run (private
 # redis-server, a real prefork worker); writes bench/results.json and bench/RESULTS.md.

@@ -44,7 +44,7 @@ import redis
 
 from bench import celery_bench, ledger_bench, pickup_bench
 from bench.ledger_bench import CALLS_1000, Row, misses, table_lines
-from worker.redis_server import RedisServer
+from worker.dev.redis_server import RedisServer
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent

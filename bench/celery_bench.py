@@ -1,7 +1,7 @@
 """Rows 4 and 5 of ``make bench``: dres on a real prefork worker beside plain Celery tasks.
 
 Everything runs against a private redis-server (AOF on, ``appendfsync everysec``) and one real
-dres worker subprocess, ``python -m worker.cli worker -c 2 --without-heartbeat`` (prefork, two
+dres worker subprocess, ``python -m worker.edges.cli worker -c 2 --without-heartbeat`` (prefork, two
 pool processes, the reaper on, ``--loglevel=WARNING``), which also runs the plain tasks of
 ``bench.hop_tasks`` (``DRES_CELERY_INCLUDE``): the baselines use the same app, settings, pool and
 processes as the chunks they are compared with. Foreground chunks get a 0.3 s soft limit (hard
@@ -56,10 +56,10 @@ from typing import Any
 from bench.ledger_bench import Row, summary, table_lines
 from ledger import keys
 from ledger.events import Event, ModelStart, RunEnded, RunStarted, ToolDone, TurnEnded
-from worker.client import enqueue
-from worker.redis_server import RedisServer
-from worker.runtime import Runtime
-from worker.settings import Settings, load_settings
+from worker.base.settings import Settings, load_settings
+from worker.dev.redis_server import RedisServer
+from worker.edges.client import enqueue
+from worker.edges.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parent.parent
 RESUME_TARGET = 3.0
@@ -129,7 +129,7 @@ def worker_env(redis_url: str) -> dict[str, str]:
     values: dict[str, object] = {
         "REDIS_URL": redis_url,
         "CELERY_INCLUDE": "bench.hop_tasks",
-        "TOOLS": "worker.demo_tools,bench.bench_tools",
+        "TOOLS": "worker.dev.demo_tools,bench.bench_tools",
         "SOFT_LIMIT_S": SOFT_LIMIT_S,
         "HARD_LIMIT_S": HARD_LIMIT_S,
         "BG_SOFT_LIMIT_S": BG_SOFT_LIMIT_S,
@@ -146,7 +146,7 @@ def bench_settings(redis_url: str) -> Settings:
     return load_settings(
         redis_url=redis_url,
         celery_include="bench.hop_tasks",
-        tools="worker.demo_tools,bench.bench_tools",
+        tools="worker.dev.demo_tools,bench.bench_tools",
         soft_limit_s=SOFT_LIMIT_S,
         hard_limit_s=HARD_LIMIT_S,
         bg_soft_limit_s=BG_SOFT_LIMIT_S,
@@ -170,7 +170,7 @@ class BenchWorker:
 
     def start(self, probe: Callable[[], bool]) -> BenchWorker:
         """Start the worker; ready once ``probe()`` (a plain task round trip) returns True."""
-        command = [sys.executable, "-m", "worker.cli", "worker"]
+        command = [sys.executable, "-m", "worker.edges.cli", "worker"]
         command += ["-c", str(WORKER_CONCURRENCY), "--without-heartbeat", *WORKER_ARGS]
         with self.log.open("wb") as out:
             self.process = subprocess.Popen(

@@ -59,10 +59,10 @@ from ledger.lease import Lease
 from ledger.signature import input_signature
 from ledger.store import Ledger
 from ledger.turns import TurnStore
-from worker.clock import RandomIds, SystemClock
-from worker.recorder import Recorder, RunContext
-from worker.redis_server import RedisServer
-from worker.tools.guard import DeferSignals
+from worker.base.clock import RandomIds, SystemClock
+from worker.dev.redis_server import RedisServer
+from worker.engine.recorder import Recorder, RunContext
+from worker.engine.tools.guard import DeferSignals
 
 #: size of the JSON of each tool event, as stored in the entry's ``e`` field
 PAYLOAD_BYTES = 500

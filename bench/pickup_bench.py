@@ -5,8 +5,8 @@ limits, and a second worker resumes it in <= 15 s (median of >= 5 trials, for th
 process and for the death of a whole worker).
 
 Setup: a private redis-server (AOF on, ``appendfsync everysec``) and two real dres workers,
-``python -m worker.cli worker -c 1 --without-heartbeat`` (prefork, one pool process each, the
-reaper on), started with ``worker.worker_process.WorkerProcess``. Their environment carries no
+``python -m worker.edges.cli worker -c 1 --without-heartbeat`` (prefork, one pool process each, the
+reaper on), started with ``worker.dev.worker_process.WorkerProcess``. Their environment carries no
 ``DRES_*`` variable but the Redis URL and ``DRES_TOOLS=bench.bench_tools``: every time limit
 (background 600 s / 660 s), the lease (``DRES_LEASE_S``, renewed by a heartbeat every third of
 it), the reaper's interval (``DRES_REAPER_INTERVAL_S``) and the visibility timeout are dres's
@@ -54,11 +54,11 @@ from typing import Any, TypeVar
 from bench.celery_bench import ROOT, write_script
 from bench.ledger_bench import Row, table_lines
 from ledger.events import Event, ModelStart, RunStarted, ToolDone, TurnEnded
-from worker.client import enqueue
-from worker.redis_server import RedisServer
-from worker.runtime import Runtime
-from worker.settings import Settings, load_settings
-from worker.worker_process import WorkerProcess
+from worker.base.settings import Settings, load_settings
+from worker.dev.redis_server import RedisServer
+from worker.dev.worker_process import WorkerProcess
+from worker.edges.client import enqueue
+from worker.edges.runtime import Runtime
 
 T = TypeVar("T")
 

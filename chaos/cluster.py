@@ -12,10 +12,10 @@ from typing import Any
 
 import redis
 
-from worker.redis_server import RedisServer
-from worker.runtime import Runtime
-from worker.settings import load_settings
-from worker.worker_process import WorkerProcess
+from worker.base.settings import load_settings
+from worker.dev.redis_server import RedisServer
+from worker.dev.worker_process import WorkerProcess
+from worker.edges.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 #: every interval shrunk so that a trial's faults play out in seconds
@@ -31,7 +31,7 @@ ENV = {
     "DRES_MAX_REDISPATCHES": "3",
     "DRES_CANCEL_POLL_S": "0.05",
     "DRES_FAILPOINTS": "1",
-    "DRES_TOOLS": "worker.demo_tools,chaos.tools",
+    "DRES_TOOLS": "worker.dev.demo_tools,chaos.tools",
     "DRES_JOURNAL_READ_BACKOFF_S": "0.2",
 }
 #: kombu's Redis transport keeps a message of priority p > 0 in ``queue + SEP + step``

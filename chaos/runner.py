@@ -33,7 +33,7 @@ from chaos.cluster import BACKLOG, DEFAULT, BrokerCensus, Cluster
 from chaos.report import Outcome, TurnResult, naive_table, table
 from chaos.tools import read_effects
 from ledger import keys
-from worker.client import enqueue
+from worker.edges.client import enqueue
 
 #: (action, failpoint); the actions of ``RUNNER_FAULTS`` and ``backlog`` are the runner's own
 FAULTS: list[tuple[str, str]] = [

@@ -1,9 +1,17 @@
-"""Errors of the ledger package. One root, shallow, picklable (plain args only)."""
+"""Errors of the ledger package. One root, shallow, picklable (plain args only).
+
+``DresBaseError`` is the one base of both packages' roots (``LedgerError`` here, ``DresError``
+in ``worker.base.errors``): a caller that handles any error dres raises on purpose catches it.
+"""
 
 from __future__ import annotations
 
 
-class LedgerError(Exception):
+class DresBaseError(Exception):
+    """The base of every error dres raises on purpose, the ledger's and the worker's."""
+
+
+class LedgerError(DresBaseError):
     """Root of every error the ledger raises."""
 
 

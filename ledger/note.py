@@ -39,6 +39,11 @@ def shorten(text: str, limit: int) -> str:
     return collapsed[:limit].rstrip() + "…"
 
 
+def shown(value: Any, limit: int) -> str:
+    """A value as a person reads it in one line: its text, or its compact JSON, shortened."""
+    return shorten(_show(value), limit)
+
+
 def _show(value: Any) -> str:
     """A value as the note shows it: compact JSON with sorted keys. For reading, not matching
     (that is the signature's canonical form), so the C encoder does it; a value it cannot sort

@@ -13,7 +13,7 @@ import pytest
 import redis
 from backends import Backend
 
-from worker.redis_server import RedisServer, RedisServerError
+from worker.dev.redis_server import RedisServer, RedisServerError
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 

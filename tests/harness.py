@@ -19,14 +19,14 @@ from sample_tools import SimulatedSoftLimit
 from ledger.cache import EventCache
 from ledger.events import Event, TurnEnded
 from ledger.store import Ledger
+from worker.base.settings import Settings, load_settings
+from worker.engine.loop import AgentLoop
+from worker.engine.models import make_model
+from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
+from worker.engine.tools import Registry
 from worker.lifecycle import Lifecycle
-from worker.loop import AgentLoop
-from worker.models import make_model
-from worker.models.base import ChatModel, ModelEvent, ModelRequest
-from worker.settings import Settings, load_settings
-from worker.tools import Registry
 
-TOOL_MODULES = ["worker.demo_tools", "sample_tools"]
+TOOL_MODULES = ["worker.dev.demo_tools", "sample_tools"]
 
 
 class FakeClock:

@@ -21,8 +21,8 @@ import uvicorn
 from ledger.codec import Envelope
 from ledger.events import ToolDone, ToolStart
 from ledger.signature import input_signature
-from worker.redis_server import free_port
-from worker.runtime import Runtime
+from worker.dev.redis_server import free_port
+from worker.edges.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 

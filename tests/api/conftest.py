@@ -25,15 +25,15 @@ import redis
 from api_support import ROOT, TOKEN, Cli, Script, Service, StartApi
 
 from ledger.store import Ledger
-from worker.redis_server import RedisServer, free_port
-from worker.runtime import Runtime
-from worker.settings import Settings, load_settings
+from worker.base.settings import Settings, load_settings
+from worker.dev.redis_server import RedisServer, free_port
+from worker.edges.runtime import Runtime
 
 TESTS = ROOT / "tests"
 
 #: the dres settings of these tests: 0.5 s soft limits, a 3 s hard limit, a fast reaper
 DRES_ENV = {
-    "DRES_TOOLS": "worker.demo_tools,sample_tools",
+    "DRES_TOOLS": "worker.dev.demo_tools,sample_tools",
     "DRES_SOFT_LIMIT_S": "0.5",
     "DRES_HARD_LIMIT_S": "3",
     "DRES_BG_SOFT_LIMIT_S": "0.5",
@@ -159,7 +159,7 @@ def api_servers(
     def start(token: str | None = None) -> Service:
         port = free_port()
         env = subprocess_env(redis_server.url, **({"DRES_API_TOKEN": token} if token else {}))
-        argv = [sys.executable, "-m", "worker.cli", "api", "--host", "127.0.0.1"]
+        argv = [sys.executable, "-m", "worker.edges.cli", "api", "--host", "127.0.0.1"]
         argv += ["--port", str(port)]
         api = _spawn("api", argv, env, log_dir, started)
         api.url = f"http://127.0.0.1:{port}"
@@ -215,7 +215,7 @@ def guarded(guarded_api: Service, redis_url: str) -> Iterator[httpx.Client]:
 @pytest.fixture
 def worker(dres_env: dict[str, str], tmp_path: Path, services: list[Service]) -> Service:
     """A ready prefork ``dres worker`` with one pool process, on this test's empty Redis."""
-    argv = [sys.executable, "-m", "worker.cli", "worker", "-c", "1", "--without-heartbeat"]
+    argv = [sys.executable, "-m", "worker.edges.cli", "worker", "-c", "1", "--without-heartbeat"]
     process = _spawn("worker", argv, dres_env, tmp_path, services)
     process.wait(lambda: "ready." in process.log())
     return process
@@ -239,13 +239,13 @@ def script(tmp_path: Path) -> Script:
 
 @pytest.fixture
 def cli(dres_env: dict[str, str]) -> Cli:
-    """Run ``dres ARGS…`` (``python -m worker.cli``): ``cli(*args, env={…overrides})``."""
+    """Run ``dres ARGS…`` (``python -m worker.edges.cli``): ``cli(*args, env={…overrides})``."""
 
     def run(
         *args: str, env: dict[str, str] | None = None, timeout: float = 25
     ) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "worker.cli", *args],
+            [sys.executable, "-m", "worker.edges.cli", *args],
             cwd=ROOT,
             env={**dres_env, **(env or {})},
             capture_output=True,

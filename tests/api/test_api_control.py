@@ -30,9 +30,9 @@ from api_support import (
 
 from ledger.journal import build_journal
 from ledger.store import Ledger
-from worker.demo_tools import outbox
-from worker.runtime import Runtime
-from worker.settings import Settings
+from worker.base.settings import Settings
+from worker.dev.demo_tools import outbox
+from worker.edges.runtime import Runtime
 
 
 def continue_(http: httpx.Client, turn_id: str, *, auto: bool) -> httpx.Response:

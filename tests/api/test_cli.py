@@ -28,8 +28,8 @@ from api_support import (
 
 from ledger import keys
 from ledger.store import Ledger
-from worker.redis_server import free_port
-from worker.runtime import Runtime
+from worker.dev.redis_server import free_port
+from worker.edges.runtime import Runtime
 
 TURN_ID = re.compile(r"^turn_[0-9a-f]{32}$")
 #: a line of ``dres watch``: the stream id, the chunk, the event type
@@ -125,7 +125,7 @@ def test_every_command_exits_2_with_one_line_naming_redis_when_redis_is_unreacha
         (
             command,
             subprocess.Popen(
-                [sys.executable, "-m", "worker.cli", *command],
+                [sys.executable, "-m", "worker.edges.cli", *command],
                 cwd=ROOT,
                 env=env,
                 stdout=subprocess.PIPE,
@@ -175,7 +175,7 @@ def test_dres_watch_of_a_continued_turn_follows_it_past_its_earlier_stop(
     turn_id = crashed_stop(runtime)
     assert runtime.lifecycle.continue_turn(turn_id, auto=False).ok  # queued again, no worker
     watch = subprocess.Popen(
-        [sys.executable, "-m", "worker.cli", "watch", turn_id],
+        [sys.executable, "-m", "worker.edges.cli", "watch", turn_id],
         cwd=ROOT,
         env=dres_env,
         stdout=subprocess.PIPE,

@@ -22,12 +22,12 @@ from ledger import keys
 from ledger.events import Event, Resumed, RunStarted, ToolBlocked, ToolDone, ToolStart, TurnEnded
 from ledger.signature import input_signature
 from ledger.turn import Step, TurnMeta, TurnStatus
-from worker.demo_tools import outbox
+from worker.base.settings import load_settings
+from worker.dev.demo_tools import outbox
+from worker.engine.loop import AgentLoop
+from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
+from worker.engine.recorder import Recorder, RunContext
 from worker.lifecycle.reaper import Reaper
-from worker.loop import AgentLoop
-from worker.models.base import ChatModel, ModelEvent, ModelRequest
-from worker.recorder import Recorder, RunContext
-from worker.settings import load_settings
 
 EMAIL = {"to": "ada@example.com", "subject": "Launch", "body": "Friday at 10."}
 SEND = {"text": "Sending.", "tool_calls": [{"name": "send_email", "input": EMAIL}]}

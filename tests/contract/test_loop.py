@@ -17,10 +17,10 @@ from ledger.codec import Envelope
 from ledger.events import Resumed, Text, TurnEnded
 from ledger.note import COMPLETED_HEADER, INTERRUPTED_HEADER
 from ledger.store import Ledger
-from worker.demo_tools import outbox
-from worker.history import NUDGE, build_messages
-from worker.models.base import ModelRequest, TextDelta, UserMessage
-from worker.settings import load_settings
+from worker.base.settings import load_settings
+from worker.dev.demo_tools import outbox
+from worker.engine.history import NUDGE, build_messages
+from worker.engine.models.base import ModelRequest, TextDelta, UserMessage
 
 EMAIL = {"to": "ada@example.com", "subject": "Launch", "body": "Friday at 10."}
 SEND = {"text": "Sending.", "tool_calls": [{"name": "send_email", "input": EMAIL}]}

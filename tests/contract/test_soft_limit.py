@@ -20,7 +20,7 @@ from harness import Harness, SeqIds
 from sample_tools import SimulatedSoftLimit, effects
 
 from ledger.events import ToolDone
-from worker.redis_server import RedisServer
+from worker.dev.redis_server import RedisServer
 
 DONE = {"text": "Done."}
 

@@ -2,8 +2,8 @@
 
 Every test that asks for them gets an empty Redis (``flushall``), the dres environment (0.5 s
 soft limits, a fast reaper) in this process and in its workers, a ``Runtime`` built from the same
-settings, and ``start_worker``, a factory of ``python -m worker.cli worker`` subprocesses, each in
-its own session. The finalizer stops every worker by PID (SIGTERM, wait, then SIGKILL of its
+settings, and ``start_worker``, a factory of ``python -m worker.edges.cli worker`` subprocesses,
+each in its own session. The finalizer stops every worker by PID (SIGTERM, wait, then SIGKILL of its
 process group), so no test leaves one running.
 """
 
@@ -20,17 +20,17 @@ import pytest
 import redis
 from integration_support import close_runtime
 
-from worker.redis_server import RedisServer
-from worker.runtime import Runtime
-from worker.settings import Settings, load_settings
-from worker.worker_process import WorkerProcess
+from worker.base.settings import Settings, load_settings
+from worker.dev.redis_server import RedisServer
+from worker.dev.worker_process import WorkerProcess
+from worker.edges.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[2]
 TESTS = ROOT / "tests"
 
 #: the dres settings of these tests (seconds): a lease of 1 s, renewed every third of it
 DRES_ENV = {
-    "DRES_TOOLS": "worker.demo_tools,sample_tools",
+    "DRES_TOOLS": "worker.dev.demo_tools,sample_tools",
     "DRES_SOFT_LIMIT_S": "0.5",
     "DRES_HARD_LIMIT_S": "3",
     "DRES_BG_SOFT_LIMIT_S": "0.5",

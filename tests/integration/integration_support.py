@@ -15,9 +15,9 @@ import redis
 
 from ledger.events import Event
 from ledger.store import Ledger
-from worker.runtime import Runtime
-from worker.settings import Settings
-from worker.worker_process import WorkerProcess as WorkerProcess  # re-exported for the tests
+from worker.base.settings import Settings
+from worker.dev.worker_process import WorkerProcess as WorkerProcess  # re-exported for the tests
+from worker.edges.runtime import Runtime
 
 #: seconds between looks at something that cannot be waited on with XREAD BLOCK
 POLL_S = 0.02

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from chaos.runner import run, table
-from worker.redis_server import RedisServer
+from worker.dev.redis_server import RedisServer
 
 TRIALS = 20
 SEED = 20261202

@@ -18,9 +18,9 @@ from integration_support import (
 )
 from sample_tools import effects
 
-from worker.client import enqueue
-from worker.demo_tools import outbox
-from worker.runtime import Runtime
+from worker.dev.demo_tools import outbox
+from worker.edges.client import enqueue
+from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
 

@@ -22,9 +22,9 @@ from integration_support import (
     wait_for,
 )
 
+from worker.base.settings import Settings
+from worker.edges.runtime import Runtime
 from worker.lifecycle import Outcome
-from worker.runtime import Runtime
-from worker.settings import Settings
 
 pytestmark = pytest.mark.redis_server
 

@@ -9,14 +9,14 @@ from pathlib import Path
 
 import pytest
 
-from worker.redis_server import RedisServer
+from worker.dev.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 def run_demo(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "worker.cli", "demo"],
+        [sys.executable, "-m", "worker.edges.cli", "demo"],
         cwd=ROOT,
         env=env,
         capture_output=True,

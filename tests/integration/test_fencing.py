@@ -13,10 +13,10 @@ from integration_support import DONE, WorkerProcess, ended, of, send, show, wait
 
 from ledger.errors import FencedOut, TransitionRefused
 from ledger.events import Text
-from worker.demo_tools import outbox
-from worker.loop import RunResult
-from worker.recorder import Recorder, RunContext
-from worker.runtime import Runtime
+from worker.dev.demo_tools import outbox
+from worker.edges.runtime import Runtime
+from worker.engine.loop import RunResult
+from worker.engine.recorder import Recorder, RunContext
 
 pytestmark = pytest.mark.redis_server
 

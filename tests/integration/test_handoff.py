@@ -27,12 +27,12 @@ from integration_support import (
 )
 
 from ledger import keys
-from worker.client import enqueue
-from worker.demo_tools import outbox
+from worker.base.settings import Settings
+from worker.dev.demo_tools import outbox
+from worker.edges.client import enqueue
+from worker.edges.runtime import CeleryDispatcher, Runtime
+from worker.engine.recorder import RunContext
 from worker.lifecycle import Lifecycle
-from worker.recorder import RunContext
-from worker.runtime import CeleryDispatcher, Runtime
-from worker.settings import Settings
 
 pytestmark = pytest.mark.redis_server
 

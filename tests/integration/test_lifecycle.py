@@ -25,10 +25,10 @@ from integration_support import (
 
 from ledger import keys
 from ledger.events import Event
-from worker.client import enqueue
-from worker.demo_tools import outbox
-from worker.runtime import Runtime
-from worker.settings import Settings, load_settings
+from worker.base.settings import Settings, load_settings
+from worker.dev.demo_tools import outbox
+from worker.edges.client import enqueue
+from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
 

@@ -20,11 +20,11 @@ from integration_support import (
     wait_until,
 )
 
-from worker.client import enqueue
-from worker.demo_tools import outbox
-from worker.recorder import RunContext
-from worker.runtime import Runtime
-from worker.settings import Settings
+from worker.base.settings import Settings
+from worker.dev.demo_tools import outbox
+from worker.edges.client import enqueue
+from worker.edges.runtime import Runtime
+from worker.engine.recorder import RunContext
 
 pytestmark = pytest.mark.redis_server
 

@@ -13,13 +13,13 @@ from hypothesis import strategies as st
 from ledger.events import Event, ModelDone, ModelStart, Resumed, RunEnded, RunStarted
 from ledger.journal import JournalBuilder, build_journal
 from ledger.note import journal_note
-from worker.history import (
+from worker.engine.history import (
     INTERRUPTED_RESULT,
     NUDGE,
     Conversation,
     build_messages,
 )
-from worker.models.base import AssistantMessage, ToolResultMessage, UserMessage
+from worker.engine.models.base import AssistantMessage, ToolResultMessage, UserMessage
 
 TOOLS = ("send_email", "charge_card")
 CALL_IDS = ("c1", "c2", "c3")

@@ -9,9 +9,9 @@ from harness import KeptMessages
 from structlog.testing import capture_logs
 
 from ledger.store import Ledger
-from worker.clock import RandomIds, SystemClock
+from worker.base.clock import RandomIds, SystemClock
+from worker.base.settings import load_settings
 from worker.lifecycle import Lifecycle
-from worker.settings import load_settings
 
 
 def test_a_stop_check_that_cannot_reach_redis_says_no_and_warns(

@@ -17,20 +17,20 @@ from typing import Any
 
 import pytest
 
-from worker.clock import SystemClock
-from worker.errors import ConfigError, ModelError
-from worker.models import Models, make_model, providers
-from worker.models.base import (
+from worker.base.clock import SystemClock
+from worker.base.errors import ConfigError, ModelError
+from worker.engine.models import Models, make_model, providers
+from worker.engine.models.base import (
     AssistantMessage,
     ModelEvent,
     ModelRequest,
     TextDelta,
+    ToolCall,
     ToolResultMessage,
     ToolSchema,
     UserMessage,
 )
-from worker.models.providers import AnthropicModel, OpenAIModel
-from worker.tools.calls import ToolCall
+from worker.engine.models.providers import AnthropicModel, OpenAIModel
 
 IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 #: seconds any one request may take before the SDK gives up

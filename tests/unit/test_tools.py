@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from worker.errors import ToolDefinitionError
-from worker.tools import Registry, ToolContext, tool
-from worker.tools.context import idempotency_key
-from worker.tools.registry import SPEC_ATTR, ToolSpec
+from worker.base.errors import ToolDefinitionError
+from worker.engine.tools import Registry, ToolContext, tool
+from worker.engine.tools.context import idempotency_key
+from worker.engine.tools.registry import SPEC_ATTR, ToolSpec
 
 
 def spec_of(fn: Any) -> ToolSpec:
@@ -59,7 +59,7 @@ def test_a_read_only_tool_cannot_declare_write_options() -> None:
 
 
 def test_the_registry_loads_the_tools_of_the_dres_tools_modules() -> None:
-    registry = Registry.from_modules(["worker.demo_tools"])
+    registry = Registry.from_modules(["worker.dev.demo_tools"])
     assert registry.names() == ["create_ticket", "get_ticket", "list_outbox", "send_email"]
     assert registry.read_only_names() == ["get_ticket", "list_outbox"]
     assert registry.tools["create_ticket"].idempotent

@@ -6,9 +6,8 @@ runs it records, keeps a running run's lease alive (``heartbeat``) and looks for
 moving (``reaper``). The Celery task, the API, the CLI and the test harness all go through
 ``Lifecycle``.
 
-May import: ``ledger``, the engine (``worker.loop``, ``worker.recorder``, ``worker.tools``), the
-ground floor (``worker.settings``, ``worker.clock``, ``worker.errors``). Never the edges (API,
-CLI, Celery wiring) or ``tasks``.
+May import: ``ledger``, ``worker.base``, ``worker.engine``. Never the edges (API, CLI, Celery
+wiring), ``dev`` or ``tasks``.
 """
 
 from worker.lifecycle.dispatch import Dispatcher

@@ -14,11 +14,11 @@ from ledger.events import Event, RunEnded, TurnEnded
 from ledger.store import Ledger, MetaValue
 from ledger.turn import Step, TurnMeta, TurnStatus
 from ledger.turns import EXPIRE, TurnStore
-from worker.clock import Clock, Ids
-from worker.failpoints import OFF, Failpoints
+from worker.base.clock import Clock, Ids
+from worker.base.failpoints import OFF, Failpoints
+from worker.base.settings import Settings
+from worker.engine.recorder import RunContext
 from worker.lifecycle.dispatch import Dispatcher
-from worker.recorder import RunContext
-from worker.settings import Settings
 
 log = structlog.get_logger("dres.lifecycle")
 

@@ -11,9 +11,9 @@ import structlog
 from ledger.errors import FencedOut, LedgerError, TransitionRefused
 from ledger.store import MetaValue
 from ledger.turn import Step, StopCode, TurnStatus
+from worker.engine.loop import AgentLoop, RunResult
+from worker.engine.recorder import RunContext
 from worker.lifecycle.base import LifecycleBase
-from worker.loop import AgentLoop, RunResult
-from worker.recorder import RunContext
 
 log = structlog.get_logger("dres.lifecycle")
 

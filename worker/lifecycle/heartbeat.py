@@ -17,8 +17,8 @@ import structlog
 
 from ledger.errors import LedgerError
 from ledger.turns import TurnStore
-from worker.clock import Clock
-from worker.recorder import RunContext
+from worker.base.clock import Clock
+from worker.engine.recorder import RunContext
 
 log = structlog.get_logger("dres.heartbeat")
 

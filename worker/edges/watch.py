@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import itertools
-import json
 import sys
 from typing import Any, TextIO
 
 from ledger.events import Event
+from ledger.note import shown
 from ledger.store import Ledger
 
 SPINNER = "|/-\\"
@@ -18,6 +18,10 @@ LABELS = {
     "completed": "Completed",
     "stopped": "Stopped",
 }
+#: values an event's line leaves out
+EMPTY: tuple[object, ...] = (None, "", [], {})
+#: characters of a value shown in an event's line
+SHOWN_CHARS = 80
 #: milliseconds each live read waits before the status line is refreshed
 POLL_MS = 250
 
@@ -28,12 +32,9 @@ def describe(event: Event) -> str:
         data.pop(name, None)
     if event.type == "text":
         return repr(data["text"])
-    return " ".join(f"{k}={_short(v)}" for k, v in data.items() if v not in (None, "", [], {}))
-
-
-def _short(value: Any, limit: int = 80) -> str:
-    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    return " ".join(
+        f"{k}={shown(v, SHOWN_CHARS)}" for k, v in data.items() if v not in (None, "", [], {})
+    )
 
 
 def watch(ledger: Ledger, turn_id: str, out: TextIO = sys.stdout) -> str:

@@ -29,16 +29,6 @@ INTERRUPTED_REFUSAL = (
 
 
 @dataclass(frozen=True)
-class ToolCall:
-    """A tool call as the model asked for it."""
-
-    name: str
-    input: Any
-    #: the provider's id for the call, if it gave one
-    id: str | None = None
-
-
-@dataclass(frozen=True)
 class ToolOutcome:
     call_id: str
     tool: str

@@ -32,17 +32,17 @@ from ledger.events import (
 from ledger.journal import Journal, JournalBuilder, build_journal
 from ledger.note import journal_note
 from ledger.store import Ledger
-from worker.clock import Clock, Ids
-from worker.errors import JournalUnreadable, ModelError, TurnCancelled
-from worker.failpoints import OFF, Failpoints
-from worker.history import Conversation
-from worker.models.base import ChatModel, ModelRequest, TextDelta, ToolSchema
-from worker.recorder import Recorder, RunContext
-from worker.settings import Settings
-from worker.tools.calls import Attempt, ToolCall
-from worker.tools.executor import ToolExecutor
-from worker.tools.guard import DeferSignals
-from worker.tools.registry import Registry
+from worker.base.clock import Clock, Ids
+from worker.base.errors import JournalUnreadable, ModelError, TurnCancelled
+from worker.base.failpoints import OFF, Failpoints
+from worker.base.settings import Settings
+from worker.engine.history import Conversation
+from worker.engine.models.base import ChatModel, ModelRequest, TextDelta, ToolCall, ToolSchema
+from worker.engine.recorder import Recorder, RunContext
+from worker.engine.tools.calls import Attempt
+from worker.engine.tools.executor import ToolExecutor
+from worker.engine.tools.guard import DeferSignals
+from worker.engine.tools.registry import Registry
 
 log = structlog.get_logger("dres.loop")
 

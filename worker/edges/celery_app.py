@@ -21,9 +21,9 @@ from typing import Any
 
 import structlog
 from celery import Celery, signals
-from kombu import Queue
+from kombu.entity import Queue
 
-from worker.settings import Settings
+from worker.base.settings import Settings
 
 #: the chunk task's registered names, per mode (dispatch goes by name: worker never imports tasks)
 CHUNK_TASK = "dres.run_chunk"

@@ -7,9 +7,9 @@ from functools import lru_cache
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-from worker.errors import ConfigError
+from worker.base.errors import ConfigError
 
-DEMO_TOOLS = "worker.demo_tools"
+DEMO_TOOLS = "worker.dev.demo_tools"
 
 
 class Settings(BaseSettings):
@@ -62,7 +62,7 @@ class Settings(BaseSettings):
     visibility_timeout_s: float = Field(0.0, ge=0)
     #: seconds between checks of the Stop flag while the model is waiting or streaming
     cancel_poll_s: float = Field(0.2, gt=0)
-    #: arm the chaos runner's failpoints (worker.failpoints); never in production
+    #: arm the chaos runner's failpoints (worker.base.failpoints); never in production
     failpoints: bool = False
     #: resume naively: no journal note, no hard-block, no interrupted-write guard. Only for
     #: ``make chaos NAIVE=1``, which counts the duplicate effects dres prevents; never in production

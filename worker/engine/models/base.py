@@ -6,7 +6,15 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from worker.tools.calls import ToolCall
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call as the model asked for it."""
+
+    name: str
+    input: Any
+    #: the provider's id for the call, if it gave one
+    id: str | None = None
 
 
 @dataclass(frozen=True)
@@ -62,7 +70,7 @@ class ModelRequest:
 
 
 class ChatModel(Protocol):
-    """A streaming chat model. Failures raise ``worker.errors.ModelError`` with a code."""
+    """A streaming chat model. Failures raise ``worker.base.errors.ModelError`` with a code."""
 
     name: str
 

@@ -25,20 +25,20 @@ from ledger.errors import SignatureError
 from ledger.events import ToolBlocked, ToolDone, ToolStart
 from ledger.journal import Journal, JournalEntry
 from ledger.signature import input_signature
-from worker.failpoints import OFF, Failpoints
-from worker.recorder import Recorder
-from worker.tools.calls import (
+from worker.base.failpoints import OFF, Failpoints
+from worker.engine.models.base import ToolCall
+from worker.engine.recorder import Recorder
+from worker.engine.tools.calls import (
     ALREADY_COMPLETED,
     INTERRUPTED_REFUSAL,
     REWORDED_REFUSAL,
     Attempt,
-    ToolCall,
     ToolOutcome,
     error_result,
 )
-from worker.tools.context import Reconciliation, ToolContext, idempotency_key
-from worker.tools.guard import DeferSignals
-from worker.tools.registry import Registry, ToolSpec
+from worker.engine.tools.context import Reconciliation, ToolContext, idempotency_key
+from worker.engine.tools.guard import DeferSignals
+from worker.engine.tools.registry import Registry, ToolSpec
 
 log = structlog.get_logger("dres.executor")
 

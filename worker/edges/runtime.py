@@ -16,19 +16,19 @@ from celery import Celery
 
 from ledger.cache import EventCache
 from ledger.store import Ledger
-from worker.celery_app import chunk_task, create_app
-from worker.clock import Clock, Ids, RandomIds, SystemClock
-from worker.errors import TurnCancelled
-from worker.failpoints import OFF, Failpoints
+from worker.base.clock import Clock, Ids, RandomIds, SystemClock
+from worker.base.errors import TurnCancelled
+from worker.base.failpoints import OFF, Failpoints
+from worker.base.settings import Settings
+from worker.edges.celery_app import chunk_task, create_app
+from worker.engine.loop import AgentLoop
+from worker.engine.models import Models
+from worker.engine.recorder import RunContext
+from worker.engine.tools import Registry
 from worker.lifecycle import Lifecycle
 from worker.lifecycle.dispatch import run_ids, task_id
 from worker.lifecycle.heartbeat import Heartbeat
 from worker.lifecycle.reaper import Reaper
-from worker.loop import AgentLoop
-from worker.models import Models
-from worker.recorder import RunContext
-from worker.settings import Settings
-from worker.tools import Registry
 
 #: seconds: Redis socket timeouts of the worker's ledger client
 SOCKET_TIMEOUT_S = 30

@@ -13,7 +13,7 @@ import json
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated
+from typing import Annotated, Any
 
 import redis
 import redis.asyncio as aioredis
@@ -30,7 +30,9 @@ from ledger.codec import decode_entry, text
 from ledger.errors import CorruptTurn, EventDecodeError, UnknownTurn
 from ledger.journal import build_journal
 from ledger.turn import TurnMeta, continue_refusal
-from worker.api_schemas import (
+from worker.base.errors import ConfigError
+from worker.base.settings import Settings
+from worker.edges.api_schemas import (
     ERRORS,
     ID,
     Accepted,
@@ -41,10 +43,8 @@ from worker.api_schemas import (
     TurnStatus,
     journal_call,
 )
-from worker.client import enqueue
-from worker.errors import ConfigError
-from worker.runtime import Runtime
-from worker.settings import Settings
+from worker.edges.client import enqueue
+from worker.edges.runtime import Runtime
 
 #: bytes: the largest request body accepted
 MAX_BODY_BYTES = 256 * 1024
@@ -339,7 +339,7 @@ async def _sse(
     last = start
     block: int | None = None  # the first read replays without waiting
     while True:
-        reply = await reader.xread({stream: last}, count=200, block=block)
+        reply: Any = await reader.xread({stream: last}, count=200, block=block)
         entries = [entry for _, batch in (reply or []) for entry in batch]
         ended = False
         for stream_id, fields in entries:

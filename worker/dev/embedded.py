@@ -12,8 +12,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from worker.errors import ConfigError
-from worker.redis_server import RedisServer, RedisServerError, free_port
+from worker.base.errors import ConfigError
+from worker.dev.redis_server import RedisServer, RedisServerError, free_port
 
 
 @dataclass(frozen=True)

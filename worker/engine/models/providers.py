@@ -15,20 +15,22 @@ import json
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, ClassVar
 
-from worker.errors import ConfigError, ModelError
-from worker.models.base import (
+from ledger.note import shorten
+from worker.base.errors import ConfigError, ModelError
+from worker.engine.models.base import (
     AssistantMessage,
     ChatModel,
     Message,
     ModelEvent,
     ModelRequest,
     TextDelta,
+    ToolCall,
     ToolResultMessage,
     UserMessage,
 )
-from worker.tools.calls import ToolCall
 
 #: tokens one model response may generate
 DEFAULT_MAX_TOKENS = 4096
@@ -36,6 +38,7 @@ DEFAULT_MAX_TOKENS = 4096
 DEFAULT_MAX_RETRIES = 2
 #: characters of a provider's error message kept in a ModelError
 MESSAGE_CHARS = 300
+_cut = partial(shorten, limit=MESSAGE_CHARS)
 
 #: HTTP statuses with a code of their own (529 is Anthropic's "overloaded", a rate limit by
 #: CONTRACT §7.7); any other is ``http_5xx`` (5xx) or ``invalid_request`` (4xx)
@@ -348,8 +351,3 @@ def _transport_errors() -> tuple[tuple[type[Exception], ...], tuple[type[Excepti
     them while a streamed body is being read."""
     libs = [sys.modules[n] for n in ("httpx", "httpx2") if n in sys.modules]
     return tuple(m.TimeoutException for m in libs), tuple(m.RequestError for m in libs)
-
-
-def _cut(text: str) -> str:
-    text = " ".join(text.split())
-    return text if len(text) <= MESSAGE_CHARS else text[: MESSAGE_CHARS - 1] + "…"

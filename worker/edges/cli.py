@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING, NoReturn
 
 import redis
 
-from ledger.errors import LedgerError
-from worker.errors import ConfigError, DresError
+from ledger.errors import DresBaseError
+from worker.base.errors import ConfigError
 
 if TYPE_CHECKING:
-    from worker.runtime import Runtime
+    from worker.edges.runtime import Runtime
 
 #: exit status for bad input, bad configuration or an unreachable Redis
 USAGE_ERROR = 2
@@ -29,20 +29,20 @@ def _fail(message: str) -> int:
 
 
 def _runtime() -> Runtime:
-    from worker.runtime import Runtime
-    from worker.settings import load_settings
+    from worker.base.settings import load_settings
+    from worker.edges.runtime import Runtime
 
     return Runtime.from_settings(load_settings())
 
 
 def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
-    from worker.worker_main import run_worker
+    from worker.edges.worker_main import run_worker
 
     return run_worker(extra, reaper=not args.no_reaper)
 
 
 def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
-    from worker.demo import run_demo
+    from worker.dev.demo import run_demo
 
     return run_demo()
 
@@ -50,9 +50,9 @@ def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_api(args: argparse.Namespace, extra: list[str]) -> int:
     import uvicorn
 
-    from worker.api import create_api
-    from worker.logging import configure_logging
-    from worker.settings import load_settings
+    from worker.base.logging import configure_logging
+    from worker.base.settings import load_settings
+    from worker.edges.api import create_api
 
     settings = load_settings()
     if not _loopback(args.host) and not settings.api_token:
@@ -72,7 +72,7 @@ def _loopback(host: str) -> bool:
 
 
 def cmd_enqueue(args: argparse.Namespace, extra: list[str]) -> int:
-    from worker.client import enqueue
+    from worker.edges.client import enqueue
 
     mode = "background" if args.background else "foreground"
     turn = enqueue(
@@ -83,7 +83,7 @@ def cmd_enqueue(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_watch(args: argparse.Namespace, extra: list[str]) -> int:
-    from worker.watch import watch
+    from worker.edges.watch import watch
 
     status = watch(_runtime().ledger, args.turn_id)
     return 0 if status == "completed" else REFUSED
@@ -194,7 +194,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"unexpected arguments: {' '.join(extra)}")
     try:
         return COMMANDS[args.command](args, extra)
-    except (DresError, LedgerError, ValueError) as e:
+    except DresBaseError as e:
         return _fail(str(e))
     except redis.ConnectionError as e:
         return _fail(f"cannot reach Redis: {e}")

@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections import OrderedDict
 from importlib import resources
 
-from worker.clock import Clock
-from worker.errors import ConfigError
-from worker.models.base import ChatModel, ModelRequest
-from worker.models.scripted import Script, ScriptedModel
+from worker.base.clock import Clock
+from worker.base.errors import ConfigError
+from worker.engine.models.base import ChatModel, ModelRequest
+from worker.engine.models.scripted import Script, ScriptedModel
 
 __all__ = ["ChatModel", "ModelRequest", "Models", "make_model"]
 
@@ -19,7 +19,7 @@ DEFAULT_MAX_ADAPTERS = 8
 
 
 def demo_script_path() -> str:
-    return str(resources.files("worker").joinpath("scripts", "demo.json"))
+    return str(resources.files("worker.dev").joinpath("scripts", "demo.json"))
 
 
 def make_model(spec: str | None, clock: Clock) -> ChatModel:
@@ -31,7 +31,7 @@ def make_model(spec: str | None, clock: Clock) -> ChatModel:
     if kind in PROVIDERS:
         if not arg:
             raise ConfigError(f"model spec {spec!r}: name the model, e.g. {kind}:MODEL")
-        from worker.models import providers
+        from worker.engine.models import providers
 
         return providers.make(kind, arg)
     raise ConfigError(

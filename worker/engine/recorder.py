@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 from ledger.events import Event
 from ledger.lease import Lease
 from ledger.store import Ledger
-from worker.clock import Clock, Ids
+from worker.base.clock import Clock, Ids
 
 E = TypeVar("E", bound=Event)
 

@@ -7,11 +7,11 @@ from typing import Any
 import structlog
 from celery import signals
 
-from worker.errors import ConfigError
+from worker.base.errors import ConfigError
+from worker.base.logging import configure_logging
+from worker.base.settings import load_settings
+from worker.edges.runtime import Runtime
 from worker.lifecycle.reaper import ReaperThread
-from worker.logging import configure_logging
-from worker.runtime import Runtime
-from worker.settings import load_settings
 
 log = structlog.get_logger("dres.worker")
 

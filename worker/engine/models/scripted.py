@@ -16,10 +16,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from worker.clock import Clock
-from worker.errors import ConfigError, ModelError
-from worker.models.base import ModelEvent, ModelRequest, TextDelta
-from worker.tools.calls import ToolCall
+from worker.base.clock import Clock
+from worker.base.errors import ConfigError, ModelError
+from worker.engine.models.base import ModelEvent, ModelRequest, TextDelta, ToolCall
 
 FAILURES = {
     "gateway_timeout": ("gateway_timeout", "upstream gateway timed out (scripted)"),

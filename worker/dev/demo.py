@@ -9,21 +9,22 @@ completed with exactly one email sent.
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ledger.events import Event, Resumed, Text, ToolBlocked, TurnEnded
+from ledger.note import shown
 from ledger.store import Ledger
-from worker.client import enqueue
-from worker.demo_tools import outbox
-from worker.embedded import embedded_redis
-from worker.runtime import Runtime
-from worker.settings import load_settings
-from worker.worker_process import WorkerProcess
+from worker.base.settings import load_settings
+from worker.dev.demo_tools import outbox
+from worker.dev.embedded import embedded_redis
+from worker.dev.worker_process import WorkerProcess
+from worker.edges.client import enqueue
+from worker.edges.runtime import Runtime
 
 MESSAGE = "Email Ada the launch notes, then track the launch in a ticket."
 #: seconds: the demo's foreground soft / hard limits (the script's third step thinks for 5 s)
@@ -31,6 +32,8 @@ SOFT_LIMIT_S = 1.5
 HARD_LIMIT_S = 10.0
 #: seconds the demo waits for the turn before it gives up
 DEADLINE_S = 45.0
+#: characters of a value shown in a line of the timeline
+SHOWN_CHARS = 70
 
 
 def _env(url: str) -> dict[str, str]:
@@ -97,12 +100,12 @@ def _follow(ledger: Ledger, turn_id: str) -> list[Event]:
 def _describe(event: Event) -> str:
     data: dict[str, Any] = event.model_dump(mode="json")
     kind = event.type
-    detail = {
+    describe: dict[str, Callable[[], str]] = {
         "turn_started": lambda: repr(data["message"]),
         "run_started": lambda: f"cause={data['cause']} epoch={data['epoch']}",
         "resumed": lambda: f"cause={data['cause']} (the prompt gets the nudge and the note)",
-        "tool_start": lambda: f"{data['tool']} {_short(data['input'])}",
-        "tool_done": lambda: f"{data['tool']} -> {_short(data['result'])}",
+        "tool_start": lambda: f"{data['tool']} {shown(data['input'], SHOWN_CHARS)}",
+        "tool_done": lambda: f"{data['tool']} -> {shown(data['result'], SHOWN_CHARS)}",
         "tool_blocked": lambda: (
             f"{data['tool']} NOT RUN ({data['reason']}): journaled result returned"
         ),
@@ -114,14 +117,10 @@ def _describe(event: Event) -> str:
                 else ""
             )
         ),
-        "turn_ended": lambda: data["status"],
-    }.get(kind, lambda: "")()
+        "turn_ended": lambda: str(data["status"]),
+    }
+    detail = describe.get(kind, lambda: "")()
     return f"{kind:<14}{detail}"
-
-
-def _short(value: Any, limit: int = 70) -> str:
-    text = json.dumps(value, ensure_ascii=False)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _report(events: list[Event], runtime: Runtime, turn_id: str) -> bool:
@@ -132,7 +131,9 @@ def _report(events: list[Event], runtime: Runtime, turn_id: str) -> bool:
     blocked = [e for e in events if isinstance(e, ToolBlocked)]
     print(f"\nDuplicates the executor refused to run again: {len(blocked)}")
     for event in blocked:
-        print(f"  - {event.tool} {_short(event.input)} -> matched {event.matched_call_id}")
+        print(
+            f"  - {event.tool} {shown(event.input, SHOWN_CHARS)} -> matched {event.matched_call_id}"
+        )
     sent = [m for m in outbox(runtime.redis) if m.get("turn_id") == turn_id]
     print(f"\nOutbox: {len(sent)} email(s) sent by this turn")
     for message in sent:

@@ -13,12 +13,12 @@ import inspect
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ConfigDict, create_model
 
-from worker.errors import ToolDefinitionError
-from worker.tools.context import Reconciliation, ToolContext
+from worker.base.errors import ToolDefinitionError
+from worker.engine.tools.context import Reconciliation, ToolContext
 
 #: attribute under which ``@tool`` leaves a function's spec
 SPEC_ATTR = "__dres_tool__"
@@ -70,10 +70,28 @@ def _input_model(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], bo
         annotation = Any if param.annotation is param.empty else param.annotation
         default = ... if param.default is param.empty else param.default
         fields[param.name] = (annotation, default)
-    model = create_model(  # type: ignore[call-overload]
-        f"{name}_input", __config__=ConfigDict(extra="forbid"), **fields
-    )
+    model = create_model(f"{name}_input", __config__=ConfigDict(extra="forbid"), **fields)
     return model, wants_ctx
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+@overload
+def tool(fn: F) -> F: ...
+
+
+@overload
+def tool(
+    fn: None = None,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    read_only: bool = False,
+    identity: Iterable[str] | None = None,
+    idempotent: bool = False,
+    reconcile: Reconcile | None = None,
+) -> Callable[[F], F]: ...
 
 
 def tool(
@@ -88,7 +106,7 @@ def tool(
 ) -> Any:
     """Declare a tool. ``@tool`` or ``@tool(read_only=True)``, ``@tool(identity=[...])``, …"""
 
-    def decorate(func: Callable[..., Any]) -> Callable[..., Any]:
+    def decorate(func: F) -> F:
         tool_name = name or func.__name__
         model, wants_ctx = _input_model(func, tool_name)
         ident = tuple(identity or ())

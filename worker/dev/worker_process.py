@@ -40,11 +40,11 @@ class WorkerProcess:
         extra: Sequence[str] = (),
         ready: bool = True,
     ) -> WorkerProcess:
-        """``python -m worker.cli worker -c N`` with ``env``, its output in ``log_path``."""
+        """``python -m worker.edges.cli worker -c N`` with ``env``, its output in ``log_path``."""
         argv = [
             sys.executable,
             "-m",
-            "worker.cli",
+            "worker.edges.cli",
             "worker",
             "-c",
             str(concurrency),

@@ -1,7 +1,7 @@
 """Structured logging: structlog for dres's own logs, stdlib logs (Celery, the ledger) through it.
 
 Context such as ``turn_id``, ``run_id`` and ``chunk`` is bound once per task in contextvars (see
-``worker.celery_app``) and merged into every log line of that task.
+``worker.edges.celery_app``) and merged into every log line of that task.
 """
 
 from __future__ import annotations

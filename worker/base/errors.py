@@ -1,10 +1,25 @@
-"""Errors of the worker package. One root, shallow, picklable (plain args only)."""
+"""Errors of the worker package. One root, shallow, picklable (plain args only).
+
+``DresError`` derives from ``ledger.errors.DresBaseError``, as ``LedgerError`` does. Interrupts
+are another tier: ``Interrupt`` is a ``BaseException``, so no ``except Exception`` in a tool, an
+SDK or a retry helper can swallow a Stop (as Celery's soft limit, an ``Exception``, can be).
+"""
 
 from __future__ import annotations
 
+from ledger.errors import DresBaseError
 
-class DresError(Exception):
+
+class DresError(DresBaseError):
     """Root of every error the worker raises on purpose."""
+
+
+class InvalidInput(DresError):
+    """A request names something unusable (an empty message, an unknown mode)."""
+
+
+class Interrupt(BaseException):
+    """Ends the running run at the point it is raised, past every ``except Exception``."""
 
 
 class ConfigError(DresError):
@@ -19,7 +34,7 @@ class JournalUnreadable(DresError):
     """A resumed run could not read its turn's ledger, so it must not run writes blind."""
 
 
-class TurnCancelled(DresError):
+class TurnCancelled(Interrupt):
     """Stop was requested for the turn; the run ends at this safe point."""
 
 

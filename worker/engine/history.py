@@ -28,8 +28,13 @@ from ledger.events import (
 )
 from ledger.journal import Journal
 from ledger.note import entry_line
-from worker.models.base import AssistantMessage, Message, ToolResultMessage, UserMessage
-from worker.tools.calls import ToolCall
+from worker.engine.models.base import (
+    AssistantMessage,
+    Message,
+    ToolCall,
+    ToolResultMessage,
+    UserMessage,
+)
 
 NUDGE = (
     "Continue from where you left off and finish the user's original request. Do not repeat "
