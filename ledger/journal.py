@@ -74,16 +74,13 @@ class JournalBuilder:
     (``ledger.cache.EventCache.fold``) can be continued by a run without changing it.
     """
 
-    __slots__ = ("_completed", "_open", "_order", "lines")
+    __slots__ = ("_completed", "_open", "_order")
 
     def __init__(self) -> None:
         self._open: list[_Open] = []
         #: (order of the start, entry), kept sorted by the order of the starts
         self._completed: list[tuple[int, JournalEntry]] = []
         self._order = 0
-        #: what ``ledger.note.journal_note`` made of each completed entry, by the entry's
-        #: identity: entries outlive the builder's steps and copies, and so do their lines
-        self.lines: dict[int, tuple[JournalEntry, str]] = {}
 
     def feed(self, events: Iterable[Event]) -> JournalBuilder:
         open_calls, completed, order = self._open, self._completed, self._order
@@ -119,7 +116,6 @@ class JournalBuilder:
         twin._open = list(self._open)  # an _Open is never changed once made
         twin._completed = list(self._completed)
         twin._order = self._order
-        twin.lines = self.lines  # shared: a line depends on its entry only
         return twin
 
 

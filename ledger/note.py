@@ -9,9 +9,11 @@ journal has no note.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any
 
-from ledger.journal import Journal, JournalEntry
+from ledger.events import Event
+from ledger.journal import Journal, JournalBuilder, JournalEntry
 
 #: characters of a call's input shown in the note
 INPUT_CHARS = 120
@@ -67,7 +69,12 @@ def entry_line(entry: JournalEntry, with_result: bool) -> str:
     return text
 
 
-def _completed_line(entry: JournalEntry, made: dict[int, tuple[JournalEntry, str]] | None) -> str:
+#: lines of completed entries made before, by entry identity (the entry is kept beside its line,
+#: so an identity reused by a later object is told apart)
+Lines = dict[int, tuple[JournalEntry, str]]
+
+
+def _completed_line(entry: JournalEntry, made: Lines | None) -> str:
     if made is None:
         return entry_line(entry, with_result=True)
     kept = made.get(id(entry))
@@ -76,14 +83,46 @@ def _completed_line(entry: JournalEntry, made: dict[int, tuple[JournalEntry, str
     return kept[1]
 
 
-def journal_note(
-    journal: Journal, made: dict[int, tuple[JournalEntry, str]] | None = None
-) -> str | None:
-    """The note for a resume prompt, or None when the journal is empty.
+def journal_note(journal: Journal) -> str | None:
+    """The note for a resume prompt, or None when the journal is empty."""
+    return _note(journal, None)
 
-    ``made``: the lines of completed entries made before, by entry identity, reused and added
-    to (``JournalBuilder.lines``): a long turn's note is then made of mostly ready lines.
+
+class NoteFold:
+    """The note as a fold over a turn's events: the journal's fold, and the line of each
+    completed call made once, so a long turn's note is made of mostly ready lines. ``copy()``
+    continues independently and shares the lines (a line depends on its entry only); a process's
+    ``EventCache`` keeps this fold per turn beside the conversation's.
     """
+
+    __slots__ = ("_journal", "_lines")
+
+    def __init__(self) -> None:
+        self._journal = JournalBuilder()
+        self._lines: Lines = {}
+
+    def feed(self, events: Iterable[Event]) -> NoteFold:
+        self._journal.feed(events)
+        return self
+
+    def copy(self) -> NoteFold:
+        twin = NoteFold()
+        twin._journal = self._journal.copy()
+        twin._lines = self._lines
+        return twin
+
+    def journal(self) -> Journal:
+        return self._journal.journal()
+
+    def note(self) -> str | None:
+        return _note(self.journal(), self._lines)
+
+    def kept_lines(self) -> list[tuple[JournalEntry, str]]:
+        """The completed calls' lines made so far (for tests and diagnostics)."""
+        return list(self._lines.values())
+
+
+def _note(journal: Journal, made: Lines | None) -> str | None:
     if not journal:
         return None
     lines = [LEAD]

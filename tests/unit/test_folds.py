@@ -11,8 +11,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ledger.events import Event, ModelDone, ModelStart, Resumed, RunEnded, RunStarted
-from ledger.journal import JournalBuilder, build_journal
-from ledger.note import journal_note
+from ledger.journal import build_journal
+from ledger.note import NoteFold, journal_note
 from worker.engine.history import (
     INTERRUPTED_RESULT,
     NUDGE,
@@ -96,16 +96,16 @@ def test_a_journal_fed_in_two_parts_through_a_copy_equals_the_whole(
 ) -> None:
     events = to_events(plan)
     cut = data.draw(st.integers(0, len(events)), label="cut")
-    first = JournalBuilder().feed(events[:cut])
-    early_note = journal_note(first.journal(), first.lines)  # lines made before the copy
+    first = NoteFold().feed(events[:cut])
+    early_note = first.note()  # lines made before the copy
 
     continued = first.copy().feed(events[cut:])
 
     assert continued.journal() == build_journal(events)
     assert first.journal() == build_journal(events[:cut])
     # the lines made for the first part serve the whole, and make the same note
-    assert journal_note(continued.journal(), continued.lines) == journal_note(build_journal(events))
-    assert journal_note(first.journal(), first.lines) == early_note
+    assert continued.note() == journal_note(build_journal(events))
+    assert first.note() == early_note
 
 
 def test_text_streamed_after_the_copy_goes_to_the_copy_only() -> None:
@@ -167,14 +167,14 @@ def test_the_step_counters_follow_model_calls_and_resumes() -> None:
 
 
 def test_a_completed_calls_note_line_is_made_once_for_a_builder_and_its_copies() -> None:
-    builder = JournalBuilder().feed(
+    fold = NoteFold().feed(
         [start("send_email", {"to": "a"}, call_id="c1"), done("send_email", "sent", call_id="c1")]
     )
-    journal_note(builder.journal(), builder.lines)
-    [(entry, line)] = builder.lines.values()
-    twin = builder.copy().feed([start("charge_card", {"amount": 5}, call_id="c2")])
+    fold.note()
+    [(entry, line)] = fold.kept_lines()
+    twin = fold.copy().feed([start("charge_card", {"amount": 5}, call_id="c2")])
 
-    note = journal_note(twin.journal(), twin.lines)
+    note = twin.note()
 
     assert note is not None and line in note and "charge_card" in note
-    assert list(twin.lines.values()) == [(entry, line)]  # interrupted calls' lines are not kept
+    assert twin.kept_lines() == [(entry, line)]  # interrupted calls' lines are not kept

@@ -29,8 +29,8 @@ from ledger.events import (
     Resumed,
     Text,
 )
-from ledger.journal import Journal, JournalBuilder, build_journal
-from ledger.note import journal_note
+from ledger.journal import Journal, build_journal
+from ledger.note import NoteFold, journal_note
 from ledger.store import Ledger
 from worker.base.clock import Clock, Ids
 from worker.base.errors import JournalUnreadable, ModelError, TurnCancelled
@@ -237,9 +237,9 @@ class AgentLoop:
             log.warning("journal note unavailable; resuming without it", error=repr(e))
             events = self._snapshot(run)
             return events, build_journal(events), None
-        builder = self._fold(run.turn_id, events, JournalBuilder)
-        journal = builder.journal()
-        note = journal_note(journal, builder.lines) if self.settings.journal_note else None
+        fold = self._fold(run.turn_id, events, NoteFold)
+        journal = fold.journal()
+        note = fold.note() if self.settings.journal_note else None
         return events, journal, note
 
     def _snapshot(self, run: RunContext) -> list[Event]:
