@@ -60,6 +60,20 @@ class RunContext:
         return self.cause != "first"
 
 
+def make_event(
+    cls: type[E], clock: Clock, ids: Ids, turn_id: str, run_id: str, chunk: int, **fields: Any
+) -> E:
+    """The one place an event's header is filled in: a new id, the clock's now, who wrote it."""
+    return cls(
+        event_id=ids.new("ev"),
+        ts=clock.now(),
+        turn_id=turn_id,
+        run_id=run_id,
+        chunk=chunk,
+        **fields,
+    )
+
+
 class Recorder:
     def __init__(
         self, ledger: Ledger, run: RunContext, clock: Clock, ids: Ids, events: list[Event]
@@ -72,11 +86,10 @@ class Recorder:
         self.events = events
         #: events made by ``hold``, written together with the next one recorded
         self.held: list[Event] = []
-        #: the fields every event of this run carries
-        self._run_fields = {"turn_id": run.turn_id, "run_id": run.run_id, "chunk": run.chunk}
 
     def make(self, cls: type[E], **fields: Any) -> E:
-        return cls(event_id=self.ids.new("ev"), ts=self.clock.now(), **self._run_fields, **fields)
+        run = self.run
+        return make_event(cls, self.clock, self.ids, run.turn_id, run.run_id, run.chunk, **fields)
 
     def record(self, cls: type[E], **fields: Any) -> E:
         event = self.make(cls, **fields)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
+from typing import Any
 
 import structlog
 
@@ -17,7 +18,7 @@ from ledger.turns import EXPIRE, TurnStore
 from worker.base.clock import Clock, Ids
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
-from worker.engine.recorder import RunContext
+from worker.engine.recorder import E, RunContext, make_event
 from worker.lifecycle.dispatch import Dispatcher
 
 log = structlog.get_logger("dres.lifecycle")
@@ -94,15 +95,10 @@ class LifecycleBase:
     # -- events ------------------------------------------------------------------------------
 
     def run_ended(self, run: RunContext, reason: str, detail: str = "") -> RunEnded:
-        return RunEnded(
-            event_id=self.ids.new("ev"),
-            turn_id=run.turn_id,
-            run_id=run.run_id,
-            chunk=run.chunk,
-            ts=self.clock.now(),
-            reason=reason,
-            detail=detail,
-        )
+        return self.of_run(run, RunEnded, reason=reason, detail=detail)
+
+    def of_run(self, run: RunContext, cls: type[E], **fields: Any) -> E:
+        return make_event(cls, self.clock, self.ids, run.turn_id, run.run_id, run.chunk, **fields)
 
     def turn_ended(
         self, run: RunContext, status: TurnStatus, code: str = "", detail: str = ""
@@ -110,25 +106,16 @@ class LifecycleBase:
         """The run's turn ends; a stop may be continued while the turn is its conversation's
         newest."""
         stopped = status == TurnStatus.STOPPED
-        return TurnEnded(
-            event_id=self.ids.new("ev"),
-            turn_id=run.turn_id,
-            run_id=run.run_id,
-            chunk=run.chunk,
-            ts=self.clock.now(),
+        return self.of_run(
+            run,
+            TurnEnded,
             status=status.value,
             code=code,
             detail=detail,
             can_continue=stopped and self.is_newest(run.turn_id, run.conversation_id),
         )
 
-    def event(self, meta: TurnMeta, cls: type[Event], **fields: object) -> Event:
+    def event(self, meta: TurnMeta, cls: type[E], **fields: Any) -> E:
         """An event written on behalf of the turn's last run (by Stop, the reaper, …)."""
-        return cls(
-            event_id=self.ids.new("ev"),
-            turn_id=meta.turn_id,
-            run_id=meta.run_id or "control",
-            chunk=meta.chunk,
-            ts=self.clock.now(),
-            **fields,
-        )
+        run_id = meta.run_id or "control"
+        return make_event(cls, self.clock, self.ids, meta.turn_id, run_id, meta.chunk, **fields)

@@ -14,6 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ledger.events import TurnStarted
+from worker.engine.recorder import make_event
 from worker.lifecycle.base import Outcome
 from worker.lifecycle.chunks import ChunkPath
 from worker.lifecycle.control import Control
@@ -41,13 +42,13 @@ class Lifecycle(ChunkPath, Control):
         turn_id = turn_id or self.ids.new("turn")
         conversation_id = conversation_id or self.ids.new("conv")
         run_id = self.ids.new("run")
-        now = self.clock.now()
-        event = TurnStarted(
-            event_id=self.ids.new("ev"),
-            turn_id=turn_id,
-            run_id=run_id,
-            chunk=0,
-            ts=now,
+        event = make_event(
+            TurnStarted,
+            self.clock,
+            self.ids,
+            turn_id,
+            run_id,
+            0,
             conversation_id=conversation_id,
             message=message,
             mode=mode,
