@@ -126,7 +126,7 @@ def test_the_response_being_built_shows_what_it_has_so_far_each_time() -> None:
 
     [_, response, _] = conversation.messages()
     assert response.text == "Hello"
-    assert [call.id for call in response.tool_calls] == ["c1"]
+    assert [call.call_id for call in response.tool_calls] == ["c1"]
 
 
 def test_a_call_without_a_result_is_marked_interrupted_until_its_result_comes() -> None:

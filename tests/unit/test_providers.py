@@ -24,6 +24,7 @@ from worker.engine.models.base import (
     AssistantMessage,
     ModelEvent,
     ModelRequest,
+    RecordedCall,
     TextDelta,
     ToolCall,
     ToolResultMessage,
@@ -149,8 +150,8 @@ HISTORY = ModelRequest(
         AssistantMessage(
             "Sending.",
             (
-                ToolCall("send_email", {"to": "a@x.io"}, id="call_a"),
-                ToolCall("send_email", {"to": "b@x.io"}, id="call_b"),
+                RecordedCall("send_email", {"to": "a@x.io"}, call_id="call_a"),
+                RecordedCall("send_email", {"to": "b@x.io"}, call_id="call_b"),
             ),
         ),
         ToolResultMessage("call_a", "send_email", '{"sent": true}'),

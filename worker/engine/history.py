@@ -31,7 +31,7 @@ from ledger.note import entry_line
 from worker.engine.models.base import (
     AssistantMessage,
     Message,
-    ToolCall,
+    RecordedCall,
     ToolResultMessage,
     UserMessage,
 )
@@ -73,7 +73,7 @@ def result_text(result: Any) -> str:
 @dataclass
 class _Response:
     text: str = ""
-    calls: list[ToolCall] = field(default_factory=list)
+    calls: list[RecordedCall] = field(default_factory=list)
     #: its message, made once the response is closed (it never changes after that)
     message: AssistantMessage | None = None
 
@@ -138,10 +138,9 @@ class Conversation:
                     item.message = message
             out.append(message)
             for call in item.calls:
-                assert call.id is not None
-                result = results.get(call.id)
+                result = results.get(call.call_id)
                 if result is None:
-                    result = ToolResultMessage(call.id, call.name, INTERRUPTED_RESULT, True)
+                    result = ToolResultMessage(call.call_id, call.name, INTERRUPTED_RESULT, True)
                 out.append(result)
         return out
 
@@ -154,7 +153,7 @@ class Conversation:
         return self._current
 
     def _call(self, call_id: str, tool: str, data: Any) -> None:
-        self._open().calls.append(ToolCall(tool, data, id=call_id))
+        self._open().calls.append(RecordedCall(tool, data, call_id))
 
     def _result(self, call_id: str, tool: str, result: Any, is_error: bool) -> None:
         if call_id not in self._results:

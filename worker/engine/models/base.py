@@ -9,12 +9,25 @@ from typing import Any, Protocol
 
 @dataclass(frozen=True)
 class ToolCall:
-    """A tool call as the model asked for it."""
+    """A tool call as the model streamed it, before the ledger has an id for it."""
 
     name: str
     input: Any
     #: the provider's id for the call, if it gave one
-    id: str | None = None
+    provider_id: str | None = None
+
+
+@dataclass(frozen=True)
+class RecordedCall:
+    """A tool call in the conversation, as the ledger recorded it.
+
+    The conversation is rebuilt from the ledger, which knows a call by its own id only: a
+    request names the call, and its result (``ToolResultMessage.call_id``), by that id.
+    """
+
+    name: str
+    input: Any
+    call_id: str
 
 
 @dataclass(frozen=True)
@@ -25,8 +38,8 @@ class UserMessage:
 @dataclass(frozen=True)
 class AssistantMessage:
     text: str
-    #: calls the model made; ``ToolCall.id`` is the call's id in the ledger
-    tool_calls: tuple[ToolCall, ...] = ()
+    #: calls the model made, in the order it made them
+    tool_calls: tuple[RecordedCall, ...] = ()
 
 
 @dataclass(frozen=True)

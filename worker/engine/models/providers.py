@@ -26,6 +26,7 @@ from worker.engine.models.base import (
     Message,
     ModelEvent,
     ModelRequest,
+    RecordedCall,
     TextDelta,
     ToolCall,
     ToolResultMessage,
@@ -236,16 +237,16 @@ def openai_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str
     return out
 
 
-def _call_id(call: ToolCall, position: int) -> str:
-    return call.id or f"call_{position}"
+def _call_id(call: RecordedCall, position: int) -> str:
+    return call.call_id or f"call_{position}"
 
 
-def _object(call: ToolCall) -> Any:
+def _object(call: RecordedCall) -> Any:
     """Anthropic wants an object; a raw (malformed) input is wrapped so the history still reads."""
     return call.input if isinstance(call.input, dict) else {"value": call.input}
 
 
-def _arguments(call: ToolCall) -> str:
+def _arguments(call: RecordedCall) -> str:
     return call.input if isinstance(call.input, str) else json.dumps(call.input, ensure_ascii=False)
 
 
@@ -254,12 +255,12 @@ def _arguments(call: ToolCall) -> str:
 
 @dataclass
 class _PendingCall:
-    id: str | None = None
+    provider_id: str | None = None
     name: str = ""
     parts: list[str] = field(default_factory=list)
 
     def done(self) -> ToolCall:
-        return ToolCall(self.name, parse_input("".join(self.parts)), self.id)
+        return ToolCall(self.name, parse_input("".join(self.parts)), self.provider_id)
 
 
 def parse_input(text: str) -> Any:
@@ -306,7 +307,7 @@ def openai_events(stream: Any) -> Iterator[ModelEvent]:
                 yield TextDelta(delta.content)
             for part in (delta.tool_calls if delta is not None else None) or ():
                 call = calls.setdefault(part.index, _PendingCall())
-                call.id = call.id or part.id
+                call.provider_id = call.provider_id or part.id
                 if part.function is not None:
                     # The name comes whole in a call's first delta; some servers repeat it.
                     call.name = call.name or part.function.name or ""
