@@ -40,15 +40,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -56,12 +54,12 @@ from typing import Any
 from bench.ledger_bench import Row, summary, table_lines
 from ledger import keys
 from ledger.events import Event, ModelStart, RunEnded, RunStarted, ToolDone, TurnEnded
+from tests.support import ROOT, WorkerProcess, wait_until, write_script
 from worker.base.settings import Settings, load_settings
 from worker.dev.redis_server import RedisServer
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
-ROOT = Path(__file__).resolve().parent.parent
 RESUME_TARGET = 3.0
 #: seconds: the foreground chunk limits of the worker (row 4 cuts at the soft one)
 SOFT_LIMIT_S = 0.3
@@ -76,7 +74,6 @@ STEP_DELAY_S = 3.0
 HANDOFF_GRACE_S = 120.0
 WORKER_CONCURRENCY = 2
 WORKER_READY_S = 60.0
-POLL_S = 0.02
 #: Celery's per-task INFO lines (two structlog-rendered lines per task, on both sides) would
 #: weigh on a no-op baseline; the benchmark measures dres, not log rendering
 WORKER_ARGS = ("--loglevel=WARNING",)
@@ -157,81 +154,7 @@ def bench_settings(redis_url: str) -> Settings:
     )
 
 
-class BenchWorker:
-    """A dres worker subprocess, stopped by its PID (SIGTERM, then SIGKILL) whatever happens."""
-
-    def __init__(self, redis_url: str, log: Path) -> None:
-        self.env = {**os.environ, **worker_env(redis_url)}
-        self.env["PYTHONPATH"] = os.pathsep.join(
-            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
-        )
-        self.log = log
-        self.process: subprocess.Popen[bytes] | None = None
-
-    def start(self, probe: Callable[[], bool]) -> BenchWorker:
-        """Start the worker; ready once ``probe()`` (a plain task round trip) returns True."""
-        command = [sys.executable, "-m", "worker.edges.cli", "worker"]
-        command += ["-c", str(WORKER_CONCURRENCY), "--without-heartbeat", *WORKER_ARGS]
-        with self.log.open("wb") as out:
-            self.process = subprocess.Popen(
-                command,
-                cwd=ROOT,
-                env=self.env,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + WORKER_READY_S
-        while not probe():
-            if self.process.poll() is not None or time.monotonic() > deadline:
-                tail = self.tail()
-                self.stop()
-                raise RuntimeError(f"the benchmark worker did not start:\n{tail}")
-            time.sleep(0.05)
-        return self
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid if self.process else 0
-
-    def stop(self) -> None:
-        proc, self.process = self.process, None
-        if proc is None:
-            return
-        if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-        # The pool children live in the worker's own session (pgid = its pid): none may stay.
-        try:
-            os.killpg(proc.pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(1.0)
-        with suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGKILL)
-
-    def tail(self, chars: int = 3000) -> str:
-        return self.log.read_text(errors="replace")[-chars:]
-
-
 # -- helpers ------------------------------------------------------------------------------------
-
-
-def wait_for(check: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"timed out after {timeout:.0f} s waiting for {what}")
-        time.sleep(POLL_S)
-
-
-def write_script(path: Path, steps: list[dict[str, Any]]) -> str:
-    path.write_text(json.dumps({"steps": steps, "on_resume": "continue"}))
-    return f"scripted:{path}"
 
 
 def resume_script(boundaries: int) -> list[dict[str, Any]]:
@@ -334,7 +257,7 @@ def _hop_chain(rt: Runtime, task: str, hops: int, extra: list[Any], **options: A
     queue = rt.settings.foreground_queue
     rt.app.send_task(task, args=[key, 0, hops, queue, *extra], queue=queue, **options)
     timeout = 60 + hops * (1 + options.get("soft_time_limit", 0))
-    wait_for(lambda: bool(rt.redis.hexists(key, "done")), timeout, f"the {task} chain")
+    wait_until(lambda: rt.redis.hexists(key, "done"), timeout, f"the {task} chain")
     fields = {k.decode(): float(v) for k, v in rt.redis.hgetall(key).items()}
     rt.redis.delete(key)
     return [fields[f"start:{i + 1}"] - fields[f"end:{i}"] for i in range(hops)]
@@ -459,7 +382,7 @@ def plain_task_batch(rt: Runtime, tasks: int) -> tuple[float, float]:
     for _ in range(tasks):
         rt.app.send_task("bench.noop", args=[key, tasks], queue=queue)
     sent = time.time() - t0
-    wait_for(lambda: bool(rt.redis.exists(f"{key}:done")), 60 + tasks * 0.05, "plain tasks")
+    wait_until(lambda: rt.redis.exists(f"{key}:done"), 60 + tasks * 0.05, "plain tasks")
     finished = float(rt.redis.get(f"{key}:done") or 0)
     rt.redis.delete(key, f"{key}:done")
     return finished - t0, sent
@@ -522,21 +445,34 @@ def warm_up(rt: Runtime, resume_model: str, turn_model: str) -> None:
 
 
 @contextmanager
-def running_worker(redis_url: str) -> Iterator[tuple[Runtime, BenchWorker, Path]]:
+def running_worker(redis_url: str) -> Iterator[tuple[Runtime, WorkerProcess, Path]]:
+    """A dres worker, ready once a plain task has made the round trip; stopped whatever happens."""
     with tempfile.TemporaryDirectory(prefix="dres-bench-") as tmp:
-        worker = BenchWorker(redis_url, Path(tmp) / "worker.log")
         rt = Runtime.from_settings(bench_settings(redis_url))
         key = f"bench:probe:{uuid.uuid4().hex}"
+        env = {**os.environ, **worker_env(redis_url)}
+        env["PYTHONPATH"] = os.pathsep.join(
+            p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+        )
+        worker: WorkerProcess | None = None
         try:
             rt.app.send_task("bench.noop", args=[key, 1], queue=rt.settings.foreground_queue)
-            worker.start(lambda: bool(rt.redis.exists(f"{key}:done")))
+            worker = WorkerProcess.start(
+                env,
+                Path(tmp) / "worker.log",
+                concurrency=WORKER_CONCURRENCY,
+                extra=WORKER_ARGS,
+                ready=False,
+            )
+            worker.wait(lambda: bool(rt.redis.exists(f"{key}:done")), WORKER_READY_S)
             yield rt, worker, Path(tmp)
         except BaseException:
-            if worker.process is not None:
-                print(f"worker log tail:\n{worker.tail()}", file=sys.stderr)
+            if worker is not None:
+                print(f"worker log tail:\n{worker.log()[-3000:]}", file=sys.stderr)
             raise
         finally:
-            worker.stop()
+            if worker is not None:
+                worker.stop()
             rt.redis.close()
 
 

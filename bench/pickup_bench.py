@@ -6,7 +6,7 @@ process and for the death of a whole worker).
 
 Setup: a private redis-server (AOF on, ``appendfsync everysec``) and two real dres workers,
 ``python -m worker.edges.cli worker -c 1 --without-heartbeat`` (prefork, one pool process each, the
-reaper on), started with ``worker.dev.worker_process.WorkerProcess``. Their environment carries no
+reaper on), started with ``tests.support.WorkerProcess``. Their environment carries no
 ``DRES_*`` variable but the Redis URL and ``DRES_TOOLS=bench.bench_tools``: every time limit
 (background 600 s / 660 s), the lease (``DRES_LEASE_S``, renewed by a heartbeat every third of
 it), the reaper's interval (``DRES_REAPER_INTERVAL_S``) and the visibility timeout are dres's
@@ -45,22 +45,19 @@ import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from functools import partial
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
-from bench.celery_bench import ROOT, write_script
 from bench.ledger_bench import Row, table_lines
 from ledger.events import Event, ModelStart, RunStarted, ToolDone, TurnEnded
+from tests.support import ROOT, WorkerProcess, poll, subprocess_env, write_script
 from worker.base.settings import Settings, load_settings
 from worker.dev.redis_server import RedisServer
-from worker.dev.worker_process import WorkerProcess
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
-
-T = TypeVar("T")
 
 #: seconds: issue 11's bound on the median pickup
 PICKUP_TARGET_S = 15.0
@@ -149,18 +146,6 @@ def warm_script() -> list[dict[str, Any]]:
 # -- reading the ledger -------------------------------------------------------------------------
 
 
-def until(read: Callable[[], T | None], timeout: float) -> T | None:
-    """The first value of ``read()`` that is not None, or None once ``timeout`` s have passed."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = read()
-        if value is not None:
-            return value
-        if time.monotonic() >= deadline:
-            return None
-        time.sleep(POLL_S)
-
-
 def where(events: Sequence[Event], run_id: str) -> dict[str, int] | None:
     """What ``worker_pid`` answered in run ``run_id`` (its first completed call)."""
     for event in events:
@@ -207,9 +192,7 @@ def turn_end(events: Sequence[Event]) -> TurnEnded | None:
 def worker_env(redis_url: str) -> dict[str, str]:
     """This process's environment without any ``DRES_*`` (every limit, the lease and the reaper
     at their defaults), plus the Redis URL, the bench tools and the project on PYTHONPATH."""
-    base = {k: v for k, v in os.environ.items() if not k.startswith("DRES_")}
-    pythonpath = os.pathsep.join(p for p in (str(ROOT), base.get("PYTHONPATH", "")) if p)
-    return {**base, "PYTHONPATH": pythonpath, "DRES_REDIS_URL": redis_url, "DRES_TOOLS": TOOLS}
+    return subprocess_env({"DRES_REDIS_URL": redis_url, "DRES_TOOLS": TOOLS}, ROOT)
 
 
 def default_settings(redis_url: str) -> Settings:
@@ -267,7 +250,7 @@ class Workers:
         """``count`` live workers with one pool process each, before a trial; the new workers."""
         new = self.fill()
         for worker in self.live:
-            if until(partial(_one_pool, worker), RESPAWN_S) is None:
+            if poll(partial(_one_pool, worker), RESPAWN_S, POLL_S) is None:
                 raise RuntimeError(
                     f"worker {worker.pid} has pool processes {worker.children()} "
                     f"{RESPAWN_S:.0f} s after a kill, not one:\n{worker.log()[-3000:]}"
@@ -324,7 +307,7 @@ def warm_up(rt: Runtime, workers: Workers, model: str) -> bool:
         rounds += 1
         ids = [enqueue(rt, "warm-up", mode="background", model=model).turn_id for _ in workers.live]
         for turn_id in ids:
-            events = until(partial(_ended, rt, turn_id), END_S)
+            events = poll(partial(_ended, rt, turn_id), END_S, POLL_S)
             if events is None:
                 raise RuntimeError(f"warm-up turn {turn_id} did not end within {END_S:.0f} s")
             runs = {e.run_id for e in events if isinstance(e, RunStarted)}
@@ -339,7 +322,7 @@ def _ended(rt: Runtime, turn_id: str) -> list[Event] | None:
 
 def run_trial(rt: Runtime, workers: Workers, case: str, model: str, plan: PickupPlan) -> Trial:
     turn_id = enqueue(rt, "benchmark: crash pickup", mode="background", model=model).turn_id
-    started = until(lambda: long_step(rt.ledger.events(turn_id)), START_S)
+    started = poll(lambda: long_step(rt.ledger.events(turn_id)), START_S, POLL_S)
     if started is None:
         raise RuntimeError(f"turn {turn_id} did not reach its long step within {START_S:.0f} s")
     killed_run, running = started
@@ -352,11 +335,11 @@ def run_trial(rt: Runtime, workers: Workers, case: str, model: str, plan: Pickup
         killed_pid = worker.pid
         killed_at = workers.kill_whole(worker)
     left = killed_at + plan.deadline_s - time.time()
-    new = until(lambda: next_run(rt.ledger.events(turn_id), killed_run), max(0.0, left))
+    new = poll(lambda: next_run(rt.ledger.events(turn_id), killed_run), max(0.0, left), POLL_S)
     if new is None or new.ts - killed_at > plan.deadline_s:
         return Trial(case, turn_id, killed_run, killed_pid, plan.deadline_s, False)
     trial = Trial(case, turn_id, killed_run, killed_pid, new.ts - killed_at, True, new.cause)
-    events = until(lambda: _ended(rt, turn_id), END_S)
+    events = poll(lambda: _ended(rt, turn_id), END_S, POLL_S)
     if events is not None:
         end = turn_end(events)
         trial.status = end.status if end else None

@@ -12,12 +12,11 @@ from typing import Any
 
 import redis
 
+from tests.support import ROOT, UNACKED, WorkerProcess
 from worker.base.settings import load_settings
 from worker.dev.redis_server import RedisServer
-from worker.dev.worker_process import WorkerProcess
 from worker.edges.runtime import Runtime
 
-ROOT = Path(__file__).resolve().parents[1]
 #: every interval shrunk so that a trial's faults play out in seconds
 ENV = {
     "DRES_SOFT_LIMIT_S": "0.5",
@@ -37,8 +36,6 @@ ENV = {
 #: kombu's Redis transport keeps a message of priority p > 0 in ``queue + SEP + step``
 PRIORITY_SEP = "\x06\x16"
 PRIORITY_STEPS = (3, 6, 9)
-#: kombu's hash of delivered, unacknowledged messages: ``[message, exchange, routing key]``
-UNACKED = "unacked"
 
 
 @dataclass(frozen=True)

@@ -18,13 +18,13 @@ no hard-block, no interrupted-write guard) and counts the duplicate effects that
 from __future__ import annotations
 
 import contextlib
-import json
 import random
 import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -33,6 +33,7 @@ from chaos.cluster import BACKLOG, DEFAULT, BrokerCensus, Cluster
 from chaos.report import Outcome, TurnResult, naive_table, table
 from chaos.tools import read_effects
 from ledger import keys
+from tests.support import write_script
 from worker.edges.client import enqueue
 
 #: (action, failpoint); the actions of ``RUNNER_FAULTS`` and ``backlog`` are the runner's own
@@ -62,29 +63,27 @@ BOUND_S = 40.0
 #: seconds between looks at the turns (and the broker) while a trial runs
 POLL_S = 0.05
 MESSAGE = "Send the launch email, charge 5, note it."
-SCRIPT = {
-    "on_resume": "restart",
-    "steps": [
-        {
-            "text": "Sending.",
-            "tool_calls": [
-                {
-                    "name": "chaos_send",
-                    "input": {
-                        "to": "ada@example.com",
-                        "subject": "Launch",
-                        "body": "Friday at 10.",
-                    },
-                }
-            ],
-        },
-        {"tool_calls": [{"name": "chaos_charge", "input": {"amount": 5}}]},
-        # Over the soft limit (0.5 s): every turn takes two chunks at least.
-        {"delay_s": 1.0, "tool_calls": [{"name": "chaos_note", "input": {"text": "charged"}}]},
-        {"tool_calls": [{"name": "chaos_read", "input": {}}]},
-        {"text": "All done."},
-    ],
-}
+#: the trials' scripted model, with ``on_resume="restart"``
+STEPS: list[dict[str, Any]] = [
+    {
+        "text": "Sending.",
+        "tool_calls": [
+            {
+                "name": "chaos_send",
+                "input": {
+                    "to": "ada@example.com",
+                    "subject": "Launch",
+                    "body": "Friday at 10.",
+                },
+            }
+        ],
+    },
+    {"tool_calls": [{"name": "chaos_charge", "input": {"amount": 5}}]},
+    # Over the soft limit (0.5 s): every turn takes two chunks at least.
+    {"delay_s": 1.0, "tool_calls": [{"name": "chaos_note", "input": {"text": "charged"}}]},
+    {"tool_calls": [{"name": "chaos_read", "input": {}}]},
+    {"text": "All done."},
+]
 
 
 @dataclass
@@ -252,13 +251,12 @@ def judge(
 def run(trials: int, seed: int, naive: bool = False) -> tuple[list[Outcome], Cluster]:
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="dres-chaos-"))
-    script_path = tmp / "script.json"
-    script_path.write_text(json.dumps(SCRIPT))
+    script = write_script(tmp / "script.json", STEPS, on_resume="restart")
     cluster = Cluster(tmp, naive=naive)
     outcomes = []
     try:
         for index in range(trials):
-            outcome = run_trial(cluster, Trial.draw(rng, naive), f"scripted:{script_path}")
+            outcome = run_trial(cluster, Trial.draw(rng, naive), script)
             outcomes.append(outcome)
             mark = "VIOLATION" if outcome.violations else "ok"
             if naive:

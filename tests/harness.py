@@ -8,7 +8,6 @@ next chunk, whose "message" the harness keeps instead of sending it.
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from sample_tools import SimulatedSoftLimit
 from ledger.cache import EventCache
 from ledger.events import Event, TurnEnded
 from ledger.store import Ledger
+from tests.support import write_script
 from worker.base.settings import Settings, load_settings
 from worker.engine.loop import AgentLoop
 from worker.engine.models import make_model
@@ -124,9 +124,7 @@ class Harness:
         )
 
     def script(self, steps: list[dict[str, Any]], on_resume: str = "continue") -> str:
-        path = self.tmp / f"script-{next(self.ids.n)}.json"
-        path.write_text(json.dumps({"steps": steps, "on_resume": on_resume}))
-        return f"scripted:{path}"
+        return write_script(self.tmp / f"script-{next(self.ids.n)}.json", steps, on_resume)
 
     def start(self, steps: list[dict[str, Any]], on_resume: str = "continue", **kw: Any) -> str:
         turn = self.lifecycle.create(

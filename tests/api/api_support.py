@@ -1,17 +1,15 @@
-"""Helpers of the API and CLI tests: SSE parsing, Redis snapshots, crafted turns, waiting."""
+"""Helpers of the API and CLI tests: SSE parsing, Redis snapshots, crafted turns, an in-process
+server. What the other tests share with these (processes, waiting, scripts) is ``tests.support``'s.
+"""
 
 from __future__ import annotations
 
 import json
-import os
-import signal
 import subprocess
 import threading
-import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -21,75 +19,17 @@ import uvicorn
 from ledger.codec import Envelope
 from ledger.events import ToolDone, ToolStart
 from ledger.signature import input_signature
+from tests.support import EMAIL, TICKET, ApiProcess, wait_until
 from worker.dev.redis_server import free_port
 from worker.edges.runtime import Runtime
 
-ROOT = Path(__file__).resolve().parents[2]
-
-#: seconds between looks at state that cannot be waited on with XREAD BLOCK (HTTP status, files)
-POLL_S = 0.02
 #: the statuses GET /v1/turns/{id} may report (CONTRACT §10)
 STATUSES = {"queued", "running", "resuming", "completed", "stopped"}
 #: the bearer token of the server that requires one
 TOKEN = "test-token-0123456789"
-#: the inputs of the write tools the tests' turns call
-EMAIL = {"to": "a@x.io", "subject": "Hi", "body": "hello"}
-TICKET = {"title": "Printer on fire"}
 
-
-# -- subprocesses -----------------------------------------------------------------------------
-
-#: seconds a server may take to answer GET /healthz, or a worker to log "ready."
-READY_S = 20.0
-#: seconds a server or worker may take to exit after SIGTERM before its group is killed
-STOP_S = 5.0
-
-
-@dataclass
-class Service:
-    """A ``dres`` subprocess (api or worker) in its own session, its output in a log file."""
-
-    name: str
-    process: subprocess.Popen[bytes]
-    log_path: Path
-    url: str = ""
-
-    @property
-    def pid(self) -> int:
-        return self.process.pid
-
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
-
-    def wait(self, ready: Callable[[], bool], timeout: float = READY_S) -> None:
-        deadline = time.monotonic() + timeout
-        while not ready():
-            if self.process.poll() is not None:
-                raise AssertionError(
-                    f"{self.name} exited with {self.process.returncode}:\n{self.log()}"
-                )
-            if time.monotonic() > deadline:
-                raise AssertionError(f"{self.name} not ready within {timeout} s:\n{self.log()}")
-            time.sleep(POLL_S)
-
-    def terminate(self) -> None:
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-
-    def stop(self) -> None:
-        """SIGTERM, a wait, then SIGKILL of whatever is left of the process's session."""
-        if self.process.poll() is None:
-            self.process.send_signal(signal.SIGTERM)
-            with suppress(subprocess.TimeoutExpired):
-                self.process.wait(timeout=STOP_S)
-        # Whatever is left of its session (a pool process outliving its parent) goes too.
-        with suppress(ProcessLookupError):
-            os.killpg(self.pid, signal.SIGKILL)
-        self.process.wait(timeout=10)
-
-
-Script = Callable[..., str]
-StartApi = Callable[..., Service]
+#: ``start(token=None)``: a ``dres api`` of the session, ready on /healthz
+StartApi = Callable[..., ApiProcess]
 Cli = Callable[..., "subprocess.CompletedProcess[str]"]
 
 
@@ -189,41 +129,6 @@ def post_turn(http: httpx.Client, message: str = "do the task", **body: Any) -> 
     return created
 
 
-def crashed_stop(
-    rt: Runtime, *, conversation_id: str | None = None, interrupted_write: bool = False
-) -> str:
-    """A foreground turn whose first run died, stopped as the reaper stops it (crashed).
-
-    Crafted at the ledger level, deterministically and without a worker: the turn is created,
-    its first run claimed (``run_started``) and then taken over as a dead run by
-    ``TurnControl.take_over``, which for a foreground turn is ``stop_loudly`` with code crashed
-    and Continue available. With ``interrupted_write`` the run first records the ``tool_start``
-    of a write that never got its ``tool_done``.
-    """
-    turn = rt.lifecycle.create(
-        "do the task",
-        conversation_id=conversation_id,
-    )
-    run = rt.lifecycle.claim(turn.turn_id, turn.run_id)
-    assert run is not None
-    if interrupted_write:
-        start = ToolStart(
-            event_id=rt.ids.new("ev"),
-            turn_id=turn.turn_id,
-            run_id=turn.run_id,
-            chunk=0,
-            ts=rt.clock.now(),
-            call_id=rt.ids.new("call"),
-            tool="send_email",
-            input=EMAIL,
-            signature=input_signature(EMAIL),
-        )
-        rt.ledger.append(start, lease=run.lease)
-    outcome = rt.lifecycle.take_over(rt.ledger.meta(turn.turn_id), "lease expired (test)")
-    assert outcome.ok and outcome.reason == "stopped: crashed", outcome
-    return turn.turn_id
-
-
 def turn_with_calls(rt: Runtime) -> str:
     """A running turn with a completed call (call-1) and an interrupted one (call-2).
 
@@ -291,48 +196,11 @@ def expected_journal() -> dict[str, list[dict[str, Any]]]:
     }
 
 
-# -- waiting ----------------------------------------------------------------------------------
-
-
-def wait_until(check: Callable[[], Any], timeout: float = 10.0, what: str = "condition") -> Any:
-    """Poll ``check`` until it returns something truthy; fail after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    while not (value := check()):
-        if time.monotonic() > deadline:
-            raise AssertionError(f"{what} not reached within {timeout} s")
-        time.sleep(POLL_S)
-    return value
-
-
 def status_of(http: httpx.Client, turn_id: str) -> dict[str, Any]:
     response = http.get(f"/v1/turns/{turn_id}")
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
-
-
-# -- scripts ----------------------------------------------------------------------------------
-
-#: a turn of three model calls with text and a read and a write; the second call's first attempt
-#: takes 1 s, twice the 0.5 s soft limit, so the turn always spans at least two chunks
-MULTI_CHUNK: list[dict[str, Any]] = [
-    {
-        "text": "Let me look at the outbox before sending anything.",
-        "tool_calls": [{"name": "list_outbox"}],
-    },
-    {
-        "delay_s": 1.0,
-        "text": "Sending the email now.",
-        "tool_calls": [{"name": "send_email", "input": EMAIL}],
-    },
-    {"text": "Done: the email is sent."},
-]
-
-
-def busy(steps: int, delay_s: float = 0.3) -> list[dict[str, Any]]:
-    """A long turn: ``steps`` model calls each thinking ``delay_s`` and then reading the outbox."""
-    step = {"delay_s": delay_s, "text": "Thinking.", "tool_calls": [{"name": "list_outbox"}]}
-    return [step] * steps + [{"text": "Done."}]
 
 
 # -- an in-process server ---------------------------------------------------------------------

@@ -14,22 +14,11 @@ import time
 import httpx
 import pytest
 import redis
-from api_support import (
-    MULTI_CHUNK,
-    STATUSES,
-    Script,
-    Service,
-    busy,
-    crashed_stop,
-    expected_journal,
-    post_turn,
-    status_of,
-    turn_with_calls,
-    wait_until,
-)
+from api_support import STATUSES, expected_journal, post_turn, status_of, turn_with_calls
 
 from ledger.journal import build_journal
 from ledger.store import Ledger
+from tests.support import MULTI_CHUNK, Script, WorkerProcess, busy, crashed_stop, wait_until
 from worker.base.settings import Settings
 from worker.dev.demo_tools import outbox
 from worker.edges.runtime import Runtime
@@ -134,7 +123,7 @@ def test_continue_of_a_turn_that_is_not_stopped_is_refused_with_409(http: httpx.
 
 
 def test_stop_of_a_running_turn_is_accepted_and_the_turn_ends_cancelled_within_two_seconds(
-    worker: Service, http: httpx.Client, script: Script, ledger: Ledger
+    worker: WorkerProcess, http: httpx.Client, script: Script, ledger: Ledger
 ) -> None:
     turn_id = post_turn(http, model=script(busy(40)))["turn_id"]
     wait_until(lambda: status_of(http, turn_id)["status"] == "running", what="the turn running")
@@ -169,7 +158,7 @@ def test_stop_of_a_turn_that_already_ended_is_refused_with_409(http: httpx.Clien
 
 
 def test_a_turn_shows_resuming_between_its_chunks_and_ends_completed_after_two_runs(
-    worker: Service, http: httpx.Client, script: Script
+    worker: WorkerProcess, http: httpx.Client, script: Script
 ) -> None:
     """Two turns on one pool process: A's next chunk waits behind B's first, so A is resuming."""
     a = post_turn(http, model=script(MULTI_CHUNK))["turn_id"]
@@ -247,7 +236,12 @@ SEND = {
 
 @pytest.mark.parametrize("fail", ["rate_limit", "auth"])
 def test_continue_after_a_provider_stop_is_202_and_the_resumed_run_uses_both_layers(
-    worker: Service, http: httpx.Client, script: Script, ledger: Ledger, rdb: redis.Redis, fail: str
+    worker: WorkerProcess,
+    http: httpx.Client,
+    script: Script,
+    ledger: Ledger,
+    rdb: redis.Redis,
+    fail: str,
 ) -> None:
     """A rate limit (foreground) or a credential error stops the turn with Continue available;
     Continue resumes it, and the model that re-sends the completed email is given the note and
@@ -272,7 +266,7 @@ def test_continue_after_a_provider_stop_is_202_and_the_resumed_run_uses_both_lay
 
 
 def test_continue_after_stop_is_202_and_the_turn_completes(
-    worker: Service, http: httpx.Client, script: Script
+    worker: WorkerProcess, http: httpx.Client, script: Script
 ) -> None:
     turn_id = post_turn(http, model=script(busy(12)))["turn_id"]
     wait_until(lambda: status_of(http, turn_id)["status"] == "running", what="the turn running")

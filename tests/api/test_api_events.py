@@ -11,22 +11,10 @@ import time
 
 import httpx
 import pytest
-from api_support import (
-    MULTI_CHUNK,
-    Comment,
-    Script,
-    Service,
-    Sse,
-    as_ledger,
-    crashed_stop,
-    ledger_form,
-    post_turn,
-    read_sse,
-    serve,
-    sse_events,
-)
+from api_support import Comment, Sse, as_ledger, ledger_form, post_turn, read_sse, serve, sse_events
 
 from ledger.store import Ledger
+from tests.support import MULTI_CHUNK, Script, WorkerProcess, crashed_stop
 from worker.base.settings import Settings
 from worker.edges.api import create_api
 from worker.edges.runtime import Runtime
@@ -65,7 +53,7 @@ def assert_resumed_without_gap_or_duplicate(
 
 
 def test_a_client_reconnecting_with_last_event_id_gets_exactly_the_events_it_missed(
-    worker: Service, http: httpx.Client, script: Script, ledger: Ledger
+    worker: WorkerProcess, http: httpx.Client, script: Script, ledger: Ledger
 ) -> None:
     turn_id = post_turn(http, model=script(MULTI_CHUNK))["turn_id"]
     before = read_until_first_tool_done(http, turn_id)
@@ -79,7 +67,7 @@ def test_a_client_reconnecting_with_last_event_id_gets_exactly_the_events_it_mis
 
 
 def test_a_client_reconnecting_with_the_after_parameter_gets_exactly_the_events_it_missed(
-    worker: Service, http: httpx.Client, script: Script, ledger: Ledger
+    worker: WorkerProcess, http: httpx.Client, script: Script, ledger: Ledger
 ) -> None:
     turn_id = post_turn(http, model=script(MULTI_CHUNK))["turn_id"]
     before = read_until_first_tool_done(http, turn_id)
@@ -93,7 +81,7 @@ def test_a_client_reconnecting_with_the_after_parameter_gets_exactly_the_events_
 
 
 def test_the_stream_closes_after_turn_ended_and_a_later_reconnect_replays_what_was_missed(
-    worker: Service, http: httpx.Client, script: Script, ledger: Ledger
+    worker: WorkerProcess, http: httpx.Client, script: Script, ledger: Ledger
 ) -> None:
     turn_id = post_turn(http, model=script(MULTI_CHUNK))["turn_id"]
     with http.stream("GET", events_url(turn_id)) as response:

@@ -14,7 +14,7 @@ from typing import Any
 
 import requests
 import schemathesis
-from api_support import Service, crashed_stop, serve
+from api_support import serve
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 from hypothesis import HealthCheck, given, settings
@@ -24,6 +24,7 @@ from schemathesis import APIOperation, GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
 
+from tests.support import ApiProcess, crashed_stop
 from worker.edges.runtime import Runtime
 
 #: examples per operation, generation mode and kind of turn id (keeps the test well under 60 s)
@@ -64,7 +65,9 @@ def fuzz(operation: APIOperation, base_url: str, **path: str) -> list[str]:
     return failures
 
 
-def test_fuzzing_the_openapi_document_finds_no_server_error(api: Service, runtime: Runtime) -> None:
+def test_fuzzing_the_openapi_document_finds_no_server_error(
+    api: ApiProcess, runtime: Runtime
+) -> None:
     schema = schemathesis.openapi.from_url(f"{api.url}/openapi.json")
     operations = [result.ok() for result in schema.get_all_operations()]
     paths = {op.path for op in operations}

@@ -15,19 +15,11 @@ import time
 
 import pytest
 import redis
-from api_support import (
-    MULTI_CHUNK,
-    ROOT,
-    Cli,
-    Script,
-    Service,
-    crashed_stop,
-    expected_journal,
-    turn_with_calls,
-)
+from api_support import Cli, expected_journal, turn_with_calls
 
 from ledger import keys
 from ledger.store import Ledger
+from tests.support import MULTI_CHUNK, ROOT, Script, WorkerProcess, crashed_stop
 from worker.dev.redis_server import free_port
 from worker.edges.runtime import Runtime
 
@@ -60,7 +52,7 @@ def test_dres_enqueue_prints_the_turn_id_of_the_turn_it_recorded(
 
 
 def test_dres_watch_follows_a_turn_from_its_start_to_its_end_and_exits_0_on_completed(
-    worker: Service, cli: Cli, script: Script, ledger: Ledger
+    worker: WorkerProcess, cli: Cli, script: Script, ledger: Ledger
 ) -> None:
     turn_id = cli("enqueue", "send it", "--model", script(MULTI_CHUNK)).stdout.strip()
     done = cli("watch", turn_id)

@@ -22,6 +22,7 @@ from ledger import keys
 from ledger.events import Event, Resumed, RunStarted, ToolBlocked, ToolDone, ToolStart, TurnEnded
 from ledger.signature import input_signature
 from ledger.turn import Step, TurnMeta, TurnStatus
+from tests.support import DONE
 from worker.base.settings import load_settings
 from worker.dev.demo_tools import outbox
 from worker.engine.loop import AgentLoop
@@ -34,7 +35,6 @@ SEND = {"text": "Sending.", "tool_calls": [{"name": "send_email", "input": EMAIL
 LOOKUP = {"tool_calls": [{"name": "async_lookup", "input": {"key": "status"}}]}
 #: a step whose model call takes 10 s: a chunk run with ``soft_limit_after=5`` is cut inside it
 PAUSE = {"delay_s": 10, **LOOKUP}
-DONE = {"text": "Done."}
 
 
 @pytest.fixture

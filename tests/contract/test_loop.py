@@ -17,6 +17,7 @@ from ledger.codec import Envelope
 from ledger.events import Resumed, Text, TurnEnded
 from ledger.note import COMPLETED_HEADER, INTERRUPTED_HEADER
 from ledger.store import Ledger
+from tests.support import DONE
 from worker.base.settings import load_settings
 from worker.dev.demo_tools import outbox
 from worker.engine.history import NUDGE, build_messages
@@ -26,7 +27,6 @@ EMAIL = {"to": "ada@example.com", "subject": "Launch", "body": "Friday at 10."}
 SEND = {"text": "Sending.", "tool_calls": [{"name": "send_email", "input": EMAIL}]}
 DIE = {"tool_calls": [{"name": "write_then_die", "input": {"label": "half"}}]}
 PAUSE = {"delay_s": 10, "tool_calls": [{"name": "async_lookup", "input": {"key": "pause"}}]}
-DONE = {"text": "Done."}
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
@@ -20,9 +19,8 @@ from harness import Harness, SeqIds
 from sample_tools import SimulatedSoftLimit, effects
 
 from ledger.events import ToolDone
+from tests.support import DONE, having, wait_for
 from worker.dev.redis_server import RedisServer
-
-DONE = {"text": "Done."}
 
 
 def raise_soft_limit(signum: int, frame: FrameType | None) -> None:
@@ -72,7 +70,7 @@ def test_a_soft_limit_delivered_to_a_child_process_mid_write_loses_no_record(
     child = multiprocessing.get_context("fork").Process(target=_run_chunk_in_child, args=(h,))
     child.start()
     try:
-        _wait_for_tool_start(h, deadline=time.monotonic() + 20)
+        wait_for(h.ledger, h.turn_id, having("tool_start"), timeout=20, what="the write started")
         os.kill(child.pid, signal.SIGUSR1)  # type: ignore[arg-type]
         child.join(timeout=20)
         assert child.exitcode == 0, f"child exited {child.exitcode}"
@@ -86,10 +84,3 @@ def test_a_soft_limit_delivered_to_a_child_process_mid_write_loses_no_record(
     assert h.run_to_end().status == "completed"
     assert len(effects(client, "slow_write")) == 1
     assert [e.reason for e in h.events("tool_blocked")] == ["completed"]  # type: ignore[attr-defined]
-
-
-def _wait_for_tool_start(h: Harness, deadline: float) -> None:
-    for batch in h.ledger.tail(h.turn_id, block_ms=100):
-        if any(env.event.type == "tool_start" for env in batch):
-            return
-        assert time.monotonic() < deadline, "the write never started"

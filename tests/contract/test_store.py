@@ -12,7 +12,6 @@ import time
 
 import pytest
 import redis
-from backends import Backend
 from factories import base, done, start, text, turn_started
 
 from ledger import keys
@@ -21,6 +20,7 @@ from ledger.events import RunEnded, RunStarted, TurnEnded
 from ledger.store import Lease, Ledger
 from ledger.turn import Step
 from ledger.turns import EXPIRE, TurnStore
+from tests.support import Backend
 
 FAR = 2**62  # a lease deadline far in the future (ms)
 

@@ -5,19 +5,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from integration_support import (
-    DONE,
-    WorkerProcess,
-    ended,
-    of,
-    send,
-    show,
-    slow_write,
-    think,
-    wait_for,
-)
 from sample_tools import effects
 
+from tests.support import DONE, WorkerProcess, ended, of, send, show, slow_write, think, wait_for
 from worker.dev.demo_tools import outbox
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime

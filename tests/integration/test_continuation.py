@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from integration_support import (
+
+from tests.support import (
     DONE,
     WorkerProcess,
     close_runtime,
@@ -21,7 +22,6 @@ from integration_support import (
     together,
     wait_for,
 )
-
 from worker.base.settings import Settings
 from worker.edges.runtime import Runtime
 from worker.lifecycle import Outcome

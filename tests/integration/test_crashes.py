@@ -13,7 +13,10 @@ import time
 from collections.abc import Callable
 
 import pytest
-from integration_support import (
+from sample_tools import effects
+
+from ledger.events import Event
+from tests.support import (
     DONE,
     WorkerProcess,
     ended,
@@ -26,9 +29,6 @@ from integration_support import (
     wait_for,
     wait_until,
 )
-from sample_tools import effects
-
-from ledger.events import Event
 from worker.base.settings import Settings
 from worker.dev.demo_tools import outbox
 from worker.edges.client import enqueue

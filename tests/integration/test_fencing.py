@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from integration_support import DONE, WorkerProcess, ended, of, send, show, wait_for
 
 from ledger.errors import FencedOut, TransitionRefused
 from ledger.events import Text
+from tests.support import DONE, WorkerProcess, ended, of, send, show, wait_for
 from worker.dev.demo_tools import outbox
 from worker.edges.runtime import Runtime
 from worker.engine.loop import RunResult

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
-from integration_support import (
+
+from ledger import keys
+from tests.support import (
     DONE,
     WorkerProcess,
     broker_drained,
@@ -25,8 +27,6 @@ from integration_support import (
     wait_for,
     wait_until,
 )
-
-from ledger import keys
 from worker.base.settings import Settings
 from worker.dev.demo_tools import outbox
 from worker.edges.client import enqueue

@@ -7,7 +7,8 @@ import time
 from collections.abc import Callable
 
 import pytest
-from integration_support import (
+
+from tests.support import (
     DONE,
     WorkerProcess,
     broker_drained,
@@ -19,7 +20,6 @@ from integration_support import (
     wait_for,
     wait_until,
 )
-
 from worker.base.settings import Settings
 from worker.dev.demo_tools import outbox
 from worker.edges.client import enqueue

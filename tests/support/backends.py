@@ -1,4 +1,4 @@
-"""The Redis backends the ledger tests run on (see the ``backend`` fixture in conftest.py)."""
+"""The Redis backends the ledger tests run on (see the ``backend`` fixture)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,10 @@ import signal
 from collections.abc import Callable
 
 import pytest
-from integration_support import (
+
+from ledger import keys
+from ledger.events import Event
+from tests.support import (
     DONE,
     WorkerProcess,
     ended,
@@ -22,9 +25,6 @@ from integration_support import (
     wait_for,
     wait_until,
 )
-
-from ledger import keys
-from ledger.events import Event
 from worker.base.settings import Settings, load_settings
 from worker.dev.demo_tools import outbox
 from worker.edges.client import enqueue

@@ -1,0 +1,183 @@
+"""The suite's shared fixtures, a pytest plugin (``pytest_plugins`` in ``tests/conftest.py``).
+
+- ``redis_server``: a private real redis-server for the session (AOF on, a free port). A missing
+  one skips the tests that need it locally, but fails the run under ``CI=true``.
+- ``backend``/``client``: the ledger tests' two backends, fakeredis and the real server.
+- ``redis_url``, ``rdb``, ``ledger``: the real server, emptied (``flushall``) for this test.
+- ``dres_env``, ``settings``, ``runtime``: the tests' dres settings (``DRES_ENV``) in this
+  process's environment, the settings read from it, and dres wired in this process as an API
+  process has it (ledger, lifecycle, dispatch).
+- ``start_worker``/``worker``: prefork ``dres worker`` subprocesses on this test's Redis, each in
+  its own session; the finalizer stops every one by PID (SIGTERM, wait, then SIGKILL of its
+  process group), so no test leaves one running.
+- ``script``: writes scripted-model files in this test's temporary directory.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Iterator
+from pathlib import Path
+
+import fakeredis
+import pytest
+import redis
+
+from ledger.store import Ledger
+from tests.support.backends import Backend
+from tests.support.processes import (
+    DRES_ENV,
+    TESTS,
+    DresProcess,
+    WorkerProcess,
+    stop_all,
+    subprocess_env,
+)
+from tests.support.scripts import Script, script_writer
+from tests.support.turns import close_runtime
+from worker.base.settings import Settings, load_settings
+from worker.dev.redis_server import RedisServer, RedisServerError
+from worker.edges.runtime import Runtime
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+
+#: ``start_worker(concurrency=1, extra=(), ready=True, overrides=None)``
+StartWorker = Callable[..., WorkerProcess]
+
+
+# -- Redis --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    try:
+        server = RedisServer().start()
+    except RedisServerError as e:
+        if IN_CI:
+            pytest.fail(f"CI=true requires a real redis-server: {e}", pytrace=False)
+        pytest.skip(f"no real redis-server: {e}")
+    yield server
+    server.cleanup()
+
+
+@pytest.fixture(params=["fakeredis", "redis-server"])
+def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
+    if request.param == "fakeredis":
+        server = fakeredis.FakeServer()
+        yield Backend("fakeredis", lambda: fakeredis.FakeRedis(server=server))
+        return
+    real: RedisServer = request.getfixturevalue("redis_server")
+    clients: list[redis.Redis] = []
+
+    def connect() -> redis.Redis:
+        client = redis.Redis.from_url(real.url, socket_timeout=30)
+        clients.append(client)
+        return client
+
+    connect().flushall()
+    yield Backend("redis-server", connect)
+    for client in clients:
+        client.close()
+
+
+@pytest.fixture
+def client(backend: Backend) -> redis.Redis:
+    return backend.connect()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The session's real redis-server, emptied for this test."""
+    client = redis.Redis.from_url(redis_server.url)
+    client.flushall()
+    client.close()
+    return redis_server.url
+
+
+@pytest.fixture
+def rdb(redis_url: str) -> Iterator[redis.Redis]:
+    client = redis.Redis.from_url(redis_url, socket_timeout=30)
+    yield client
+    client.close()
+
+
+@pytest.fixture
+def ledger(rdb: redis.Redis) -> Ledger:
+    return Ledger(rdb)
+
+
+# -- dres in this process -----------------------------------------------------------------------
+
+
+@pytest.fixture
+def dres_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """The whole environment of this test's subprocesses; its DRES_* are set here too (for
+    ``load_settings``), any other DRES_* removed."""
+    for name in list(os.environ):
+        if name.startswith("DRES_"):
+            monkeypatch.delenv(name)
+    dres = {**DRES_ENV, "DRES_REDIS_URL": redis_url}
+    for name, value in dres.items():
+        monkeypatch.setenv(name, value)
+    return subprocess_env(dres, TESTS)
+
+
+@pytest.fixture
+def settings(dres_env: dict[str, str]) -> Settings:
+    return load_settings()
+
+
+@pytest.fixture
+def runtime(settings: Settings) -> Iterator[Runtime]:
+    """dres in this process (ledger, lifecycle, dispatch), for turns crafted at the ledger level."""
+    rt = Runtime.from_settings(settings)
+    yield rt
+    close_runtime(rt)
+
+
+@pytest.fixture
+def script(tmp_path: Path) -> Script:
+    """``script(steps, on_resume="continue")`` writes a scripted-model file; its model spec."""
+    return script_writer(tmp_path)
+
+
+# -- worker processes ---------------------------------------------------------------------------
+
+
+def show_logs(processes: Iterable[DresProcess], chars: int = 8000) -> None:
+    """Print the tail of each process's log (pytest shows it only for a failed test)."""
+    for process in processes:
+        print(f"--- {process.log_path.name} (pid {process.pid}) ---\n{process.log()[-chars:]}")
+
+
+@pytest.fixture
+def start_worker(dres_env: dict[str, str], tmp_path: Path) -> Iterator[StartWorker]:
+    """``start_worker(concurrency=1, extra=(), ready=True, overrides=None)`` starts a prefork
+    worker process; ``overrides`` are DRES_* settings of that worker only."""
+    started: list[WorkerProcess] = []
+
+    def start(
+        concurrency: int = 1,
+        extra: tuple[str, ...] = (),
+        ready: bool = True,
+        overrides: dict[str, str] | None = None,
+    ) -> WorkerProcess:
+        log_path = tmp_path / f"worker-{len(started) + 1}.log"
+        env = {**dres_env, **(overrides or {})}
+        process = WorkerProcess.start(
+            env, log_path, concurrency=concurrency, extra=extra, ready=False
+        )
+        started.append(process)
+        if ready:
+            process.wait_ready()
+        return process
+
+    yield start
+    stop_all(started)
+    show_logs(started)
+
+
+@pytest.fixture
+def worker(start_worker: StartWorker) -> WorkerProcess:
+    """One ready prefork worker with a single pool process, on this test's empty Redis."""
+    return start_worker()
