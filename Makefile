@@ -29,9 +29,9 @@ test: install redis-server
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy --strict ledger worker tasks
+	$(VENV)/bin/mypy --strict --explicit-package-bases ledger worker tasks tests/support
 	$(VENV)/bin/pylint --disable=all --enable=duplicate-code --min-similarity-lines=6 \
-		--score=n ledger worker tasks
+		--score=n ledger worker tasks tests/support
 
 # The demo: a private redis-server (or DRES_REDIS_URL), a prefork worker, one turn; it stops all.
 run: install redis-server

@@ -15,6 +15,10 @@ class LedgerError(DresBaseError):
     """Root of every error the ledger raises."""
 
 
+class InvalidId(LedgerError, ValueError):
+    """An id that cannot name a Redis key of dres (empty, or with a brace of the hash tag)."""
+
+
 class EventDecodeError(LedgerError):
     """A stream entry or dict is not a valid event of a known type and schema version."""
 

@@ -6,12 +6,14 @@ dedupe index live in one Redis Cluster slot and the Lua scripts may touch them t
 
 from __future__ import annotations
 
+from ledger.errors import InvalidId
+
 PREFIX = "dres"
 
 
 def _tag(value: str) -> str:
     if not value or "{" in value or "}" in value:
-        raise ValueError(f"id {value!r} must be non-empty and may not contain braces")
+        raise InvalidId(f"id {value!r} must be non-empty and may not contain braces")
     return "{" + value + "}"
 
 
