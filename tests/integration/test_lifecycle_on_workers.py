@@ -10,6 +10,7 @@ import signal
 from collections.abc import Callable
 
 import pytest
+from sample_tools import effects
 
 from ledger import keys
 from ledger.events import Event
@@ -21,6 +22,7 @@ from tests.support import (
     of,
     send,
     show,
+    slow_write,
     think,
     wait_for,
     wait_until,
@@ -144,6 +146,26 @@ def test_a_live_runs_heartbeat_keeps_its_lease_through_a_step_many_leases_long(
     [done] = of(events, "turn_ended")
     assert done.ts - of(events, "run_started")[0].ts > 3 * settings.lease_s
     assert first > 0
+
+
+def test_a_live_runs_heartbeat_keeps_its_lease_while_a_long_tool_runs(
+    runtime: Runtime, start_worker: Callable[..., WorkerProcess], script: Callable[..., str]
+) -> None:
+    """``slow_write`` works for a second after its side effect, over three 0.3 s leases, inside
+    the soft-limit deferral: the heartbeat thread renews the lease meanwhile, so the reaper never
+    takes the turn over and the write runs once."""
+    start_worker(overrides={"DRES_LEASE_S": "0.3"})
+    model = script([slow_write("long"), DONE])
+    turn = enqueue(runtime, "write slowly", mode="background", model=model)
+
+    events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=15, what="turn end")
+
+    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+    assert not of(events, "run_ended", reason="crashed"), show(events)
+    [start] = of(events, "tool_start", tool="slow_write")
+    [done] = of(events, "tool_done", tool="slow_write")
+    assert done.ts - start.ts >= 1.0 > 3 * 0.3
+    assert len(effects(runtime.redis, "slow_write")) == 1
 
 
 def test_a_paused_run_is_taken_over_and_when_it_wakes_it_cannot_write(
