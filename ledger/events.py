@@ -45,10 +45,13 @@ class TurnStarted(_Event):
     prior_turn_note: str | None = None
 
 
+#: why a run exists
+RunCause = Literal["first", "next_chunk", "redelivery", "reaper", "auto_continue", "continue"]
+
+
 class RunStarted(_Event):
     type: Literal["run_started"] = "run_started"
-    #: why this run exists: first, next_chunk, redelivery, reaper, auto_continue, continue
-    cause: str = "first"
+    cause: RunCause = "first"
     epoch: int = 0
 
 

@@ -12,16 +12,16 @@ script stays in one Redis Cluster slot; the reaper repairs what a crash between 
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
 from typing import Any
 
 import redis
+from pydantic import ValidationError
 
 from ledger import keys
 from ledger.codec import decode_entry, encode, text
-from ledger.errors import EventDecodeError, TransitionRefused, UnknownTurn
+from ledger.errors import CorruptTurn, EventDecodeError, TransitionRefused, UnknownTurn
 from ledger.events import Event, RunStarted, TurnStarted
 from ledger.lease import Claim, Lease
 from ledger.store import Ledger, MetaValue, pairs, script
@@ -105,20 +105,36 @@ class TurnStore:
         """Make ``run_id`` the lease holder if it is the turn's pending run (one atomic step).
 
         The claim records ``run_started`` (with ``event_id`` and ``ts``; its chunk, cause and
-        epoch from the metadata) at the new epoch's first stream id. A run that is not the
+        epoch from the metadata read just before, which the claim checks is still current) at the
+        new epoch's first stream id; the codec encodes it, as every event. A run that is not the
         pending one (a duplicate delivery, a run already claimed, a stale message) gets no lease.
         The lease runs to ``lease_until_ms`` unless renewed. ``read_from``: a stream id (``-``
         for the start) to read the turn from in the same step, up to a page of entries.
         ``Claim.meta`` is the metadata as it was just before, with the Stop flag.
         """
-        head = _started_head(turn_id, run_id, event_id, ts)
+        read = self.meta(turn_id)
+        if read.next_run != run_id:
+            return self._not_pending(read, run_id, event_id)
+        try:
+            started = RunStarted(
+                event_id=event_id,
+                turn_id=turn_id,
+                run_id=run_id,
+                chunk=read.next_chunk,
+                ts=ts,
+                cause=read.next_cause,
+                epoch=read.epoch + 1,
+            )
+        except ValidationError:
+            raise CorruptTurn(turn_id, f"next_cause {read.next_cause!r}") from None
         count = self.ledger.page if read_from else 0
         allowed = allowed_from(Step.CLAIM)
         args: list[MetaValue] = [
             run_id,
-            head,
+            encode(started),
             lease_until_ms,
             _CLAIMED.value,
+            read.epoch,
             read_from,
             count,
             len(allowed),
@@ -141,13 +157,16 @@ class TurnStore:
             return Claim(
                 lease, meta, entries=entries, read_from=read_from, read_all=len(raw) < count
             )
+        return self._not_pending(meta, run_id, event_id)
+
+    def _not_pending(self, meta: TurnMeta, run_id: str, event_id: str) -> Claim:
         if meta.run_id == run_id and meta.status == TurnStatus.RUNNING:
             # A retried claim whose first reply was lost: the claim is ours. A duplicate delivery
             # of the same run that lost the race looks alike, but the epoch opens with the
             # winner's run_started, not ours.
-            started = self._opening(turn_id, meta.epoch)
+            started = self._opening(meta.turn_id, meta.epoch)
             if started is not None and started.event_id == event_id:
-                lease = Lease(turn_id, run_id, meta.epoch, started.chunk, started.cause, seq=1)
+                lease = Lease(meta.turn_id, run_id, meta.epoch, started.chunk, started.cause, seq=1)
                 return Claim(lease, meta)
         return Claim(None, meta, status=meta.status, holder=meta.run_id)
 
@@ -283,10 +302,3 @@ class TurnStore:
 
     def stop_requested(self, turn_id: str) -> bool:
         return bool(self.client.exists(keys.turn_cancel(turn_id)))
-
-
-def _started_head(turn_id: str, run_id: str, event_id: str, ts: float) -> str:
-    """``run_started``'s JSON without chunk, cause and epoch (``claim.lua`` adds them)."""
-    data = RunStarted(event_id=event_id, turn_id=turn_id, run_id=run_id, chunk=0, ts=ts)
-    known = data.model_dump(mode="json", exclude={"chunk", "cause", "epoch"})
-    return json.dumps(known, separators=(",", ":"), ensure_ascii=False)[:-1]

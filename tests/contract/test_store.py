@@ -15,7 +15,7 @@ import redis
 from factories import base, done, start, text, turn_started
 
 from ledger import keys
-from ledger.errors import FencedOut, TransitionRefused, UnknownTurn
+from ledger.errors import CorruptTurn, FencedOut, TransitionRefused, UnknownTurn
 from ledger.events import RunEnded, RunStarted, TurnEnded
 from ledger.store import Lease, Ledger
 from ledger.turn import Step
@@ -147,7 +147,7 @@ def test_a_pending_cause_that_is_not_one_of_ours_is_refused_and_nothing_written(
     store = TurnStore(ledger)
     create(store)
     client.hset(keys.turn_meta("t1"), "next_cause", 'x","epoch":99')
-    with pytest.raises(redis.ResponseError, match="BADCAUSE"):
+    with pytest.raises(CorruptTurn, match="next_cause"):
         store.claim("t1", "r1", lease_until_ms=FAR, event_id="s", ts=1.0)
     assert [e.type for e in ledger.events("t1")] == ["turn_started"]
     assert ledger.meta("t1").status == "queued"
