@@ -108,7 +108,8 @@ class TurnStore:
         epoch from the metadata read just before, which the claim checks is still current) at the
         new epoch's first stream id; the codec encodes it, as every event. A run that is not the
         pending one (a duplicate delivery, a run already claimed, a stale message) gets no lease.
-        The lease runs to ``lease_until_ms`` unless renewed. ``read_from``: a stream id (``-``
+        The lease runs to ``lease_until_ms`` unless renewed, and the reaper's index looks at the
+        turn then. ``read_from``: a stream id (``-``
         for the start) to read the turn from in the same step, up to a page of entries.
         ``Claim.meta`` is the metadata as it was just before, with the Stop flag.
         """
@@ -141,8 +142,18 @@ class TurnStore:
             *(status.value for status in allowed),
         ]
         turn_keys = (*keys.turn_keys(turn_id), keys.turn_cancel(turn_id))
+
+        def claim_and_watch() -> Any:
+            # The reaper's look at the lease's end goes in the same round trip (a key of no
+            # turn's slot, so beside the script, not in it); a look at a turn this claim did not
+            # take is harmless: the reaper finds it as it is.
+            pipe = self.client.pipeline(transaction=False)
+            self._claim(keys=turn_keys, args=args, client=pipe)
+            pipe.zadd(keys.active_turns(), {turn_id: lease_until_ms})
+            return pipe.execute(raise_on_error=True)[0]
+
         try:
-            reply: Any = self.ledger.retry(lambda: self._claim(keys=turn_keys, args=args))
+            reply: Any = self.ledger.retry(claim_and_watch)
         except redis.ResponseError as e:
             if str(e).startswith("NOTURN"):
                 raise UnknownTurn(turn_id) from e

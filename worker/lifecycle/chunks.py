@@ -37,8 +37,6 @@ class ChunkPath(LifecycleBase):
         )
         if claim.lease is None or claim.meta is None:
             return None
-        # The reaper looks again when the lease would run out without its heartbeat.
-        self.store.watch(turn_id, lease_until)
         meta = claim.meta
         return RunContext(
             claim.lease,
