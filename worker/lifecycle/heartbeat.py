@@ -9,6 +9,7 @@ holds the turn, the heartbeat stops and the paused run's own appends are refused
 
 from __future__ import annotations
 
+import signal
 import threading
 from types import TracebackType
 
@@ -21,6 +22,9 @@ from worker.base.clock import Clock
 from worker.engine.recorder import RunContext
 
 log = structlog.get_logger("dres.heartbeat")
+
+#: signals the heartbeat thread never takes: the run's main thread handles them
+BLOCKED = {signal.SIGUSR1, signal.SIGTERM, signal.SIGINT}
 
 
 class Heartbeat:
@@ -57,6 +61,9 @@ class Heartbeat:
         # renewal is refused once the turn has ended or been handed over.
 
     def _beat(self) -> None:
+        # The soft limit (SIGUSR1) and shutdown signals must reach the main thread: delivered to
+        # this one, they would not interrupt a blocking call of the run (a socket read, a sleep).
+        signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
         while not self.stopping.wait(self.interval_s):
             until = int((self.clock.now() + self.lease_s) * 1000)
             try:
