@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from functools import lru_cache
+from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -67,6 +68,18 @@ class Settings(BaseSettings):
     #: resume naively: no journal note, no hard-block, no interrupted-write guard. Only for
     #: ``make chaos NAIVE=1``, which counts the duplicate effects dres prevents; never in production
     naive: bool = False
+    #: comma-separated model specs an API client may ask for besides the default
+    #: (``anthropic:*`` allows a provider's every model; CONTRACT §3)
+    models: str = ""
+    #: JSON object of the apps ``call_agent`` may delegate to:
+    #: ``{"NAME": {"url": "http://…", "token": "…"}}`` (CONTRACT §7.9)
+    agents: str = "{}"
+    #: the ledger's Redis (``redis_url``) is a Redis Cluster; the broker is then a plain Redis
+    redis_cluster: bool = False
+    #: a worker serves Prometheus metrics on this port (all its pool processes together)
+    metrics_port: int | None = Field(None, ge=1, le=65535)
+    #: ``console`` (for a person) or ``json`` (one object per line)
+    log_format: Literal["console", "json"] = "console"
     #: comma-separated modules of extra Celery tasks the dres worker should also run
     celery_include: str = ""
     foreground_queue: str = "dres.foreground"
