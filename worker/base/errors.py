@@ -38,6 +38,14 @@ class TurnCancelled(Interrupt):
     """Stop was requested for the turn; the run ends at this safe point."""
 
 
+class SoftLimit(Interrupt):
+    """The chunk reached its soft time limit: the turn goes on in its next chunk."""
+
+
+class Shutdown(Interrupt):
+    """The worker is shutting down (a deploy): the turn goes on in its next chunk, elsewhere."""
+
+
 class ModelError(DresError):
     """A model call failed. ``code`` says how: the loop decides from it whether to resume.
 

@@ -144,13 +144,15 @@ class Runtime:
             failpoints=self.failpoints,
         )
 
-    def heartbeat(self, run: RunContext) -> Heartbeat:
+    def heartbeat(self, run: RunContext, on_stop: Callable[[], None]) -> Heartbeat:
         return Heartbeat(
             self.lifecycle.store,
             run,
             self.clock,
             lease_s=self.settings.lease_s,
             interval_s=self.settings.heartbeat_s,
+            poll_s=self.settings.cancel_poll_s,
+            on_stop=on_stop,
         )
 
     @cached_property

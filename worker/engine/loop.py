@@ -110,6 +110,12 @@ class AgentLoop:
         recorder = Recorder(self.ledger, run, self.clock, self.ids, [])
         self.guard.arm()
         try:
+            return self._run(run, recorder)
+        except TurnCancelled:
+            return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
+
+    def _run(self, run: RunContext, recorder: Recorder) -> RunResult:
+        try:
             events, journal, note = self._read(run)
         except JournalUnreadable as e:
             log.error("journal unreadable; stopping the resumed run", error=str(e))
@@ -127,10 +133,7 @@ class AgentLoop:
             failpoints=self.failpoints,
         )
         model = self.make_model(run.model)
-        try:
-            return self._steps(recorder, executor, model, Attempt.begin(journal))
-        except TurnCancelled:
-            return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
+        return self._steps(recorder, executor, model, Attempt.begin(journal))
 
     def _steps(
         self, recorder: Recorder, executor: ToolExecutor, model: ChatModel, attempt: Attempt

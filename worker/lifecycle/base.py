@@ -42,7 +42,8 @@ class LifecycleBase:
         dispatcher: Dispatcher,
         *,
         cache: EventCache | None = None,
-        heartbeat: Callable[[RunContext], AbstractContextManager[object]] | None = None,
+        heartbeat: Callable[[RunContext, Callable[[], None]], AbstractContextManager[object]]
+        | None = None,
         failpoints: Failpoints = OFF,
     ) -> None:
         self.ledger = ledger
@@ -52,8 +53,9 @@ class LifecycleBase:
         self.ids = ids
         self.dispatcher = dispatcher
         self.cache = cache
-        #: keeps a running run's lease alive while it runs (none: the lease is not renewed)
-        self.heartbeat = heartbeat or (lambda run: nullcontext())
+        #: keeps a running run's lease alive while it runs, and calls its second argument when
+        #: Stop is requested (none: the lease is not renewed, Stop is seen at safe points only)
+        self.heartbeat = heartbeat or (lambda run, on_stop: nullcontext())
         self.failpoints = failpoints
 
     def ms(self, after_s: float = 0.0) -> int:

@@ -11,6 +11,8 @@ import structlog
 from ledger.errors import FencedOut, LedgerError, TransitionRefused
 from ledger.store import MetaValue
 from ledger.turn import Step, StopCode, TurnStatus
+from worker.base import metrics
+from worker.base.errors import Shutdown, SoftLimit, TurnCancelled
 from worker.engine.loop import AgentLoop, RunResult
 from worker.engine.recorder import RunContext
 from worker.lifecycle.base import LifecycleBase
@@ -67,12 +69,19 @@ class ChunkPath(LifecycleBase):
         if run is None:
             return self.not_claimed(turn_id, run_id, redelivered)
         structlog.contextvars.bind_contextvars(chunk=run.chunk, epoch=run.epoch)
+        metrics.observe_handoff(run.cause, run.snapshot)
+        hand_over: tuple[type[BaseException], ...] = (SoftLimit, *interrupts)
         try:
-            with self.heartbeat(run):
+            with loop.guard.running(), self.heartbeat(run, loop.guard.stop):
                 result = loop.run(run)
                 return self.finish(run, result)
-        except interrupts:
+        except hand_over:
             return self.chain(run)
+        except Shutdown:
+            return self.chain(run, "handed over: the worker is shutting down")
+        except TurnCancelled:
+            # Stop landed after the run's own end was decided: record the stop, unless it ended
+            return self.stop_now(run)
         except FencedOut as e:
             log.warning("another run holds the turn; this one stops writing", error=str(e))
             return "fenced-out"
@@ -93,13 +102,23 @@ class ChunkPath(LifecycleBase):
             step, ended = Step.STOP, self.turn_ended(run, TurnStatus.STOPPED, code, result.detail)
         ran = self.run_ended(run, result.run_reason, result.detail)
         self.close(run.turn_id, step, self.store.holder(run.lease), [*result.held, ran, ended])
+        metrics.turn_ended(ended.status, ended.code)
         self.failpoints.hit("turn.ended")  # chaos and tests: a soft limit right after the end
         if self.cache is not None and step == Step.COMPLETE:
             self.cache.forget(run.turn_id)
         return f"{ended.status}: {ended.code}" if ended.code else ended.status
 
-    def chain(self, run: RunContext) -> str:
-        """The soft limit: hand the turn to its next chunk, or stop it at the chunk budget."""
+    def stop_now(self, run: RunContext) -> str:
+        stopped = RunResult("stopped", StopCode.CANCELLED, "Stop requested", "stopped")
+        try:
+            return self.finish(run, stopped)
+        except TransitionRefused as e:
+            log.info("Stop after the run's turn moved on; nothing to stop", why=str(e))
+            return "ended"
+
+    def chain(self, run: RunContext, detail: str = "") -> str:
+        """The soft limit (or a shutdown, which ``detail`` says): hand the turn to its next
+        chunk, or stop it at the chunk budget."""
         budget = self.settings.max_chunks
         try:
             if run.chunk + 1 - run.chunk_base >= budget:
@@ -107,8 +126,9 @@ class ChunkPath(LifecycleBase):
                 ended = self.turn_ended(run, TurnStatus.STOPPED, StopCode.MAX_CHUNKS, detail)
                 ran = self.run_ended(run, "soft_limit", detail)
                 self.close(run.turn_id, Step.STOP, self.store.holder(run.lease), [ran, ended])
+                metrics.turn_ended(ended.status, ended.code)
                 return "stopped: max_chunks"
-            successor = self.hand_over(run)
+            successor = self.hand_over(run, detail=detail)
         except TransitionRefused as e:
             log.info("soft limit after the run's turn moved on; nothing to hand over", why=str(e))
             return "ended"
@@ -119,10 +139,10 @@ class ChunkPath(LifecycleBase):
         self.launch(run.turn_id, successor, run.mode)
         if fault == "duplicate":
             self.dispatcher.dispatch(run.turn_id, successor, run.mode)
-        log.info("soft limit: chained the next chunk", successor=successor)
+        log.info("chained the next chunk", successor=successor, why=detail or "soft limit")
         return "chained"
 
-    def hand_over(self, run: RunContext, reason: str = "soft_limit") -> str:
+    def hand_over(self, run: RunContext, reason: str = "soft_limit", detail: str = "") -> str:
         """End ``run`` and record its successor (the next chunk) as the turn's pending run.
 
         One fenced step: a run that no longer holds the turn, or whose turn ended, cannot hand it
@@ -140,7 +160,7 @@ class ChunkPath(LifecycleBase):
             run.turn_id,
             Step.HAND_OVER,
             expect=self.store.holder(run.lease),
-            events=[self.run_ended(run, reason)],
+            events=[self.run_ended(run, reason, detail)],
             fields=fields,
         )
         return successor
@@ -152,6 +172,7 @@ class ChunkPath(LifecycleBase):
             ended = self.turn_ended(run, TurnStatus.STOPPED, StopCode.INTERNAL_ERROR, detail)
             ran = self.run_ended(run, "error", detail)
             self.close(run.turn_id, Step.STOP, self.store.holder(run.lease), [ran, ended])
+            metrics.turn_ended(ended.status, ended.code)
         except LedgerError:
             log.exception("could not record the failure")
 

@@ -5,12 +5,18 @@ process running the chunk renews it every third of the lease (as Temporal's acti
 do), so a run whose process died, was killed or is paused lets its lease run out within one
 lease, and the reaper takes the turn over then. A renewal is a fenced step: once another run
 holds the turn, the heartbeat stops and the paused run's own appends are refused.
+
+The same thread watches for Stop (CONTRACT §7.8): every ``poll_s`` it reads the turn's Stop flag,
+and once it is set calls ``on_stop``, which interrupts the run's thread wherever it waits — on a
+provider that has not sent a byte, in an SDK's retry sleep — at a safe point (the guard defers it
+past a tool's ``tool_done``).
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Callable
 from types import TracebackType
 
 import redis
@@ -20,24 +26,37 @@ from ledger.errors import LedgerError
 from ledger.turns import TurnStore
 from worker.base.clock import Clock
 from worker.engine.recorder import RunContext
+from worker.engine.tools.guard import SIGNALS
 
 log = structlog.get_logger("dres.heartbeat")
 
 #: signals the heartbeat thread never takes: the run's main thread handles them
-BLOCKED = {signal.SIGUSR1, signal.SIGTERM, signal.SIGINT}
+BLOCKED = {*SIGNALS, signal.SIGINT}
 
 
 class Heartbeat:
-    """``with Heartbeat(...)``: renew ``run``'s lease every ``interval_s`` until the block ends."""
+    """``with Heartbeat(...)``: renew ``run``'s lease every ``interval_s`` until the block ends;
+    with ``on_stop``, also look for a Stop request every ``poll_s`` and call it once."""
 
     def __init__(
-        self, store: TurnStore, run: RunContext, clock: Clock, *, lease_s: float, interval_s: float
+        self,
+        store: TurnStore,
+        run: RunContext,
+        clock: Clock,
+        *,
+        lease_s: float,
+        interval_s: float,
+        poll_s: float | None = None,
+        on_stop: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
         self.run = run
         self.clock = clock
         self.lease_s = lease_s
         self.interval_s = interval_s
+        self.on_stop = on_stop
+        #: seconds between the thread's wake-ups
+        self.tick_s = min(interval_s, poll_s) if on_stop and poll_s else interval_s
         self.stopping = threading.Event()
         #: renewals done; False once the lease was found lost
         self.beats = 0
@@ -64,17 +83,40 @@ class Heartbeat:
         # The soft limit (SIGUSR1) and shutdown signals must reach the main thread: delivered to
         # this one, they would not interrupt a blocking call of the run (a socket read, a sleep).
         signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
-        while not self.stopping.wait(self.interval_s):
-            until = int((self.clock.now() + self.lease_s) * 1000)
-            try:
-                self.held = self.store.renew(self.run.lease, until)
-            except (LedgerError, redis.RedisError) as e:
-                # Redis away: the next beat tries again; a lease that runs out meanwhile is taken
-                # over, and this run is then fenced out.
-                log.warning("could not renew the lease", error=repr(e))
-                continue
-            if not self.held:
+        renew_at = self.clock.now() + self.interval_s
+        watching = self.on_stop is not None
+        while not self.stopping.wait(self.tick_s):
+            if watching and self._stop_requested():
+                watching = False
                 if not self.stopping.is_set():
-                    log.warning("lease lost: another run holds the turn", run_id=self.run.run_id)
+                    assert self.on_stop is not None
+                    self.on_stop()
+            if self.clock.now() < renew_at:
+                continue
+            renew_at = self.clock.now() + self.interval_s
+            if not self._renew():
                 return
-            self.beats += 1
+
+    def _stop_requested(self) -> bool:
+        try:
+            return self.store.stop_requested(self.run.turn_id)
+        except (LedgerError, redis.RedisError) as e:
+            log.warning("could not check for a Stop request", error=repr(e))
+            return False
+
+    def _renew(self) -> bool:
+        """Renew the lease; False once another run holds the turn."""
+        until = int((self.clock.now() + self.lease_s) * 1000)
+        try:
+            self.held = self.store.renew(self.run.lease, until)
+        except (LedgerError, redis.RedisError) as e:
+            # Redis away: the next beat tries again; a lease that runs out meanwhile is taken
+            # over, and this run is then fenced out.
+            log.warning("could not renew the lease", error=repr(e))
+            return True
+        if not self.held:
+            if not self.stopping.is_set():
+                log.warning("lease lost: another run holds the turn", run_id=self.run.run_id)
+            return False
+        self.beats += 1
+        return True

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -17,6 +19,10 @@ class ToolContext:
     tool: str = ""
     #: the worker's Redis client, for tools that keep state there (the demo outbox); may be None
     redis: Any = None
+    #: ``with ctx.interruptible():`` around a wait that has no side effect of its own (a child
+    #: turn's answer): a soft limit, a Stop or a shutdown lands there instead of waiting for the
+    #: call's end, and the call stays interrupted (its outcome is then found on resume)
+    interruptible: Callable[[], AbstractContextManager[None]] = nullcontext
 
 
 def idempotency_key(turn_id: str, tool: str, signature: str, occurrence: int) -> str:

@@ -21,6 +21,7 @@ from pydantic_core import to_jsonable_python
 from ledger.errors import SignatureError
 from ledger.events import ToolBlocked, ToolDone, ToolStart
 from ledger.signature import input_signature
+from worker.base import metrics
 from worker.base.failpoints import OFF, Failpoints
 from worker.engine.models.base import ToolCall
 from worker.engine.recorder import Recorder
@@ -122,6 +123,7 @@ class ToolExecutor:
                     )
                 )
             self.recorder.record_many(done)
+            metrics.tool_ran(is_error=is_error)
         self.failpoints.hit("tool.after_done")
         if not is_error:
             attempt.completed[(call.tool, call.signature)] += 1
@@ -183,6 +185,7 @@ class ToolExecutor:
             idempotency_key=idempotency_key(run.turn_id, call.tool, call.signature, occurrence),
             tool=call.tool,
             redis=self.redis,
+            interruptible=self.guard.lifted,
         )
 
     # -- recording a call that does not run --------------------------------------------------
@@ -207,6 +210,7 @@ class ToolExecutor:
                 ToolDone, call_id=call_id, tool=call.name, result=result, is_error=True
             )
             self.recorder.record_many([start, done])
+            metrics.tool_ran(is_error=True)
         return ToolOutcome(call_id, call.name, result, True)
 
     def _blocked(self, call: PreparedCall, decision: Block | Refuse) -> ToolOutcome:
@@ -223,5 +227,6 @@ class ToolExecutor:
             result=decision.result,
             is_error=is_error,
         )
+        metrics.tool_blocked(decision.reason)
         log.info("tool call blocked", tool=call.tool, reason=decision.reason, matched=matched)
         return ToolOutcome(call.call_id, call.tool, decision.result, is_error, blocked=True)

@@ -1,46 +1,92 @@
-"""Deferring a soft time limit across a tool's critical section (CONTRACT §7.6).
+"""Interrupts of a running run, and their deferral across a tool's critical section.
 
-Celery's prefork pool delivers the soft limit as SIGUSR1, whose handler raises
-``SoftTimeLimitExceeded`` wherever the main thread happens to be. Inside ``DeferSignals`` a
-handler of ours only notes the signal; on exit the original handler is called if the signal came —
-so the exception is raised right after the ``tool_done`` is recorded, never between a side effect
-and its record. Trapping at the Python level (rather than only masking the signal) also covers a
-signal the kernel hands to another thread. The hard
-limit (SIGTERM then SIGKILL from the pool) is not deferred: a tool that outlives it stays an
-interrupted call.
+Three signals end a running run at the point they land, each as an ``Interrupt`` (a
+``BaseException``, so no ``except Exception`` in a tool, an SDK or its retry helper can swallow
+it or take it for a transport error, CONTRACT §7.12):
+
+- ``SIGUSR1``, Celery's prefork soft time limit -> ``SoftLimit`` (Celery's own handler would raise
+  ``SoftTimeLimitExceeded``, an ``Exception`` that the Anthropic SDK wraps and retries);
+- ``SIGUSR2``, dres's nudge -> ``TurnCancelled`` when this process's Stop watcher sent it
+  (``DeferSignals.stop``), else ``Shutdown``: the worker's main process sends it to its pool
+  children when it is told to stop (a deploy), so their chunks hand over at once (§7.11);
+- ``SIGTERM`` sent to the pool child itself -> ``Shutdown`` too.
+
+Inside a critical section (``with guard:``, a tool call between its ``tool_start`` and its
+``tool_done``) a signal is only noted, and raised when the outermost section exits: never between a
+side effect and its record (§7.6). A tool may lift the deferral around a wait that has no effect of
+its own (``ToolContext.interruptible()``): an interrupt landing there leaves the call interrupted.
+
+Outside a run (``DeferSignals.running()``) the signals keep their meaning for the process: Celery's
+soft-limit handler, SIGTERM's default; a stray nudge is noted (a shutdown then hands the next chunk
+over at once) and otherwise ignored. The hard limit (the pool's SIGTERM, then SIGKILL 0.1 s later)
+cannot be deferred past its SIGKILL: a tool that outlives it stays an interrupted call.
 """
 
 from __future__ import annotations
 
 import signal
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from types import FrameType, TracebackType
 from typing import Any
 
-#: signals deferred by default: Celery's soft time limit
-SOFT_LIMIT_SIGNALS = (signal.SIGUSR1,)
+from worker.base.errors import Interrupt, Shutdown, SoftLimit, TurnCancelled
+
+#: Celery's soft time limit (billiard's ``SIG_SOFT_TIMEOUT``)
+SOFT_LIMIT = signal.SIGUSR1
+#: dres's nudge: a Stop request (from this process) or a shutdown (from the worker's main process)
+NUDGE = signal.SIGUSR2
+#: signals the trap handles; each raises an ``Interrupt`` while a run is running
+SIGNALS = (SOFT_LIMIT, NUDGE, signal.SIGTERM)
 
 
 class _Trap:
-    """The one handler of the deferred signals in this process.
+    """The one handler of the run's signals in this process (signals are per process).
 
-    Installed over the handler it finds (Celery's) and kept there: outside a critical section it
-    hands each signal straight on; inside one it only notes it, and the section's exit hands it
-    on. Entering a section is then a counter, not a handler swap (a tool call's hot path).
+    Installed over the handlers it finds (Celery's) and kept there: outside a run it hands each
+    signal on as before; inside one it raises the signal's interrupt, or, inside a critical
+    section, notes it for the section's exit. Entering a section is then a counter, not a handler
+    swap (a tool call's hot path).
     """
 
     def __init__(self) -> None:
         self.depth = 0
-        self.pending: tuple[int, FrameType | None] | None = None
+        self.pending: Interrupt | None = None
         self.forward: dict[int, Any] = {}
+        #: a run is running in the main thread: signals raise its interrupts
+        self.running = False
+        #: Stop nudges this process sent itself, and those its handler saw: a nudge beyond them
+        #: came from outside (a shutdown)
+        self.stops_sent = 0
+        self.stops_seen = 0
+        #: a shutdown nudge came: a run that starts now hands over at once
+        self.draining = False
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
-        if self.depth:
-            self.pending = self.pending or (signum, frame)
-            return
-        self.deliver(signum, frame)
+        interrupt = self.interrupt(signum)
+        if interrupt is None:
+            self.forward_signal(signum, frame)
+        elif self.running and self.depth:
+            self.pending = self.pending or interrupt
+        elif self.running:
+            raise interrupt
 
-    def deliver(self, signum: int, frame: FrameType | None) -> None:
+    def interrupt(self, signum: int) -> Interrupt | None:
+        """The interrupt ``signum`` means now (None: the process's own handler takes it)."""
+        if signum == NUDGE:
+            if self.stops_seen < self.stops_sent:
+                self.stops_seen = self.stops_sent
+                return TurnCancelled("Stop requested")
+            self.draining = True
+            return Shutdown("the worker is shutting down")
+        if not self.running:
+            return None
+        if signum == SOFT_LIMIT:
+            return SoftLimit("the chunk's soft time limit")
+        return Shutdown("the worker is shutting down")
+
+    def forward_signal(self, signum: int, frame: FrameType | None) -> None:
         handler = self.forward.get(signum, signal.SIG_DFL)
         if callable(handler):
             handler(signum, frame)  # Celery's raises SoftTimeLimitExceeded here
@@ -48,34 +94,90 @@ class _Trap:
             signal.signal(signum, signal.SIG_DFL)
             signal.raise_signal(signum)
 
-    def install(self, sig: signal.Signals) -> None:
-        current = signal.getsignal(sig)
-        if current is not self:  # first use, or someone installed another handler since
-            self.forward[sig] = current
-            signal.signal(sig, self)
+    def install(self) -> None:
+        for sig in SIGNALS:
+            current = signal.getsignal(sig)
+            if current is not self:  # first use, or someone installed another handler since
+                self.forward[sig] = current
+                signal.signal(sig, self)
+
+    def release(self) -> None:
+        """The outermost section ended: raise what was noted inside it."""
+        if self.depth == 0 and self.pending is not None:
+            pending, self.pending = self.pending, None
+            if self.running:
+                raise pending
 
 
 _TRAP = _Trap()
 
 
 class DeferSignals:
-    """Critical sections in which the soft-limit signal waits. ``arm()`` once per run first."""
+    """A run's interrupts: its running window, and the critical sections in which they wait.
 
-    def __init__(self, signals: tuple[signal.Signals, ...] = SOFT_LIMIT_SIGNALS) -> None:
-        self.signals = signals
+    ``with guard.running():`` around a run in the main thread arms them; elsewhere (a run in
+    another thread, as some tests do) nothing is deferred and nothing is raised by a signal.
+    """
+
+    def __init__(self) -> None:
         self._armed = False
         self._active: list[bool] = []
 
+    @property
+    def armed(self) -> bool:
+        """Signals reach this run: it runs in the main thread of its process."""
+        return self._armed
+
     def arm(self) -> None:
-        """Put the trap over the current handlers (Celery's), once per run, in the main thread.
+        """Put the trap over the current handlers (Celery's), in the main thread only.
 
         Signal handlers can only be set, and only run, in the main thread; elsewhere the
         sections defer nothing.
         """
         self._armed = threading.current_thread() is threading.main_thread()
         if self._armed:
-            for sig in self.signals:
-                _TRAP.install(sig)
+            _TRAP.install()
+
+    @contextmanager
+    def running(self) -> Iterator[None]:
+        """The window in which signals end the run by raising their interrupts.
+
+        A run that starts after a shutdown nudge hands over at once.
+        """
+        self.arm()
+        if not self._armed:
+            yield
+            return
+        _TRAP.running, _TRAP.pending = True, None
+        try:
+            if _TRAP.draining:
+                raise Shutdown("the worker is shutting down")
+            yield
+        finally:
+            _TRAP.running, _TRAP.pending = False, None
+
+    def stop(self) -> None:
+        """Ask the run to stop (from the Stop watcher's thread): ``TurnCancelled`` is raised in
+        the run's thread at its next safe point, also while it waits on a socket or a sleep."""
+        if self._armed and _TRAP.running:
+            _TRAP.stops_sent += 1
+            main = threading.main_thread().ident
+            if main is not None:
+                signal.pthread_kill(main, NUDGE)
+
+    @contextmanager
+    def lifted(self) -> Iterator[None]:
+        """Inside a critical section: let interrupts through again, for a wait with no effect of
+        its own. What was noted is raised on entry; the section's deferral resumes on exit."""
+        if not (self._armed and threading.current_thread() is threading.main_thread()):
+            yield
+            return
+        depth, _TRAP.depth = _TRAP.depth, 0
+        try:
+            _TRAP.release()
+            yield
+        finally:
+            _TRAP.depth = depth
 
     def __enter__(self) -> DeferSignals:
         active = self._armed and threading.current_thread() is threading.main_thread()
@@ -93,6 +195,5 @@ class DeferSignals:
         if not self._active.pop():
             return
         _TRAP.depth -= 1
-        if _TRAP.depth == 0 and _TRAP.pending is not None:
-            pending, _TRAP.pending = _TRAP.pending, None
-            _TRAP.deliver(*pending)
+        if exc is None:
+            _TRAP.release()

@@ -1,0 +1,52 @@
+"""Graceful shutdown of a ``dres worker`` (CONTRACT §7.11): running chunks hand over at once.
+
+Celery's warm shutdown (SIGTERM, a deploy; or the first Ctrl-C) stops consuming and waits for every
+running task to return: a chunk mid-step would keep its turn until its step or its soft limit ends.
+Here the main process, as the shutdown begins, nudges each pool child (``SIGUSR2``); a child
+running a chunk raises ``Shutdown`` at its next safe point (never between a tool's side effect and
+its ``tool_done``) and hands the turn to its next chunk as a soft limit would: recorded, then sent,
+so another worker picks it up while this one exits. An idle child only notes the nudge.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from typing import Any
+
+from billiard.process import active_children
+from celery import signals
+
+from worker.engine.tools.guard import NUDGE, DeferSignals
+
+
+def _arm_child(**_: Any) -> None:
+    """In each new pool child: the nudge must never reach the default action (which kills)."""
+    DeferSignals().arm()
+
+
+def _pool_pids(worker: Any) -> list[int]:
+    """The pool children's pids: the pool's own list, else every live child of this process."""
+    processes = getattr(getattr(getattr(worker, "pool", None), "_pool", None), "_pool", None)
+    if processes is None:
+        processes = active_children()
+    return [p.pid for p in processes if p.pid]
+
+
+def hand_over_on_shutdown() -> None:
+    """Connect the receivers; call once in the worker's main process before it starts."""
+    workers: list[Any] = []
+
+    def remember(sender: Any = None, **_: Any) -> None:
+        workers.append(sender)
+
+    def nudge_children(**_: Any) -> None:
+        # Runs in the main process's signal handler: no logging here (its locks may be held).
+        for worker in workers:
+            for pid in _pool_pids(worker):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, NUDGE)
+
+    signals.worker_process_init.connect(_arm_child, weak=False)
+    signals.worker_init.connect(remember, weak=False)
+    signals.worker_shutting_down.connect(nudge_children, weak=False)
