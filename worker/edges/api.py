@@ -44,6 +44,7 @@ from worker.edges.api_schemas import (
     journal_call,
 )
 from worker.edges.client import enqueue
+from worker.edges.page import router as page_router
 from worker.edges.runtime import Runtime
 
 #: bytes: the largest request body accepted
@@ -75,6 +76,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.add_exception_handler(CorruptTurn, corrupt)  # type: ignore[arg-type]
     api.add_exception_handler(ConfigError, bad_config)  # type: ignore[arg-type]
     api.include_router(router)
+    api.include_router(page_router)
     api.add_api_route("/healthz", healthz, methods=["GET"])
 
     return api

@@ -1,0 +1,735 @@
+// dres's page: a chat over the public HTTP API (/v1/...), nothing else.
+// Each turn is rebuilt from its ledger events (SSE, resumed with Last-Event-ID after a drop),
+// so a reload or a reconnect shows every line once. Conversations are kept in localStorage: the
+// API has no route that lists them.
+"use strict";
+
+const MAX_AUTO = Number(document.querySelector('meta[name="dres-max-auto-continue"]').content) || 0;
+// stops a client may continue on its own (CONTRACT §7.7): cut off by time or a lost worker
+const AUTO_CODES = new Set(["crashed", "handoff_lost", "max_chunks"]);
+const ENDED = new Set(["completed", "stopped"]);
+// ms the page waits before continuing a time-limit stop on its own (Stop cancels it meanwhile)
+const AUTO_DELAY_MS = 1500;
+// ms between looks at a live turn's status (the events say most; this catches the rest)
+const REFRESH_MS = 2000;
+const STORE_KEY = "dres.conversations";
+const TOKEN_KEY = "dres.token";
+const LABELS = {
+  queued: "Queued",
+  running: "Running",
+  resuming: "Resuming…",
+  completed: "Completed",
+  stopped: "Stopped",
+};
+const CAUSES = {
+  first: "first run",
+  next_chunk: "next chunk",
+  redelivery: "redelivered",
+  reaper: "picked up after a dead run",
+  transport_error: "after a transport error",
+  auto_continue: "continued automatically",
+  continue: "continued",
+};
+
+const $ = (id) => document.getElementById(id);
+const turns = new Map(); // turn_id -> Turn
+let current = null; // the conversation shown: {id, title, turns: [...], updated}
+let inspected = null; // the turn the inspector shows
+
+// -- storage ----------------------------------------------------------------------------------
+
+function loadConversations() {
+  try {
+    const list = JSON.parse(localStorage.getItem(STORE_KEY) || "[]");
+    return Array.isArray(list) ? list : [];
+  } catch {
+    return [];
+  }
+}
+
+function saveConversation(conversation) {
+  const others = loadConversations().filter((c) => c.id !== conversation.id);
+  conversation.updated = Date.now();
+  localStorage.setItem(STORE_KEY, JSON.stringify([conversation, ...others]));
+}
+
+// -- HTTP -------------------------------------------------------------------------------------
+
+function headers(extra = {}) {
+  const token = sessionStorage.getItem(TOKEN_KEY);
+  return token ? { ...extra, Authorization: `Bearer ${token}` } : extra;
+}
+
+function askToken() {
+  const dialog = $("token-dialog");
+  if (!dialog.pending) {
+    dialog.pending = new Promise((resolve) => {
+      dialog.addEventListener(
+        "close",
+        () => {
+          sessionStorage.setItem(TOKEN_KEY, $("token-input").value.trim());
+          dialog.pending = null;
+          resolve();
+        },
+        { once: true },
+      );
+    });
+    dialog.showModal();
+    $("token-input").focus();
+  }
+  return dialog.pending;
+}
+
+async function api(method, path, body) {
+  for (;;) {
+    const init = { method, headers: headers(body ? { "Content-Type": "application/json" } : {}) };
+    if (body) init.body = JSON.stringify(body);
+    const response = await fetch(path, init);
+    if (response.status === 401) {
+      await askToken();
+      continue;
+    }
+    const data = await response.json().catch(() => ({}));
+    return { ok: response.ok, status: response.status, data };
+  }
+}
+
+function showError(message) {
+  const el = $("error");
+  el.textContent = message;
+  el.hidden = !message;
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
+function streamPos(id) {
+  const [ms, seq] = id.split("-").map(Number);
+  return [ms, seq];
+}
+
+function after(a, b) {
+  const [am, as] = streamPos(a);
+  const [bm, bs] = streamPos(b);
+  return am > bm || (am === bm && as > bs);
+}
+
+// -- DOM helpers ------------------------------------------------------------------------------
+
+function el(tag, attrs = {}, ...children) {
+  const node = document.createElement(tag);
+  for (const [name, value] of Object.entries(attrs)) {
+    if (value === undefined || value === null || value === false) continue;
+    if (name === "text") node.textContent = value;
+    else if (name.startsWith("on")) node.addEventListener(name.slice(2), value);
+    else node.setAttribute(name, value === true ? "" : value);
+  }
+  for (const child of children) if (child !== null && child !== undefined) node.append(child);
+  return node;
+}
+
+function short(value, chars = 160) {
+  const textForm = typeof value === "string" ? value : JSON.stringify(value);
+  const flat = (textForm ?? "").replace(/\s+/g, " ");
+  return flat.length > chars ? `${flat.slice(0, chars - 1)}…` : flat;
+}
+
+function time(ts) {
+  return new Date(ts * 1000).toLocaleTimeString([], {
+    hour: "2-digit", minute: "2-digit", second: "2-digit", fractionalSecondDigits: 1, hour12: false,
+  });
+}
+
+// -- a turn -----------------------------------------------------------------------------------
+
+class Turn {
+  constructor(id, conversationId) {
+    this.id = id;
+    this.conversationId = conversationId;
+    this.lastId = "0-0";
+    this.events = []; // [{id, event}]
+    this.text = "";
+    this.textAtModelStart = 0;
+    this.calls = new Map(); // call key -> {event, state, card, matched}
+    this.runs = []; // {run_id, chunk, epoch, cause, start, end, reason, note}
+    this.status = "queued";
+    this.code = "";
+    this.canContinue = false;
+    this.autoContinues = 0;
+    this.following = false;
+    this.autoTimer = null;
+    this.userStopped = false;
+    this.build();
+  }
+
+  build() {
+    this.answer = el("div", { class: "answer", "data-testid": "answer" });
+    this.activity = el("ol", { class: "activity", "aria-label": "Tool calls" });
+    this.statusWord = el("span", { "data-testid": "turn-status", class: "status-word" }, "queued");
+    this.statusLabel = el("span", { class: "status-label" });
+    this.autoCount = el("span", { class: "auto-count", "data-testid": "auto-continues" });
+    this.actions = el("span", { class: "turn-actions" });
+    this.question = el("p", { class: "user-message" });
+    this.inspectButton = el("button", {
+      type: "button",
+      class: "link-button",
+      text: "Inspect",
+      onclick: () => openInspector(this),
+    });
+    this.node = el(
+      "article",
+      { class: "turn", "data-turn-id": this.id, "aria-label": "Turn" },
+      this.question,
+      el(
+        "div",
+        { class: "assistant" },
+        this.activity,
+        this.answer,
+        el(
+          "footer",
+          { class: "turn-bar" },
+          el("span", { class: "status", role: "status" }, this.statusWord, this.statusLabel),
+          this.autoCount,
+          this.actions,
+          this.inspectButton,
+        ),
+      ),
+    );
+    this.render();
+  }
+
+  // Every event once, in stream order: one with a stream id not after the last seen is dropped.
+  apply(id, event) {
+    if (!after(id, this.lastId)) return;
+    this.lastId = id;
+    this.events.push({ id, event });
+    const handler = this[`on_${event.type}`];
+    if (handler) handler.call(this, event, id);
+    if (inspected === this) renderInspector();
+  }
+
+  on_turn_started(event) {
+    this.question.textContent = event.message;
+  }
+
+  on_run_started(event) {
+    this.runs.push({
+      run_id: event.run_id,
+      chunk: event.chunk,
+      epoch: event.epoch,
+      cause: event.cause,
+      start: event.ts,
+      end: null,
+      reason: null,
+      note: null,
+    });
+    this.setStatus("running");
+    if (event.cause !== "first") this.marker(`Resuming… (${CAUSES[event.cause] || event.cause})`);
+  }
+
+  on_resumed(event) {
+    const run = this.runs.find((r) => r.run_id === event.run_id);
+    if (run) run.note = event.note;
+  }
+
+  on_model_start() {
+    this.textAtModelStart = this.text.length;
+  }
+
+  on_text(event) {
+    this.text += event.text;
+    this.answer.textContent = this.text;
+  }
+
+  on_clear() {
+    this.text = this.text.slice(0, this.textAtModelStart);
+    this.answer.textContent = this.text;
+  }
+
+  callKey(event, id) {
+    return event.call_id || `${event.tool}@${id}`;
+  }
+
+  on_tool_start(event, id) {
+    this.card(this.callKey(event, id), event, "running");
+  }
+
+  on_tool_done(event) {
+    const open = [...this.calls.values()].find(
+      (c) => c.state === "running" && (event.call_id ? c.event.call_id === event.call_id : c.event.tool === event.tool),
+    );
+    if (!open) return;
+    open.result = event.result;
+    this.setCard(open, event.is_error ? "error" : "completed");
+  }
+
+  on_tool_blocked(event, id) {
+    const state = { completed: "blocked", reconciled: "completed" }[event.reason] || "refused";
+    const matched = [...this.calls.values()].find(
+      (c) => event.matched_call_id && c.event.call_id === event.matched_call_id,
+    );
+    const call = this.card(this.callKey(event, id), event, state);
+    call.result = event.result;
+    call.reason = event.reason;
+    call.matched = matched ? matched.event : { call_id: event.matched_call_id };
+    this.setCard(call, state);
+  }
+
+  on_run_ended(event) {
+    const run = this.runs.find((r) => r.run_id === event.run_id);
+    if (run) Object.assign(run, { end: event.ts, reason: event.reason, detail: event.detail });
+    if (event.reason !== "completed") {
+      for (const call of this.calls.values()) {
+        if (call.state === "running") this.setCard(call, "interrupted");
+      }
+    }
+    if (event.reason === "soft_limit" || event.reason === "transport_error") this.setStatus("resuming");
+  }
+
+  on_turn_ended(event) {
+    this.code = event.code;
+    this.canContinue = event.can_continue;
+    for (const run of this.runs) if (run.end === null) run.end = event.ts;
+    this.setStatus(event.status);
+    this.refreshSoon();
+  }
+
+  marker(textContent) {
+    this.activity.append(el("li", { class: "marker", text: textContent }));
+  }
+
+  card(key, event, state) {
+    let call = this.calls.get(key);
+    if (!call) {
+      call = { event, state, result: undefined, matched: null, reason: null };
+      call.node = el("li", { class: "tool-card", "data-testid": "tool-call" });
+      this.calls.set(key, call);
+      this.activity.append(call.node);
+    }
+    this.setCard(call, state);
+    return call;
+  }
+
+  setCard(call, state) {
+    call.state = state;
+    const node = call.node;
+    node.dataset.state = state;
+    const stateText = {
+      running: "running",
+      completed: "completed",
+      error: "error",
+      interrupted: "interrupted — outcome unknown",
+      blocked: "blocked — exact repeat, not run",
+      refused: "refused — retry not run",
+    }[state];
+    const parts = [
+      el("div", { class: "card-head" },
+        el("span", { class: "tool-name", text: call.event.tool }),
+        el("span", { class: `badge badge-${state}`, text: stateText })),
+      el("div", { class: "card-row" }, el("span", { class: "k", text: "input" }),
+        el("code", { text: short(call.event.input) })),
+    ];
+    if (call.result !== undefined) {
+      parts.push(el("div", { class: "card-row" }, el("span", { class: "k", text: "result" }),
+        el("code", { text: short(call.result) })));
+    }
+    if (call.matched) {
+      const m = call.matched;
+      const what = m.tool ? `${m.tool} ${short(m.input, 80)}` : "";
+      parts.push(el("div", { class: "card-row matched" }, el("span", { class: "k", text: "matched" }),
+        el("code", { text: `${what} (call ${m.call_id || "?"})` })));
+    }
+    node.replaceChildren(...parts);
+  }
+
+  setStatus(status) {
+    this.status = status;
+    this.render();
+  }
+
+  async refresh() {
+    const { ok, data } = await api("GET", `/v1/turns/${encodeURIComponent(this.id)}`);
+    if (!ok) return;
+    this.status = data.status;
+    this.code = data.code;
+    this.canContinue = data.can_continue;
+    this.autoContinues = data.auto_continues;
+    this.conversationId = data.conversation_id;
+    this.render();
+    this.considerAuto();
+  }
+
+  refreshSoon() {
+    clearTimeout(this.refreshTimer);
+    this.refreshTimer = setTimeout(() => this.refresh(), 50);
+  }
+
+  newest() {
+    const conversation = loadConversations().find((c) => c.id === this.conversationId);
+    return !conversation || conversation.turns[conversation.turns.length - 1] === this.id;
+  }
+
+  // A time-limit stop of the conversation's newest turn continues on its own (§7.7), at most
+  // MAX_AUTO times; Stop pressed meanwhile cancels it.
+  considerAuto() {
+    const wanted =
+      this.status === "stopped" && AUTO_CODES.has(this.code) && this.canContinue &&
+      this.autoContinues < MAX_AUTO && $("auto-continue").checked && !this.userStopped &&
+      this.newest();
+    if (!wanted || this.autoTimer) return;
+    this.autoTimer = setTimeout(async () => {
+      this.autoTimer = null;
+      if (this.userStopped) return this.render();
+      const { ok } = await api("POST", `/v1/turns/${encodeURIComponent(this.id)}/continue`, { auto: true });
+      if (ok) {
+        this.status = "queued";
+        this.marker(`Resuming… (continued automatically, ${this.autoContinues + 1} of ${MAX_AUTO})`);
+        this.follow();
+      }
+      await this.refresh();
+    }, AUTO_DELAY_MS);
+    this.render();
+  }
+
+  async stop() {
+    this.userStopped = true;
+    if (this.autoTimer) {
+      clearTimeout(this.autoTimer);
+      this.autoTimer = null;
+      this.render();
+      return;
+    }
+    const { ok, data } = await api("POST", `/v1/turns/${encodeURIComponent(this.id)}/stop`);
+    if (!ok) showError(`Stop: ${data.detail || "refused"}`);
+    await this.refresh();
+  }
+
+  async continueTurn() {
+    this.userStopped = false;
+    const { ok, data } = await api("POST", `/v1/turns/${encodeURIComponent(this.id)}/continue`, { auto: false });
+    if (!ok) {
+      showError(`Continue: ${data.detail || "refused"}`);
+    } else {
+      this.status = "queued";
+      this.follow();
+    }
+    await this.refresh();
+  }
+
+  render() {
+    const status = this.status;
+    this.statusWord.textContent = status;
+    this.node.dataset.status = status;
+    let label = LABELS[status] || status;
+    if (status === "stopped" && this.code) label += ` — ${this.code.replaceAll("_", " ")}`;
+    if (this.autoTimer) label = `Stopped — ${this.code.replaceAll("_", " ")}; continuing on its own…`;
+    this.statusLabel.textContent = label;
+    this.autoCount.textContent = this.autoContinues
+      ? `auto-continued ${this.autoContinues} of ${MAX_AUTO}`
+      : "";
+    const buttons = [];
+    if (!ENDED.has(status) || this.autoTimer) {
+      buttons.push(el("button", { type: "button", "data-testid": "stop", text: "Stop", onclick: () => this.stop() }));
+    }
+    if (status === "stopped" && this.canContinue && !this.autoTimer) {
+      buttons.push(el("button", {
+        type: "button", class: "primary", "data-testid": "continue", text: "Continue",
+        onclick: () => this.continueTurn(),
+      }));
+    }
+    const focused = this.actions.contains(document.activeElement) ? document.activeElement.dataset.testid : null;
+    this.actions.replaceChildren(...buttons);
+    if (focused) {
+      const again = this.actions.querySelector(`[data-testid="${focused}"]`);
+      (again || this.inspectButton).focus();
+    }
+  }
+
+  // Follow the turn's events until it ends; a dropped stream resumes after the last event seen.
+  async follow() {
+    if (this.following) return;
+    this.following = true;
+    const timer = setInterval(() => this.refresh(), REFRESH_MS);
+    try {
+      for (;;) {
+        await this.readStream();
+        await this.refresh();
+        if (ENDED.has(this.status)) break;
+        await sleep(300);
+      }
+    } finally {
+      clearInterval(timer);
+      this.following = false;
+    }
+  }
+
+  async readStream() {
+    const extra = this.lastId === "0-0" ? {} : { "Last-Event-ID": this.lastId };
+    let response;
+    try {
+      response = await fetch(`/v1/turns/${encodeURIComponent(this.id)}/events`, { headers: headers(extra) });
+    } catch {
+      await sleep(1000); // the server is out of reach: try again from the last event
+      return;
+    }
+    if (response.status === 401) return askToken();
+    if (!response.ok) {
+      const data = await response.json().catch(() => ({}));
+      showError(`Events of ${this.id}: ${data.detail || response.status}`);
+      this.status = "stopped";
+      return;
+    }
+    const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
+    let buffer = "";
+    try {
+      for (;;) {
+        const { value, done } = await reader.read();
+        if (done) break;
+        buffer += value.replaceAll("\r\n", "\n");
+        let end;
+        while ((end = buffer.indexOf("\n\n")) >= 0) {
+          this.message(buffer.slice(0, end));
+          buffer = buffer.slice(end + 2);
+        }
+      }
+    } catch {
+      // a dropped connection: the caller reconnects with Last-Event-ID
+    }
+  }
+
+  message(block) {
+    let id = "";
+    const data = [];
+    for (const line of block.split("\n")) {
+      if (line.startsWith(":")) continue;
+      const colon = line.indexOf(":");
+      const name = colon < 0 ? line : line.slice(0, colon);
+      const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+      if (name === "id") id = value;
+      else if (name === "data") data.push(value);
+    }
+    if (!id || !data.length) return;
+    try {
+      this.apply(id, JSON.parse(data.join("\n")));
+    } catch (error) {
+      console.warn("skipped a malformed event", id, error);
+    }
+  }
+}
+
+// -- conversations ----------------------------------------------------------------------------
+
+function renderConversations() {
+  const list = $("conversations");
+  list.replaceChildren(
+    ...loadConversations().map((c) =>
+      el("li", {},
+        el("button", {
+          type: "button",
+          class: "conversation",
+          "aria-current": current && current.id === c.id ? "page" : null,
+          text: c.title || c.id,
+          onclick: () => showConversation(c.id),
+        })),
+    ),
+  );
+}
+
+function turnOf(id, conversationId) {
+  let turn = turns.get(id);
+  if (!turn) {
+    turn = new Turn(id, conversationId);
+    turns.set(id, turn);
+  }
+  return turn;
+}
+
+function showConversation(id) {
+  current = loadConversations().find((c) => c.id === id) || null;
+  const box = $("turns");
+  box.replaceChildren();
+  if (!current) {
+    box.append($("empty") || el("p", { class: "empty", text: "Ask for something." }));
+  } else {
+    for (const turnId of current.turns) {
+      const turn = turnOf(turnId, current.id);
+      box.append(turn.node);
+      turn.follow();
+    }
+    location.hash = encodeURIComponent(current.id);
+  }
+  renderConversations();
+  closeMenu();
+  box.lastElementChild?.scrollIntoView({ block: "end" });
+}
+
+function newConversation() {
+  current = null;
+  history.replaceState(null, "", location.pathname);
+  $("turns").replaceChildren(el("p", { class: "empty", id: "empty", text: "A new conversation. Ask for something." }));
+  renderConversations();
+  closeMenu();
+  $("composer").focus();
+}
+
+async function send(event) {
+  event.preventDefault();
+  const box = $("composer");
+  const message = box.value;
+  if (!message.trim()) return;
+  showError("");
+  $("composer-form").querySelector("button").disabled = true;
+  try {
+    const body = { message, mode: "foreground" };
+    if (current) body.conversation_id = current.id;
+    const { ok, data } = await api("POST", "/v1/turns", body);
+    if (!ok) return showError(data.detail || "the turn was refused");
+    box.value = "";
+    if (!current) current = { id: data.conversation_id, title: short(message, 48), turns: [] };
+    const earlier = current.turns.map((id) => turns.get(id)).filter(Boolean);
+    current.turns.push(data.turn_id);
+    saveConversation(current);
+    $("empty")?.remove();
+    const turn = turnOf(data.turn_id, current.id);
+    turn.question.textContent = message;
+    $("turns").append(turn.node);
+    turn.node.scrollIntoView({ block: "end" });
+    location.hash = encodeURIComponent(current.id);
+    renderConversations();
+    turn.follow();
+    // the earlier turns' stops are no longer the conversation's newest: Continue goes away
+    for (const old of earlier) old.refresh();
+  } finally {
+    $("composer-form").querySelector("button").disabled = false;
+  }
+}
+
+// -- inspector --------------------------------------------------------------------------------
+
+function openInspector(turn) {
+  inspected = turn;
+  $("inspector").hidden = false;
+  document.body.classList.add("inspecting");
+  renderInspector();
+  loadJournal(turn);
+  $("inspector-close").focus();
+}
+
+function closeInspector() {
+  const turn = inspected;
+  inspected = null;
+  $("inspector").hidden = true;
+  document.body.classList.remove("inspecting");
+  turn?.inspectButton.focus();
+}
+
+async function loadJournal(turn) {
+  const { ok, data } = await api("GET", `/v1/turns/${encodeURIComponent(turn.id)}/journal`);
+  if (ok && inspected === turn) {
+    turn.journal = data;
+    renderInspector();
+  }
+}
+
+function section(title, ...children) {
+  return el("section", { class: "inspector-section" }, el("h3", { text: title }), ...children);
+}
+
+function runsTimeline(turn) {
+  const runs = turn.runs;
+  if (!runs.length) return el("p", { class: "muted", text: "No run has started yet." });
+  const first = runs[0].start;
+  const now = Date.now() / 1000;
+  const last = Math.max(...runs.map((r) => r.end ?? now));
+  const span = Math.max(last - first, 0.001);
+  return el("ol", { class: "runs" }, ...runs.map((run, i) => {
+    const left = ((run.start - first) / span) * 100;
+    const width = Math.max((((run.end ?? now) - run.start) / span) * 100, 1.5);
+    const ended = run.reason ? `ended ${run.reason.replaceAll("_", " ")}` : "running";
+    return el("li", { class: "run", "data-testid": "inspector-run", "data-cause": run.cause },
+      el("div", { class: "run-label" },
+        el("strong", { text: `Run ${i + 1}` }),
+        ` chunk ${run.chunk} · epoch ${run.epoch} · cause ${run.cause} · ${ended}`),
+      el("div", { class: "axis", "aria-hidden": "true" },
+        el("span", { class: `bar bar-${run.reason || "running"}`, style: `left:${left}%;width:${Math.min(width, 100 - left)}%` })),
+      el("div", { class: "muted", text: `${time(run.start)} – ${run.end ? `${time(run.end)} (${(run.end - run.start).toFixed(1)} s)` : "now"}` }));
+  }));
+}
+
+function journalList(turn) {
+  const journal = turn.journal;
+  if (!journal) return el("p", { class: "muted", text: "Loading…" });
+  const rows = [
+    ...journal.completed.map((e) => ["completed", e]),
+    ...journal.interrupted.map((e) => ["interrupted", e]),
+  ];
+  if (!rows.length) return el("p", { class: "muted", text: "No tool call recorded." });
+  return el("ul", { class: "plain" }, ...rows.map(([kind, e]) =>
+    el("li", {}, el("span", { class: `badge badge-${kind}`, text: kind }), " ",
+      el("code", { text: `${e.tool} ${short(e.input, 100)}` }),
+      kind === "completed" ? el("div", { class: "muted", text: `→ ${short(e.result, 160)}` }) : null)));
+}
+
+function renderInspector() {
+  const turn = inspected;
+  if (!turn) return;
+  $("inspector-title").textContent = `Turn ${turn.id.slice(0, 18)}…`;
+  const notes = turn.runs.filter((r) => r.note);
+  const stopped = [...turn.calls.values()].filter((c) => c.state === "blocked" || c.state === "refused");
+  $("inspector-body").replaceChildren(
+    section("Runs", runsTimeline(turn)),
+    section("Journal", journalList(turn)),
+    section("Notes given to the model on resume", notes.length
+      ? el("div", {}, ...notes.map((r) => el("figure", {},
+        el("figcaption", { text: `${CAUSES[r.cause] || r.cause}, chunk ${r.chunk}` }),
+        el("pre", { class: "note", text: r.note }))))
+      : el("p", { class: "muted", text: "None: no run resumed with a journal to report." })),
+    section("Blocked and refused calls", stopped.length
+      ? el("ul", { class: "plain" }, ...stopped.map((c) => el("li", {},
+        el("span", { class: `badge badge-${c.state}`, text: `${c.state} (${c.reason})` }), " ",
+        el("code", { text: `${c.event.tool} ${short(c.event.input, 100)}` }),
+        el("div", { class: "muted", text: `matched ${c.matched?.call_id || "?"}${c.matched?.tool ? ` — ${c.matched.tool} ${short(c.matched.input, 80)}` : ""}` }))))
+      : el("p", { class: "muted", text: "None." })),
+    section("Raw events", el("div", { class: "raw" }, el("table", {},
+      el("thead", {}, el("tr", {}, ...["stream id", "chunk", "type", "detail"].map((h) => el("th", { scope: "col", text: h })))),
+      el("tbody", {}, ...turn.events.map(({ id, event }) => {
+        const { v, event_id, turn_id, run_id, chunk, ts, type, ...rest } = event;
+        return el("tr", {}, el("td", { text: id }), el("td", { text: String(chunk) }),
+          el("td", { text: type }), el("td", {}, el("code", { text: short(rest, 200) })));
+      }))))),
+  );
+}
+
+// -- start ------------------------------------------------------------------------------------
+
+function closeMenu() {
+  document.body.classList.remove("menu-open");
+  $("menu-toggle").setAttribute("aria-expanded", "false");
+}
+
+function start() {
+  $("composer-form").addEventListener("submit", send);
+  $("composer").addEventListener("keydown", (event) => {
+    if (event.key === "Enter" && !event.shiftKey && !event.isComposing) {
+      event.preventDefault();
+      $("composer-form").requestSubmit();
+    }
+  });
+  $("new-conversation").addEventListener("click", newConversation);
+  $("inspector-close").addEventListener("click", closeInspector);
+  document.addEventListener("keydown", (event) => {
+    if (event.key === "Escape" && inspected) closeInspector();
+  });
+  $("menu-toggle").addEventListener("click", () => {
+    const open = document.body.classList.toggle("menu-open");
+    $("menu-toggle").setAttribute("aria-expanded", String(open));
+  });
+  const auto = $("auto-continue");
+  auto.checked = localStorage.getItem("dres.autoContinue") !== "0";
+  auto.addEventListener("change", () => localStorage.setItem("dres.autoContinue", auto.checked ? "1" : "0"));
+  const wanted = decodeURIComponent(location.hash.slice(1));
+  const known = loadConversations();
+  if (wanted && known.some((c) => c.id === wanted)) showConversation(wanted);
+  else renderConversations();
+}
+
+start();
