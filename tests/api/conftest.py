@@ -14,21 +14,38 @@ from __future__ import annotations
 import subprocess
 import sys
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pytest
 from api_support import TOKEN, Cli, StartApi
 
 from tests.support import DRES_ENV, ROOT, TESTS, ApiProcess, stop_all, subprocess_env
+from tests.support.scripts import Script, script_writer
 from worker.dev.redis_server import RedisServer
 
 #: seconds an HTTP request may take (an event stream: between two chunks of it)
 HTTP_TIMEOUT_S = 10.0
+#: scripted-model files a test may hand the session's servers (DRES_MODELS lists each)
+SCRIPT_SLOTS = 4
+
+
+@pytest.fixture(scope="session")
+def api_script_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Where ``script`` writes in these tests: files the session's servers allow by name."""
+    return tmp_path_factory.mktemp("api-scripts")
+
+
+@pytest.fixture
+def script(api_script_dir: Path) -> Script:
+    """``script(steps)`` as everywhere, but written to ``script-N.json`` (N = 1, 2, … of this
+    test) in ``api_script_dir``, a spec the API servers' DRES_MODELS lists."""
+    return script_writer(api_script_dir)
 
 
 @pytest.fixture(scope="session")
 def api_servers(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory, api_script_dir: Path
 ) -> Iterator[StartApi]:
     """Start ``dres api`` on a free loopback port, ready on /healthz: ``start(token=None)``.
 
@@ -36,9 +53,10 @@ def api_servers(
     """
     started: list[ApiProcess] = []
     log_dir = tmp_path_factory.mktemp("api")
+    slots = [f"scripted:{api_script_dir / f'script-{n}.json'}" for n in range(1, SCRIPT_SLOTS + 1)]
 
     def start(token: str | None = None) -> ApiProcess:
-        dres = {**DRES_ENV, "DRES_REDIS_URL": redis_server.url}
+        dres = {**DRES_ENV, "DRES_REDIS_URL": redis_server.url, "DRES_MODELS": ",".join(slots)}
         env = subprocess_env({**dres, **({"DRES_API_TOKEN": token} if token else {})}, TESTS)
         api = ApiProcess.start(env, log_dir / f"api-{len(started) + 1}.log", ready=False)
         started.append(api)

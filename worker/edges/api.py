@@ -32,6 +32,7 @@ from ledger.journal import build_journal
 from ledger.turn import TurnMeta, continue_refusal
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
+from worker.edges.api_models import admit_model, check_allow_list
 from worker.edges.api_schemas import (
     ERRORS,
     ID,
@@ -64,6 +65,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api = FastAPI(
         title="dres", version="1", description="Durable resume for agent turns", lifespan=_lifespan
     )
+    check_allow_list(settings)  # a bad DRES_MODELS fails at start
     api.state.settings = settings
     api.state.rt = runtime or Runtime.from_settings(settings)
     api.state.reader = aioredis.Redis.from_url(
@@ -185,6 +187,7 @@ def create_turn(
     idempotency_key: Annotated[str | None, Header(pattern=ID)] = None,
 ) -> TurnCreated:
     """Enqueue a turn; a repeated Idempotency-Key with the same body returns the same turn."""
+    admit_model(rt, body.model)  # before anything reads a file the spec names
     if not idempotency_key:
         turn = enqueue(
             rt, body.message, conversation_id=body.conversation_id, mode=body.mode, model=body.model
