@@ -1,7 +1,10 @@
-"""Structured logging: structlog for dres's own logs, stdlib logs (Celery, the ledger) through it.
+"""Structured logging: structlog for dres's own logs, stdlib logs (Celery, uvicorn, the ledger)
+through it, rendered for a person (``console``, the default) or as one JSON object per line
+(``DRES_LOG_FORMAT=json``, CONTRACT §3).
 
-Context such as ``turn_id``, ``run_id`` and ``chunk`` is bound once per task in contextvars (see
-``worker.edges.celery_app``) and merged into every log line of that task.
+Context such as ``turn_id``, ``run_id``, ``chunk`` and ``epoch`` is bound once per chunk in
+contextvars (``worker.edges.celery_app`` and the lifecycle's claim) and merged into every log line
+of that chunk, dres's and Celery's alike.
 """
 
 from __future__ import annotations
@@ -11,21 +14,27 @@ import sys
 
 import structlog
 
+from worker.base.settings import Settings
+
 
 def configure_logging(level: str = "INFO", *, json: bool = False) -> None:
+    """Send every log record, structlog's and the standard library's, to stderr in one format."""
     shared: list[structlog.types.Processor] = [
         structlog.contextvars.merge_contextvars,
         structlog.stdlib.add_log_level,
         structlog.stdlib.add_logger_name,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer()
+    rendering: list[structlog.types.Processor] = (
+        # a traceback becomes one string field, so a line stays one object
+        [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
         if json
         # plain tracebacks: the rich ones print every local and stall a server on each error
-        else structlog.dev.ConsoleRenderer(
-            colors=False, exception_formatter=structlog.dev.plain_traceback
-        )
+        else [
+            structlog.dev.ConsoleRenderer(
+                colors=False, exception_formatter=structlog.dev.plain_traceback
+            )
+        ]
     )
     structlog.configure(
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
@@ -36,10 +45,17 @@ def configure_logging(level: str = "INFO", *, json: bool = False) -> None:
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
         structlog.stdlib.ProcessorFormatter(
-            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, renderer],
+            processors=[structlog.stdlib.ProcessorFormatter.remove_processors_meta, *rendering],
             foreign_pre_chain=[*shared, structlog.stdlib.ExtraAdder()],
         )
     )
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    # warnings (Celery's SecurityWarning, deprecations) are log lines too, not raw text
+    logging.captureWarnings(True)
+
+
+def configure_logging_for(settings: Settings, level: str = "INFO") -> None:
+    """The process's logging in the format its settings ask for (``DRES_LOG_FORMAT``)."""
+    configure_logging(level, json=settings.log_format == "json")

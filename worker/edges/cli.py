@@ -42,22 +42,26 @@ def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_demo(args: argparse.Namespace, extra: list[str]) -> int:
+    from worker.base.logging import configure_logging_for
+    from worker.base.settings import load_settings
     from worker.dev.demo import run_demo
 
+    # the demo's own output is its timeline on stdout; only warnings go to the log
+    configure_logging_for(load_settings(), "WARNING")
     return run_demo()
 
 
 def cmd_api(args: argparse.Namespace, extra: list[str]) -> int:
     import uvicorn
 
-    from worker.base.logging import configure_logging
+    from worker.base.logging import configure_logging_for
     from worker.base.settings import load_settings
     from worker.edges.api import create_api
 
     settings = load_settings()
     if not _loopback(args.host) and not settings.api_token:
         raise ConfigError(f"refusing to serve on {args.host} without DRES_API_TOKEN set")
-    configure_logging()
+    configure_logging_for(settings)
     uvicorn.run(create_api(settings), host=args.host, port=args.port, log_config=None)
     return 0
 

@@ -8,7 +8,7 @@ import structlog
 from celery import signals
 
 from worker.base.errors import ConfigError
-from worker.base.logging import configure_logging
+from worker.base.logging import configure_logging_for
 from worker.base.settings import load_settings
 from worker.edges.runtime import Runtime
 from worker.lifecycle.reaper import ReaperThread
@@ -46,9 +46,17 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
             f"the {pool} pool never raises soft time limits, so chunks could not self-chain; "
             "dres workers use prefork"
         )
-    configure_logging(_loglevel(extra))
+    configure_logging_for(settings, _loglevel(extra))
     runtime = Runtime.from_settings(settings)
     app = runtime.app
+
+    def keep_dres_logging(**_: Any) -> None:
+        # A receiver here makes Celery add no handler of its own (its task logger's would print
+        # plain text beside the JSON); print() still goes to the log, as Celery would send it.
+        if app.conf.worker_redirect_stdouts:
+            app.log.redirect_stdouts(app.conf.worker_redirect_stdouts_level)
+
+    signals.setup_logging.connect(keep_dres_logging, weak=False)
     threads: list[ReaperThread] = []
 
     def start_reaper(**_: Any) -> None:
@@ -64,7 +72,9 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     if reaper:
         signals.worker_ready.connect(start_reaper, weak=False)
         signals.worker_shutdown.connect(stop_reaper, weak=False)
-    argv = ["worker", "--pool=prefork", "--without-gossip", "--without-mingle", *extra]
+    # --quiet: no banner on stdout when every line must be JSON
+    quiet = ["--quiet"] if settings.log_format == "json" else []
+    argv = [*quiet, "worker", "--pool=prefork", "--without-gossip", "--without-mingle", *extra]
     if not any(a in {"-Q", "--queues"} or a.startswith("--queues=") for a in extra):
         argv.append(f"--queues={settings.foreground_queue},{settings.background_queue}")
     if not any(a in {"-l", "--loglevel"} or a.startswith("--loglevel=") for a in extra):

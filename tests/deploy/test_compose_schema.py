@@ -1,0 +1,158 @@
+"""``compose.yaml`` (issue 15): valid against the Compose specification, and what a deployment
+of dres needs from it — redis durable and healthy first, workers that scale, an API that has its
+token from the environment, Flower only when asked for."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from compose_support import COMPOSE, MissingVariable, interpolate, load, service
+
+#: the services every `docker compose up` starts, each with a healthcheck
+SERVICES = ("redis", "worker", "api")
+#: seconds Docker waits after SIGTERM by default before SIGKILL
+DOCKER_DEFAULT_GRACE_S = 10
+
+
+def check_jsonschema() -> str:
+    """The installed ``check-jsonschema`` CLI, beside this interpreter (the dev extra)."""
+    beside = Path(sys.executable).parent / "check-jsonschema"
+    found = str(beside) if beside.exists() else shutil.which("check-jsonschema")
+    assert found, "check-jsonschema is not installed: pip install -e '.[dev]'"
+    return found
+
+
+def validate(path: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [check_jsonschema(), "--builtin-schema", "vendor.compose-spec", str(path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def seconds(duration: str) -> float:
+    """A Compose duration such as ``1m30s`` or ``45s``, in seconds."""
+    units = {"h": 3600, "m": 60, "s": 1, "ms": 0.001}
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|h|m|s)", duration)
+    assert parts and "".join(n + u for n, u in parts) == duration, f"not a duration: {duration}"
+    return sum(float(n) * units[u] for n, u in parts)
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    return load()
+
+
+def test_compose_yaml_is_valid_against_the_compose_specification() -> None:
+    done = validate(COMPOSE)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_compose_file_that_breaks_the_specification_is_refused(tmp_path: Path) -> None:
+    """The schema check can fail: a misspelt key in a copy of compose.yaml is caught."""
+    broken = tmp_path / "compose.yaml"
+    broken.write_text(COMPOSE.read_text().replace("healthcheck:", "healthchek:", 1))
+    done = validate(broken)
+    assert done.returncode != 0
+    assert "healthchek" in done.stdout + done.stderr
+
+
+def test_redis_7_keeps_an_append_only_file_synced_every_second_on_a_named_volume(
+    compose: dict[str, Any],
+) -> None:
+    redis = compose["services"]["redis"]
+    assert re.fullmatch(r"redis:7\.\d+\.\d+(-\w+)?", redis["image"]), redis["image"]
+    command = redis["command"]
+    assert command[0] == "redis-server"
+    options = dict(zip(command[1::2], command[2::2], strict=True))
+    assert options == {"--appendonly": "yes", "--appendfsync": "everysec"}
+    volume, _, target = redis["volumes"][0].partition(":")
+    assert volume in compose["volumes"] and target == "/data"
+
+
+def test_every_service_has_a_healthcheck_and_dres_waits_for_a_healthy_redis(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    for name in SERVICES:
+        assert services[name]["healthcheck"]["test"][0] in {"CMD", "CMD-SHELL"}, name
+    assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+    for name in ("worker", "api", "flower"):
+        assert services[name]["depends_on"] == {"redis": {"condition": "service_healthy"}}, name
+
+
+def test_the_worker_scales_no_container_name_and_no_host_port(compose: dict[str, Any]) -> None:
+    """`docker compose up --scale worker=3` needs workers that can run side by side."""
+    worker = compose["services"]["worker"]
+    assert "container_name" not in worker
+    assert "ports" not in worker
+    assert worker["command"][0] == "worker"
+
+
+def test_the_worker_gives_a_hand_over_more_time_than_dockers_default_before_sigkill(
+    compose: dict[str, Any],
+) -> None:
+    worker = compose["services"]["worker"]
+    assert worker.get("stop_signal", "SIGTERM") == "SIGTERM"
+    assert seconds(worker["stop_grace_period"]) > DOCKER_DEFAULT_GRACE_S
+
+
+def test_the_worker_serves_its_metrics_on_an_exposed_port(compose: dict[str, Any]) -> None:
+    worker = service("worker", {})
+    port = worker.environment["DRES_METRICS_PORT"]
+    assert port in [str(p) for p in worker.raw["expose"]]
+
+
+def test_the_api_listens_on_all_interfaces_with_a_token_the_environment_must_give() -> None:
+    with pytest.raises(MissingVariable, match="DRES_API_TOKEN"):
+        service("api", {})
+    api = service("api", {"DRES_API_TOKEN": "t0ken"})
+    assert api.command == ["api", "--host", "0.0.0.0", "--port", "8000"]
+    assert api.environment["DRES_API_TOKEN"] == "t0ken"
+    assert [p.rsplit(":", 1)[1] for p in api.raw["ports"]] == ["8000"]
+    assert "/healthz" in " ".join(api.healthcheck)
+
+
+def test_dres_services_read_the_ledger_from_the_redis_service() -> None:
+    variables = {"DRES_API_TOKEN": "t0ken"}
+    for name in ("worker", "api"):
+        assert service(name, variables).environment["DRES_REDIS_URL"] == "redis://redis:6379/0"
+
+
+def test_flower_runs_only_under_its_profile_and_only_on_the_hosts_loopback(
+    compose: dict[str, Any],
+) -> None:
+    flower = compose["services"]["flower"]
+    assert flower["profiles"] == ["flower"]
+    assert all(port.startswith("127.0.0.1:") for port in flower["ports"])
+    for name in SERVICES:
+        assert "profiles" not in compose["services"][name], name
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        ("${A:-x}", "x"),
+        ("${B:-x}", "x"),
+        ("${B-x}", ""),
+        ("${C:-x}", "c"),
+        ("$C/${C}", "c/c"),
+        ("$$HOME", "$HOME"),
+        ("${C:?needed}", "c"),
+    ],
+)
+def test_the_tests_interpolate_variables_as_compose_does(text: str, expected: str) -> None:
+    assert interpolate(text, {"B": "", "C": "c"}) == expected
+
+
+def test_a_required_variable_that_is_empty_or_missing_is_refused() -> None:
+    for variables in ({}, {"A": ""}):
+        with pytest.raises(MissingVariable, match="A: say so"):
+            interpolate("${A:?say so}", variables)

@@ -1,0 +1,126 @@
+"""The ``Dockerfile`` and ``.dockerignore`` (issue 15): a pinned slim Python, dres installed from
+the repo with the provider extras, a non-root user, ``dres`` as the entry point, and a build
+context without the virtualenv, git or test artefacts. No Docker engine runs here: the file is
+read, and its dependency step is run as the build would run it."""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCKERFILE = ROOT / "Dockerfile"
+DOCKERIGNORE = ROOT / ".dockerignore"
+
+
+def instructions() -> list[tuple[str, str]]:
+    """The Dockerfile's instructions as (KEYWORD, arguments), continuation lines joined."""
+    text = re.sub(r"\\\n", " ", DOCKERFILE.read_text())
+    found = []
+    for line in text.splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            keyword, _, rest = line.partition(" ")
+            found.append((keyword.upper(), rest.strip()))
+    return found
+
+
+def all_of(keyword: str) -> list[str]:
+    return [rest for k, rest in instructions() if k == keyword]
+
+
+def ignored(path: str) -> bool:
+    """Whether ``.dockerignore`` keeps ``path`` (relative to the root) out of the build context:
+    a pattern matches the path or a directory above it; ``**/NAME`` matches at any depth."""
+    patterns = [
+        line.strip()
+        for line in DOCKERIGNORE.read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    parts = path.split("/")
+    prefixes = ["/".join(parts[: i + 1]) for i in range(len(parts))]
+    for pattern in patterns:
+        if pattern.startswith("**/"):
+            if any(fnmatch.fnmatch(part, pattern.removeprefix("**/")) for part in parts):
+                return True
+        elif any(fnmatch.fnmatch(prefix, pattern) for prefix in prefixes):
+            return True
+    return False
+
+
+def test_the_base_image_is_a_slim_python_pinned_to_a_patch_release() -> None:
+    (base,) = all_of("FROM")
+    assert re.fullmatch(r"python:3\.1[1-9]\.\d+-slim-\w+", base), base
+
+
+def test_the_image_runs_dres_as_a_non_root_user() -> None:
+    users = all_of("USER")
+    assert users, "no USER: the processes would run as root"
+    assert users[-1] not in {"root", "0"}
+    assert json.loads(all_of("ENTRYPOINT")[-1]) == ["dres"]
+    assert json.loads(all_of("CMD")[-1])[0] in {"worker", "api"}
+
+
+def test_the_dependencies_are_installed_before_the_source_is_copied() -> None:
+    """The slow layer (every dependency) is cached across changes of the source."""
+    steps = [(k, rest) for k, rest in instructions() if k in {"COPY", "RUN"}]
+    deps = next(i for i, (k, rest) in enumerate(steps) if "requirements.txt" in rest and k == "RUN")
+    source = next(i for i, (k, rest) in enumerate(steps) if k == "COPY" and "worker" in rest)
+    assert deps < source
+    copied_before = " ".join(rest for k, rest in steps[:deps] if k == "COPY")
+    assert copied_before.split()[:-1] == ["pyproject.toml"]
+
+
+def test_the_dependency_step_installs_pyprojects_dependencies_and_both_provider_extras(
+    tmp_path: Path,
+) -> None:
+    """The Dockerfile's own command, run on this pyproject.toml as the build runs it."""
+    (run,) = [rest for rest in all_of("RUN") if "requirements.txt" in rest and "tomllib" in rest]
+    command = run.split("&&")[0].strip()
+    shutil.copy(ROOT / "pyproject.toml", tmp_path)
+    python = str(Path(sys.executable))
+    done = subprocess.run(
+        ["sh", "-c", re.sub(r"^python\b", python, command)],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert done.returncode == 0, done.stderr
+    got = {Requirement(line).name for line in (tmp_path / "requirements.txt").read_text().split()}
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    wanted = [*project["dependencies"], *project["optional-dependencies"]["anthropic"]]
+    wanted += project["optional-dependencies"]["openai"]
+    assert got == {Requirement(spec).name for spec in wanted}
+    assert {"anthropic", "openai", "celery"} <= got
+
+
+def test_dres_itself_is_installed_from_the_repo_without_its_dev_tools() -> None:
+    installs = [rest for rest in all_of("RUN") if "pip install" in rest]
+    assert any(re.search(r"pip install --no-deps \.(\s|$)", rest) for rest in installs)
+    assert not any("[dev]" in rest or "-e " in rest for rest in installs)
+
+
+@pytest.mark.parametrize(
+    "path",
+    [".venv/bin/python", ".git/HEAD", "worker/__pycache__/x.pyc", ".mypy_cache/x", "tests/x.py"],
+)
+def test_the_build_context_leaves_out(path: str) -> None:
+    assert ignored(path)
+
+
+@pytest.mark.parametrize(
+    "path", ["pyproject.toml", "README.md", "ledger/lua/claim.lua", "worker/edges/cli.py"]
+)
+def test_the_build_context_keeps_what_the_install_needs(path: str) -> None:
+    assert (ROOT / path).exists()
+    assert not ignored(path)
