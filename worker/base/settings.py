@@ -2,15 +2,53 @@
 
 from __future__ import annotations
 
+import json
 from functools import lru_cache
 from typing import Literal
 
-from pydantic import Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from worker.base.errors import ConfigError
 
 DEMO_TOOLS = "worker.dev.demo_tools"
+
+
+class AgentApp(BaseModel):
+    """One dres app ``call_agent`` may delegate to (an entry of DRES_AGENTS)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    #: the app's API base URL, ``http://`` or ``https://``
+    url: str = Field(pattern=r"^https?://[^/\s]+")
+    #: its DRES_API_TOKEN (sent as a bearer token); empty: none
+    token: str = ""
+
+
+def parse_agents(raw: str) -> dict[str, AgentApp]:
+    """DRES_AGENTS's apps by name; a ``ValueError`` naming what is wrong."""
+    try:
+        data = json.loads(raw or "{}")
+    except json.JSONDecodeError as e:
+        raise ValueError(f"not JSON ({e.msg} at character {e.pos})") from None
+    if not isinstance(data, dict):
+        raise ValueError('must be a JSON object: {"NAME": {"url": "http://…", "token": "…"}}')
+    apps = {}
+    for name, entry in data.items():
+        if not name.strip():
+            raise ValueError("an app's name is empty")
+        try:
+            apps[name] = AgentApp.model_validate(entry)
+        except ValidationError as e:
+            first = e.errors()[0]
+            where = ".".join(str(p) for p in first["loc"])
+            why = first["msg"]
+            if first["type"] == "missing":
+                why = "missing"
+            elif where == "url":
+                why = "must be an http:// or https:// URL"
+            raise ValueError(f"app {name!r}: {where or 'entry'}: {why}") from None
+    return apps
 
 
 class Settings(BaseSettings):
@@ -84,6 +122,15 @@ class Settings(BaseSettings):
     celery_include: str = ""
     foreground_queue: str = "dres.foreground"
     background_queue: str = "dres.background"
+
+    @field_validator("agents")
+    @classmethod
+    def _agents_parse(cls, raw: str) -> str:
+        try:
+            parse_agents(raw)
+        except ValueError as e:
+            raise PydanticCustomError("dres_agents", str(e)) from None
+        return raw
 
     @model_validator(mode="after")
     def _limits_in_order(self) -> Settings:

@@ -50,8 +50,10 @@ from worker.edges.runtime import Runtime
 
 #: bytes: the largest request body accepted
 MAX_BODY_BYTES = 256 * 1024
-#: seconds an Idempotency-Key is remembered
-IDEMPOTENCY_TTL_S = 24 * 3600
+#: seconds an Idempotency-Key is remembered beyond DRES_FINISHED_TTL_S: a stopped turn can be
+#: continued as long as its keys live, and its call_agent retry must still find the child turn
+#: its key made there (CONTRACT §7.9)
+IDEMPOTENCY_MARGIN_S = 24 * 3600
 #: seconds between keepalive comments on an idle event stream
 SSE_KEEPALIVE_S = 15.0
 STREAM_ID = re.compile(r"^\d+-\d+$")
@@ -199,7 +201,8 @@ def create_turn(
     conversation_id = body.conversation_id or rt.ids.new("conv")
     record = {"hash": _body_hash(body), "turn_id": turn_id, "conversation_id": conversation_id}
     key = keys.idempotency(idempotency_key)
-    if not rt.redis.set(key, json.dumps(record), nx=True, ex=IDEMPOTENCY_TTL_S):
+    ttl = rt.settings.finished_ttl_s + IDEMPOTENCY_MARGIN_S
+    if not rt.redis.set(key, json.dumps(record), nx=True, ex=ttl):
         seen = json.loads(rt.redis.get(key) or "{}")
         if seen.get("hash") != record["hash"]:
             raise HTTPException(409, "Idempotency-Key was used with a different body")
