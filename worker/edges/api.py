@@ -45,6 +45,7 @@ from worker.edges.api_schemas import (
     journal_call,
 )
 from worker.edges.client import enqueue
+from worker.edges.metrics_http import serve_metrics
 from worker.edges.page import router as page_router
 from worker.edges.runtime import Runtime
 
@@ -82,6 +83,15 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.include_router(router)
     api.include_router(page_router)
     api.add_api_route("/healthz", healthz, methods=["GET"])
+    # behind the token when one is set (Prometheus scrapes with a bearer token); Prometheus text,
+    # not JSON, so not in the OpenAPI schema
+    api.add_api_route(
+        "/metrics",
+        serve_metrics,
+        methods=["GET"],
+        dependencies=[Depends(authorize)],
+        include_in_schema=False,
+    )
 
     return api
 

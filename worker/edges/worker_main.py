@@ -11,6 +11,7 @@ from worker.base.errors import ConfigError
 from worker.base.logging import configure_logging_for
 from worker.base.settings import load_settings
 from worker.edges.runtime import Runtime
+from worker.edges.worker_metrics import WorkerMetrics
 from worker.lifecycle.reaper import ReaperThread
 
 log = structlog.get_logger("dres.worker")
@@ -47,6 +48,8 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
             "dres workers use prefork"
         )
     configure_logging_for(settings, _loglevel(extra))
+    if settings.metrics_port:  # before anything imports prometheus_client or forks the pool
+        WorkerMetrics.prepare(settings.metrics_port).start()
     runtime = Runtime.from_settings(settings)
     app = runtime.app
 

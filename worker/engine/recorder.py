@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from ledger.events import Event
 from ledger.lease import Lease
 from ledger.store import Ledger
+from worker.base import metrics
 from worker.base.clock import Clock, Ids
 
 E = TypeVar("E", bound=Event)
@@ -112,5 +113,6 @@ class Recorder:
     def record_many(self, events: Sequence[Event]) -> None:
         # a lone event with nothing held takes append_many's one-XADD path
         batch = [*self.take_held(), *events]
-        self.ledger.append_many(batch, lease=self.run.lease)
+        with metrics.append_timer():
+            self.ledger.append_many(batch, lease=self.run.lease)
         self.events.extend(events)

@@ -22,6 +22,7 @@ import structlog
 from ledger.errors import CorruptTurn, TransitionRefused, UnknownTurn
 from ledger.store import MetaValue
 from ledger.turn import Step, StopCode, TurnMeta, TurnStatus
+from worker.base import metrics
 from worker.lifecycle.service import Lifecycle
 
 log = structlog.get_logger("dres.reaper")
@@ -125,6 +126,7 @@ class ReaperThread(threading.Thread):
             except Exception as e:  # a sweep must never kill the thread; the next one retries
                 log.error("reaper sweep failed", error=repr(e))
                 continue
+            metrics.reaper_swept(actions.values())
             moved = {t: a for t, a in actions.items() if a not in {"alive", "waiting", "queued"}}
             if moved:
                 log.info("reaper sweep", actions=moved)

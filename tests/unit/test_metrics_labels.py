@@ -1,0 +1,80 @@
+"""What the metrics helpers make of the values they are given: the hand-over's seconds from the
+ledger's record, and the labels of a chunk's end and of a reaper's action."""
+
+from __future__ import annotations
+
+import pytest
+
+from ledger.events import Event, RunEnded, RunStarted, Text
+from worker.base.metrics import chunk_end, handoff, reaper_action
+
+
+def turn(*, ended_at: float, started_at: float, cause: str = "next_chunk") -> list[Event]:
+    head = {"turn_id": "t1", "chunk": 0}
+    return [
+        Text(event_id="e1", run_id="r1", ts=ended_at - 1, text="Thinking.", **head),
+        RunEnded(event_id="e2", run_id="r1", ts=ended_at, reason="soft_limit", **head),
+        RunStarted(
+            event_id="e3", run_id="r2", ts=started_at, cause=cause, epoch=2, turn_id="t1", chunk=1
+        ),
+    ]
+
+
+def test_a_hand_over_lasts_from_the_previous_runs_end_to_this_runs_start() -> None:
+    assert handoff("next_chunk", turn(ended_at=100.0, started_at=100.25)) == pytest.approx(0.25)
+
+
+def test_only_a_next_chunk_run_read_whole_by_its_claim_measures_a_hand_over() -> None:
+    events = turn(ended_at=100.0, started_at=100.25)
+    assert handoff("reaper", events) is None, "a take-over is not a hand-over"
+    assert handoff("next_chunk", None) is None, "a claim that did not read the turn"
+    assert handoff("next_chunk", events[:-1]) is None, "the read must end at this run's start"
+    assert handoff("next_chunk", events[2:]) is None, "no run ended before it"
+
+
+def test_a_skewed_clock_never_makes_a_negative_hand_over() -> None:
+    assert handoff("next_chunk", turn(ended_at=100.0, started_at=99.9)) == 0.0
+
+
+@pytest.mark.parametrize(
+    ("returned", "label"),
+    [
+        ("completed", "completed"),
+        ("stopped: cancelled", "stopped"),
+        ("stopped: max_chunks", "stopped"),
+        ("chained", "chained"),
+        ("chained (message dropped)", "chained"),
+        ("ended", "ended"),
+        ("fenced-out", "fenced_out"),
+        ("failed", "failed"),
+        (RuntimeError("raised"), "failed"),
+        ("something new", "other"),
+        ("not-claimed", None),
+        ("holder alive", None),
+        ("took over: resumed", None),
+        ("bad-message", None),
+    ],
+)
+def test_a_chunk_task_s_return_names_how_the_chunk_ended(
+    returned: object, label: str | None
+) -> None:
+    assert chunk_end(returned) == label
+
+
+@pytest.mark.parametrize(
+    ("action", "label"),
+    [
+        ("alive", "alive"),
+        ("queued", "queued"),
+        ("redispatched", "redispatched"),
+        ("resumed", "resumed"),
+        ("stopped: crashed", "stopped"),
+        ("stopped: handoff_lost", "stopped"),
+        ("the turn changed", "changed"),
+        ("changed", "changed"),
+        ("gone", "gone"),
+        ("whatever else", "other"),
+    ],
+)
+def test_a_reaper_action_has_a_bounded_label(action: str, label: str) -> None:
+    assert reaper_action(action) == label

@@ -1,0 +1,207 @@
+"""The Prometheus metrics dres records (CONTRACT §10), made once, and the helpers recording them.
+
+The floors above record through these helpers only (``worker.engine`` and ``worker.lifecycle``
+never import ``prometheus_client``). Who serves what is the edges': a worker serves all its pool
+processes' values together on ``DRES_METRICS_PORT`` (``worker.edges.worker_metrics``), the API
+serves its own process's beside the turn counts it reads from Redis
+(``worker.edges.metrics_http``). Each process counts what it did itself, so a query sums over
+the processes scraped: ``sum by (outcome) (rate(dres_tool_calls_total[5m]))``.
+
+The metrics are made on first use, not at import: ``prometheus_client`` picks its multiprocess
+mode once, when it is first imported, from ``PROMETHEUS_MULTIPROC_DIR``, which a worker sets
+before that (before its pool forks).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING
+
+from ledger.events import Event, RunEnded, RunStarted
+from ledger.turn import StopCode
+
+if TYPE_CHECKING:
+    from prometheus_client import Counter, Histogram
+
+#: what the executor did with a tool call: ran it (``error``: the tool raised, or the model's
+#: call named an unknown tool or gave an invalid input), or did not run it (layer 2)
+TOOL_OUTCOMES = ("ran", "blocked", "refused", "reconciled", "error")
+#: a ``tool_blocked`` event's reason -> the call's outcome
+OUTCOME_OF_REASON = {
+    "completed": "blocked",
+    "reconciled": "reconciled",
+    "identity": "refused",
+    "interrupted": "refused",
+}
+#: what the reaper does to a turn it looks at (``worker.lifecycle.reaper``); ``stopped`` is any
+#: stop code (the code goes to ``dres_turns_ended_total``)
+REAPER_ACTIONS = (
+    "alive",
+    "waiting",
+    "queued",
+    "redispatched",
+    "resumed",
+    "stopped",
+    "changed",
+    "finished",
+    "gone",
+    "unreadable",
+)
+#: how a chunk task ended, from what ``Lifecycle.run_chunk`` returned
+CHUNK_ENDS = ("completed", "stopped", "chained", "ended", "fenced-out", "failed")
+#: what ``Lifecycle.run_chunk`` returns for a message that ran no chunk
+NOT_A_CHUNK = ("not-claimed", "holder", "took", "bad-message")
+
+
+@dataclass(frozen=True)
+class Metrics:
+    turns_ended: Counter
+    tool_calls: Counter
+    duplicates_prevented: Counter
+    chunk_handoff: Histogram
+    chunk_duration: Histogram
+    reaper_actions: Counter
+    ledger_append: Histogram
+
+
+@cache
+def get() -> Metrics:
+    """This process's metrics, made (and registered) on the first call."""
+    from prometheus_client import Counter, Histogram
+
+    made = Metrics(
+        turns_ended=Counter(
+            "dres_turns_ended_total",
+            "Turns ended, by status (completed, stopped) and stop code",
+            ["status", "code"],
+        ),
+        tool_calls=Counter(
+            "dres_tool_calls_total",
+            "Tool calls the model made, by what the executor did with them",
+            ["outcome"],
+        ),
+        duplicates_prevented=Counter(
+            "dres_duplicates_prevented_total",
+            "Write calls not run because they could repeat a side effect, by tool_blocked reason",
+            ["reason"],
+        ),
+        chunk_handoff=Histogram(
+            "dres_chunk_handoff_seconds",
+            "Seconds from a run's hand-over (its run_ended at a soft limit or a shutdown) to its "
+            "successor's run_started, by the ledger's timestamps",
+            buckets=(0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 15, 30, 60, 120),
+        ),
+        chunk_duration=Histogram(
+            "dres_chunk_duration_seconds",
+            "Seconds a chunk task ran, by the turn's mode and how the chunk ended",
+            ["mode", "ended"],
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 90, 120, 300, 600, 900),
+        ),
+        reaper_actions=Counter(
+            "dres_reaper_actions_total",
+            "Turns the reaper looked at, by what it did",
+            ["action"],
+        ),
+        ledger_append=Histogram(
+            "dres_ledger_append_seconds",
+            "Seconds one fenced append of a run's events to its turn's stream took",
+            buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+        ),
+    )
+    # Every known series starts at zero, so a rate over it exists before its first event.
+    for outcome in TOOL_OUTCOMES:
+        made.tool_calls.labels(outcome)
+    for reason in OUTCOME_OF_REASON:
+        made.duplicates_prevented.labels(reason)
+    made.turns_ended.labels("completed", "")
+    for code in StopCode:
+        made.turns_ended.labels("stopped", code.value)
+    return made
+
+
+# -- recording ----------------------------------------------------------------------------------
+
+
+def tool_ran(*, is_error: bool) -> None:
+    get().tool_calls.labels("error" if is_error else "ran").inc()
+
+
+def tool_blocked(reason: str) -> None:
+    """A call recorded as ``tool_blocked``: one duplicate prevented, by the event's reason."""
+    m = get()
+    m.tool_calls.labels(OUTCOME_OF_REASON.get(reason, "blocked")).inc()
+    m.duplicates_prevented.labels(reason).inc()
+
+
+def turn_ended(status: str, code: str = "") -> None:
+    get().turns_ended.labels(status, code).inc()
+
+
+def append_timer() -> AbstractContextManager[object]:
+    """Times one append of a run's events (a fenced round trip to Redis)."""
+    return get().ledger_append.time()
+
+
+def handoff(cause: str, events: Sequence[Event] | None) -> float | None:
+    """Seconds from the hand-over to this run's start, for a run that continues its turn in the
+    next chunk (``cause`` ``next_chunk``), from the turn's events as its claim read them: the
+    ``ts`` of the last ``run_ended`` before the run's own ``run_started`` (the last event).
+
+    Taken from the ledger's record rather than the metadata's ``dispatched``, which a
+    re-dispatch by the reaper overwrites: a hand-over whose message was lost counts in full.
+    """
+    if cause != "next_chunk" or not events or not isinstance(events[-1], RunStarted):
+        return None
+    started = events[-1]
+    for event in reversed(events[:-1]):
+        if isinstance(event, RunEnded):
+            return max(0.0, started.ts - event.ts)
+    return None
+
+
+def observe_handoff(cause: str, events: Sequence[Event] | None) -> None:
+    """Observe the hand-over that led to this run, if it continues a chunk and its claim read
+    the turn (a claim that could not read it whole in its own step observes nothing)."""
+    seconds = handoff(cause, events)
+    if seconds is not None:
+        get().chunk_handoff.observe(seconds)
+
+
+def chunk_end(outcome: object) -> str | None:
+    """How a chunk task ended, from what it returned (``Lifecycle.run_chunk``'s word or two:
+    ``completed``, ``stopped: cancelled``, ``chained``, …); None for a message that ran no
+    chunk (a duplicate, a stale or a bad message); ``failed`` when the task raised."""
+    if not isinstance(outcome, str):
+        return "failed"
+    word = outcome.split(":", 1)[0].split(" ", 1)[0]
+    if word in NOT_A_CHUNK:
+        return None
+    return word.replace("-", "_") if word in CHUNK_ENDS else "other"
+
+
+def observe_chunk(mode: str, outcome: object, seconds: float) -> None:
+    ended = chunk_end(outcome)
+    if ended is not None:
+        get().chunk_duration.labels(mode, ended).observe(seconds)
+
+
+def reaper_action(action: str) -> str:
+    """The label of what the reaper did to a turn, from the word it returned (a take-over's
+    ``Outcome.reason``, such as ``stopped: crashed``)."""
+    word = action.split(":", 1)[0]
+    if word == "the turn changed":
+        return "changed"
+    return word if word in REAPER_ACTIONS else "other"
+
+
+def reaper_swept(actions: Iterable[str]) -> None:
+    """Count one sweep's actions; a turn the reaper stopped is a turn ended too."""
+    m = get()
+    for action in actions:
+        label = reaper_action(action)
+        m.reaper_actions.labels(label).inc()
+        if label == "stopped":
+            turn_ended("stopped", action.split(":", 1)[1].strip())
