@@ -208,8 +208,20 @@ def child_ended_at(app_b: AppB, child: str) -> float:
     return ts
 
 
+def dres(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    """``dres ARGS…`` as a subprocess with exactly ``env``."""
+    return subprocess.run(
+        [sys.executable, "-m", "worker.edges.cli", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
 def test_a_parent_cut_by_its_soft_limit_after_the_delegation_gets_the_same_child_on_resume(
-    runtime: Runtime, start_apps: StartApps, script: Callable[..., str]
+    runtime: Runtime, dres_env: dict[str, str], start_apps: StartApps, script: Callable[..., str]
 ) -> None:
     """The soft limit lands after call_agent completed; the resumed model re-issues the call,
     which is blocked with the recorded child turn: app B never sees a second one."""
@@ -227,6 +239,8 @@ def test_a_parent_cut_by_its_soft_limit_after_the_delegation_gets_the_same_child
     [blocked] = of(events, "tool_blocked", tool="call_agent")
     assert (blocked.run_id, blocked.reason) == (second_run.run_id, "completed")
     assert blocked.result["result"] == {"turn_id": child, "status": "completed", "text": ANSWER}
+    journal = dres(dres_env, "journal", turn.turn_id)
+    assert journal.returncode == 0 and child in journal.stdout, journal.stdout + journal.stderr
 
 
 def test_a_soft_limit_while_waiting_for_a_slow_child_interrupts_the_call_and_resume_follows_it(
@@ -343,14 +357,7 @@ def test_a_worker_with_a_bad_dres_agents_exits_at_start_with_one_line_naming_it(
     dres_env: dict[str, str],
 ) -> None:
     bad = json.dumps({AGENT: {"url": "ftp://example.org"}})
-    done = subprocess.run(
-        [sys.executable, "-m", "worker.edges.cli", "worker"],
-        cwd=ROOT,
-        env={**dres_env, "DRES_AGENTS": bad},
-        capture_output=True,
-        text=True,
-        timeout=30,
-    )
+    done = dres({**dres_env, "DRES_AGENTS": bad}, "worker")
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "DRES_AGENTS" in lines[0] and "url" in lines[0], done.stderr
