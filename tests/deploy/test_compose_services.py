@@ -1,0 +1,149 @@
+"""Compose without Docker (issue 15): the ``worker`` and ``api`` services of ``compose.yaml``,
+their ``command``, ``environment`` and healthchecks read from the file, run as real processes
+against a real redis-server; a turn enqueued through the api service is completed by the worker
+service.
+
+What stands in for Docker, and why:
+- the redis service's host (``redis:6379`` on the compose network) is this test's private
+  redis-server;
+- each container has a network of its own, these processes share this host's: the API's
+  container port and the worker's ``DRES_METRICS_PORT`` become free ports here, and the API's
+  healthcheck asks that port;
+- the shell's variables are a dict: ``DRES_API_TOKEN`` (compose requires it), ``DRES_MODELS``
+  listing this test's scripted model, and ``WORKER_CONCURRENCY=1`` (one pool process, fewer
+  forks on a shared two-core machine). Every other value is compose's own, time limits included.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import httpx
+import pytest
+from compose_support import Service, service
+
+from ledger.store import Ledger
+from tests.support import (
+    ROOT,
+    ApiProcess,
+    DresProcess,
+    Script,
+    WorkerProcess,
+    of,
+    send,
+    stop_all,
+    subprocess_env,
+    wait_until,
+)
+from worker.dev.redis_server import free_port
+
+TOKEN = "compose-test-token"
+#: where compose's services find redis: the service name on the compose network
+COMPOSE_REDIS = "redis://redis:6379"
+#: the API's port inside its container (compose maps a host port to it)
+CONTAINER_PORT = "8000"
+#: seconds a healthcheck may take here (compose gives the worker's 15)
+HEALTHCHECK_S = 30
+#: seconds the turn may take from its POST to completed
+TURN_S = 30
+
+
+def on_this_host(environment: Mapping[str, str], redis_url: str) -> dict[str, str]:
+    """The service's environment with the redis service replaced by the test's redis-server."""
+    netloc = urlsplit(redis_url).netloc
+    return {
+        name: value.replace(COMPOSE_REDIS, f"redis://{netloc}")
+        for name, value in environment.items()
+    }
+
+
+def run_healthcheck(check: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """A CMD healthcheck as Docker runs it in the container: ``python`` is this interpreter."""
+    argv = [sys.executable if check[0] == "python" else check[0], *check[1:]]
+    return subprocess.run(
+        argv, cwd=ROOT, env=dict(env), capture_output=True, text=True, timeout=HEALTHCHECK_S
+    )
+
+
+@pytest.fixture
+def started(tmp_path: Path) -> Iterator[list[DresProcess]]:
+    processes: list[DresProcess] = []
+    yield processes
+    stop_all(processes)
+    for process in processes:
+        print(f"--- {process.name} ---\n{process.log()[-6000:]}")
+
+
+def worker_service(variables: Mapping[str, str], redis_url: str) -> tuple[Service, dict[str, str]]:
+    worker = service("worker", variables)
+    env = on_this_host(worker.environment, redis_url)
+    env["DRES_METRICS_PORT"] = str(free_port())
+    return worker, subprocess_env(env)
+
+
+def test_the_api_service_enqueues_and_the_worker_service_completes_the_turn(
+    redis_url: str, ledger: Ledger, script: Script, tmp_path: Path, started: list[DresProcess]
+) -> None:
+    model = script([send("ada@x.io", "Launch"), {"text": "Sent."}])
+    variables = {"DRES_API_TOKEN": TOKEN, "DRES_MODELS": model, "WORKER_CONCURRENCY": "1"}
+
+    worker, worker_env = worker_service(variables, redis_url)
+    assert worker.command[0] == "worker"
+    worker_process = WorkerProcess.launch(worker.command, worker_env, tmp_path / "worker.log")
+    started.append(worker_process)
+
+    api = service("api", variables)
+    port = str(free_port())
+    command = [port if arg == CONTAINER_PORT else arg for arg in api.command]
+    assert command != api.command, "the api's command names no --port 8000"
+    api_env = subprocess_env(on_this_host(api.environment, redis_url))
+    api_process = ApiProcess.launch(
+        command, api_env, tmp_path / "api.log", url=f"http://127.0.0.1:{port}"
+    )
+    started.append(api_process)
+    worker_process.wait_ready()
+    api_process.wait_ready()
+
+    api_check = [arg.replace(f":{CONTAINER_PORT}/", f":{port}/") for arg in api.healthcheck]
+    for name, check, env in (
+        ("worker", worker.healthcheck, worker_env),
+        ("api", api_check, api_env),
+    ):
+        done = run_healthcheck(check, env)
+        assert done.returncode == 0, f"{name} healthcheck: {done.stdout}{done.stderr}"
+
+    with httpx.Client(base_url=api_process.url, timeout=10) as http:
+        body = {"message": "Email Ada the launch notes", "model": model}
+        assert http.post("/v1/turns", json=body).status_code == 401
+        auth = {"Authorization": f"Bearer {TOKEN}"}
+        created = http.post("/v1/turns", json=body, headers=auth)
+        assert created.status_code == 202, created.text
+        turn_id = created.json()["turn_id"]
+
+        def completed() -> bool:
+            status = http.get(f"/v1/turns/{turn_id}", headers=auth).json()["status"]
+            assert status in {"queued", "running", "resuming", "completed"}, status
+            return status == "completed"
+
+        wait_until(completed, TURN_S, "the turn completed by the worker service")
+
+    events = ledger.events(turn_id)
+    assert [e.tool for e in of(events, "tool_done")] == ["send_email"]
+    # compose's services log JSON (DRES_LOG_FORMAT defaults to json there), one object a line
+    for process in started:
+        for line in process.log().splitlines():
+            assert isinstance(json.loads(line), dict), f"{process.name}: {line}"
+    assert TOKEN not in api_process.log(), "the token was logged"
+
+
+def test_the_worker_healthcheck_fails_when_its_worker_does_not_answer(redis_url: str) -> None:
+    """The same check with no worker running: Docker would mark the container unhealthy."""
+    variables = {"DRES_API_TOKEN": TOKEN}
+    worker, env = worker_service(variables, redis_url)
+    done = run_healthcheck(worker.healthcheck, env)
+    assert done.returncode != 0
