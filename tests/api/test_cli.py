@@ -24,7 +24,7 @@ from worker.dev.redis_server import free_port
 from worker.edges.runtime import Runtime
 
 TURN_ID = re.compile(r"^turn_[0-9a-f]{32}$")
-#: a line of ``dres watch``: the stream id, the chunk, the event type
+#: a line of ``dres watch --events``: the stream id, the chunk, the event type
 EVENT_LINE = re.compile(r"^\s*(\d+-\d+)\s+c(\d+)\s+(\w+)")
 
 
@@ -51,11 +51,11 @@ def test_dres_enqueue_prints_the_turn_id_of_the_turn_it_recorded(
     assert rdb.lrange(keys.conversation_turns("conv-cli"), 0, -1) == [turn_id.encode()]
 
 
-def test_dres_watch_follows_a_turn_from_its_start_to_its_end_and_exits_0_on_completed(
+def test_dres_watch_events_follows_a_turn_from_its_start_to_its_end_and_exits_0_on_completed(
     worker: WorkerProcess, cli: Cli, script: Script, ledger: Ledger
 ) -> None:
     turn_id = cli("enqueue", "send it", "--model", script(MULTI_CHUNK)).stdout.strip()
-    done = cli("watch", turn_id)
+    done = cli("watch", turn_id, "--events")
 
     assert done.returncode == 0, done.stdout + done.stderr
     lines = done.stdout.splitlines()
@@ -167,7 +167,7 @@ def test_dres_watch_of_a_continued_turn_follows_it_past_its_earlier_stop(
     turn_id = crashed_stop(runtime)
     assert runtime.lifecycle.continue_turn(turn_id, auto=False).ok  # queued again, no worker
     watch = subprocess.Popen(
-        [sys.executable, "-m", "worker.edges.cli", "watch", turn_id],
+        [sys.executable, "-m", "worker.edges.cli", "watch", turn_id, "--events"],
         cwd=ROOT,
         env=dres_env,
         stdout=subprocess.PIPE,

@@ -89,8 +89,16 @@ def cmd_enqueue(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_watch(args: argparse.Namespace, extra: list[str]) -> int:
     from worker.edges.watch import watch
 
-    status = watch(_runtime().ledger, args.turn_id)
+    status = watch(
+        _runtime(), args.turn_id, events=args.events, auto_continue=not args.no_auto_continue
+    )
     return 0 if status == "completed" else REFUSED
+
+
+def cmd_up(args: argparse.Namespace, extra: list[str]) -> int:
+    from worker.dev.up import run_up
+
+    return run_up(args.port)
 
 
 def cmd_journal(args: argparse.Namespace, extra: list[str]) -> int:
@@ -151,6 +159,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "journal": cmd_journal,
     "continue": cmd_continue,
     "stop": cmd_stop,
+    "up": cmd_up,
 }
 
 
@@ -185,6 +194,16 @@ def build_parser() -> argparse.ArgumentParser:
         command = sub.add_parser(name, help=text)
         command.add_argument("turn_id")
     sub.choices["journal"].add_argument("--json", action="store_true")
+    sub.choices["watch"].add_argument(
+        "--events", action="store_true", help="every event on its own line, with its stream id"
+    )
+    sub.choices["watch"].add_argument(
+        "--no-auto-continue",
+        action="store_true",
+        help="do not continue a time-limit stop (crash, lost hand-off, chunk limit) on my own",
+    )
+    up = sub.add_parser("up", help="redis, a worker and the API with the page: try dres here")
+    up.add_argument("--port", type=int, default=8000, help="the API's and the page's port")
     sub.choices["continue"].add_argument(
         "--auto", action="store_true", help="count it as an automatic continuation"
     )

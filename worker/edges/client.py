@@ -1,9 +1,16 @@
-"""Enqueue a turn (CONTRACT §9): record it in the ledger, then send its first chunk's message."""
+"""The Python client (CONTRACT §9): enqueue a turn (record it in the ledger, then send its first
+chunk's message), and follow a turn until it ends, continuing a time-limit stop on its own
+(§7.7) through the lifecycle service, which counts each automatic continuation atomically.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 from ledger import keys
+from ledger.codec import Envelope
 from ledger.errors import UnknownTurn
+from ledger.events import Event
 from ledger.journal import build_journal
 from worker.base.errors import InvalidInput
 from worker.base.settings import get_settings
@@ -13,6 +20,8 @@ from worker.engine.models import make_model
 from worker.lifecycle import NewTurn
 
 MODES = ("foreground", "background")
+#: milliseconds each live read of a followed turn waits for news before it looks at the status
+FOLLOW_BLOCK_MS = 250
 
 
 def enqueue(
@@ -75,3 +84,56 @@ def enqueue_turn(
     return enqueue(
         runtime, message, conversation_id=conversation_id, mode=mode, model=model
     ).turn_id
+
+
+def follow(
+    runtime: Runtime,
+    turn_id: str,
+    *,
+    auto_continue: bool = True,
+    block_ms: int = FOLLOW_BLOCK_MS,
+) -> Iterator[list[Envelope]]:
+    """The turn's events in batches, from its start, then live, until it ends.
+
+    An empty batch means nothing new for ``block_ms`` (a moment to refresh a status line). A
+    ``turn_ended`` is the end only when nothing follows it: a Continue goes on in the same
+    stream. With ``auto_continue``, a time-limit stop (crash, lost hand-off, chunk limit) of the
+    conversation's newest turn is continued with ``auto=True`` while the turn's count allows.
+    """
+    ledger = runtime.ledger
+    ledger.meta(turn_id)  # an unknown turn is an error before anything is yielded
+    last: str | None = None
+    for batch in ledger.tail(turn_id, block_ms=block_ms):
+        if batch:
+            last = batch[-1].stream_id
+        yield batch
+        meta = ledger.meta(turn_id)
+        if not meta.ended or ledger.last_id(turn_id) != last:
+            continue
+        if auto_continue and _continued_on_its_own(runtime, turn_id):
+            continue
+        return
+
+
+def _continued_on_its_own(runtime: Runtime, turn_id: str) -> bool:
+    """Continue a stop that may be continued automatically; True if the turn goes on (by this
+    request or by another client's that came first)."""
+    lifecycle = runtime.lifecycle
+    meta = runtime.ledger.meta(turn_id)
+    if lifecycle.continue_refusal(meta, auto=True) is not None:
+        return False
+    if lifecycle.continue_turn(turn_id, auto=True).ok:
+        return True
+    return not runtime.ledger.meta(turn_id).ended
+
+
+def watch_turn(turn_id: str, *, auto_continue: bool = True) -> Iterator[Event]:
+    """Yield the turn's events (replayed, then live) until it ends (CONTRACT §9), continuing a
+    time-limit stop on its own unless ``auto_continue`` is False."""
+    runtime = Runtime.from_settings(get_settings())
+    try:
+        for batch in follow(runtime, turn_id, auto_continue=auto_continue):
+            for envelope in batch:
+                yield envelope.event
+    finally:
+        runtime.redis.close()

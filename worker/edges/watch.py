@@ -1,4 +1,11 @@
-"""``dres watch``: a turn's events from the start, then live, with a status line, until it ends."""
+"""``dres watch``: a turn from its start, then live, until it ends (CONTRACT §2, §7.7).
+
+By default the turn as a person reads it: the answer's text joined as it streams, one line per
+tool call once its state is known (and, for a blocked or refused call, the call it matched),
+"Resuming…" where a run picks the turn up again, and a status line. ``--events`` prints every
+event instead, one line each with its stream id. Either way a time-limit stop is continued on
+its own (``--no-auto-continue`` turns that off), through ``worker.edges.client.follow``.
+"""
 
 from __future__ import annotations
 
@@ -6,9 +13,12 @@ import itertools
 import sys
 from typing import Any, TextIO
 
-from ledger.events import Event
+from ledger.codec import Envelope
+from ledger.events import Event, RunEnded, RunStarted, Text, ToolBlocked, ToolDone, ToolStart
 from ledger.note import shown
-from ledger.store import Ledger
+from ledger.turn import TurnMeta
+from worker.edges.client import follow
+from worker.edges.runtime import Runtime
 
 SPINNER = "|/-\\"
 LABELS = {
@@ -18,12 +28,18 @@ LABELS = {
     "completed": "Completed",
     "stopped": "Stopped",
 }
-#: values an event's line leaves out
-EMPTY: tuple[object, ...] = (None, "", [], {})
-#: characters of a value shown in an event's line
+#: characters of a value shown in an event's or a tool call's line
 SHOWN_CHARS = 80
-#: milliseconds each live read waits before the status line is refreshed
-POLL_MS = 250
+#: why a run picked the turn up, for people
+CAUSES = {
+    "next_chunk": "next chunk",
+    "redelivery": "redelivered",
+    "reaper": "after a dead run",
+    "auto_continue": "continued automatically",
+    "continue": "continued",
+}
+#: a tool_blocked event's reason -> the call's state (CONTRACT §10's data-state words)
+BLOCKED_STATES = {"completed": "blocked", "reconciled": "completed"}
 
 
 def describe(event: Event) -> str:
@@ -37,33 +53,111 @@ def describe(event: Event) -> str:
     )
 
 
-def watch(ledger: Ledger, turn_id: str, out: TextIO = sys.stdout) -> str:
-    """Print every event (replay, then live); return the turn's final status."""
-    ledger.meta(turn_id)  # an unknown turn is an error before anything is printed
+class RawView:
+    """``--events``: every event on its own line."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.mid_line = False
+
+    def show(self, envelope: Envelope) -> None:
+        event = envelope.event
+        self.out.write(
+            f"{envelope.stream_id:>8}  c{event.chunk}  {event.type:<13} {describe(event)}\n"
+        )
+
+    def flush_line(self) -> None:
+        """Nothing is left mid-line by this view."""
+
+
+class PersonView:
+    """The turn as a person reads it: text as it streams, a line per settled tool call."""
+
+    def __init__(self, out: TextIO) -> None:
+        self.out = out
+        self.mid_line = False
+        #: calls started and not yet settled, by call id (or tool name when a call has none)
+        self.open: dict[str, ToolStart] = {}
+        self.settled: dict[str, ToolStart | ToolBlocked] = {}
+
+    def line(self, text: str) -> None:
+        self.flush_line()
+        self.out.write(text + "\n")
+
+    def flush_line(self) -> None:
+        if self.mid_line:
+            self.out.write("\n")
+            self.mid_line = False
+
+    def call_line(self, state: str, call: ToolStart | ToolBlocked, extra: str = "") -> None:
+        self.line(f"  [{state}] {call.tool} {shown(call.input, SHOWN_CHARS)}{extra}")
+
+    def show(self, envelope: Envelope) -> None:
+        event = envelope.event
+        if isinstance(event, Text):
+            self.out.write(event.text)
+            self.mid_line = not event.text.endswith("\n")
+        elif isinstance(event, RunStarted) and event.cause != "first":
+            self.line(f"Resuming… ({CAUSES.get(event.cause, event.cause)})")
+        elif isinstance(event, ToolStart):
+            self.open[event.call_id or event.tool] = event
+        elif isinstance(event, ToolDone):
+            self._done(event)
+        elif isinstance(event, ToolBlocked):
+            self._blocked(event)
+        elif isinstance(event, RunEnded) and event.reason != "completed":
+            for call in self.open.values():
+                self.call_line("interrupted", call, " (outcome unknown)")
+            self.open.clear()
+
+    def _done(self, event: ToolDone) -> None:
+        call = self.open.pop(event.call_id or event.tool, None)
+        if call is None:
+            return
+        self.settled[call.call_id or call.tool] = call
+        state = "error" if event.is_error else "completed"
+        self.call_line(state, call, f" -> {shown(event.result, SHOWN_CHARS)}")
+
+    def _blocked(self, event: ToolBlocked) -> None:
+        state = BLOCKED_STATES.get(event.reason, "refused")
+        matched = self.settled.get(event.matched_call_id or "")
+        what = f"{matched.tool} {shown(matched.input, 60)} " if matched else ""
+        extra = f" ({event.reason}): matched {what}[{event.matched_call_id or '?'}], not run"
+        self.call_line(state, event, extra)
+        self.settled[event.call_id or event.tool] = event
+
+
+def watch(
+    runtime: Runtime,
+    turn_id: str,
+    *,
+    events: bool = False,
+    auto_continue: bool = True,
+    out: TextIO = sys.stdout,
+) -> str:
+    """Show the turn (replay, then live) until it ends; return its final status."""
+    view: RawView | PersonView = RawView(out) if events else PersonView(out)
     live = out.isatty()
     spin = itertools.cycle(SPINNER)
-    for batch in ledger.tail(turn_id, block_ms=POLL_MS):
-        if live:
+    spinning = False  # a status line is on screen (a terminal only), to be wiped before output
+    meta: TurnMeta | None = None
+    for batch in follow(runtime, turn_id, auto_continue=auto_continue):
+        if spinning and (batch or not live):
             out.write("\r\x1b[K")
+            spinning = False
         for envelope in batch:
-            event = envelope.event
-            out.write(
-                f"{envelope.stream_id:>8}  c{event.chunk}  {event.type:<13} {describe(event)}\n"
-            )
-        meta = ledger.meta(turn_id)
-        status = meta.status
-        # A turn_ended is final only if nothing follows it: after a Continue the turn goes on.
-        caught_up = not batch or ledger.last_id(turn_id) == batch[-1].stream_id
-        if _ended(status) and caught_up:
-            why = f" ({meta.code})" if meta.code else ""
-            out.write(f"{LABELS.get(status, status)}{why}\n")
-            out.flush()
-            return status
-        if live:
-            out.write(f"{next(spin)} {LABELS.get(status, status)}…")
+            view.show(envelope)
+        meta = runtime.ledger.meta(turn_id)
+        if live and not meta.ended and not view.mid_line:
+            out.write(f"\r\x1b[K{next(spin)} {LABELS.get(meta.status, meta.status)}…")
+            spinning = True
         out.flush()
-    return "unknown"  # pragma: no cover - tail never ends by itself
-
-
-def _ended(status: str) -> bool:
-    return status in {"completed", "stopped"}
+    if spinning:
+        out.write("\r\x1b[K")
+    meta = meta or runtime.ledger.meta(turn_id)
+    view.flush_line()
+    why = f" ({meta.code})" if meta.code else ""
+    auto = f", continued automatically {meta.auto_continues}x" if meta.auto_continues else ""
+    out.write(f"{LABELS.get(meta.status, meta.status)}{why}{auto}\n")
+    out.flush()
+    return str(meta.status)

@@ -1,0 +1,104 @@
+"""``dres watch`` as a person reads it, and ``worker.client.watch_turn`` (CONTRACT §2, §7.7, §9):
+the answer's text joined, a line per tool call, "Resuming…" where a run picks the turn up, a
+status line; a time-limit stop continued on its own unless told not to.
+"""
+
+from __future__ import annotations
+
+import pytest
+from api_support import Cli
+
+from ledger.store import Ledger
+from tests.support import DONE, MULTI_CHUNK, Script, WorkerProcess, crashed_stop, send
+from worker.base.settings import get_settings
+from worker.client import watch_turn
+from worker.edges.runtime import Runtime
+
+pytestmark = pytest.mark.redis_server
+
+
+def test_dres_watch_shows_the_answer_joined_a_line_per_tool_call_and_resuming(
+    worker: WorkerProcess, cli: Cli, script: Script
+) -> None:
+    turn_id = cli("enqueue", "send it", "--model", script(MULTI_CHUNK)).stdout.strip()
+    done = cli("watch", turn_id)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    calls = [line.split()[:2] for line in lines if line.startswith("  [")]
+    assert calls == [["[completed]", "list_outbox"], ["[completed]", "send_email"]], lines
+    assert "Resuming… (next chunk)" in lines
+    text = "".join(line for line in lines if not line.startswith(("  [", "Resuming", "Compl")))
+    assert "Let me look at the outbox before sending anything." in text
+    assert text.endswith("Done: the email is sent.")
+    assert lines[-1] == "Completed"
+
+
+def test_dres_watch_shows_a_blocked_repeat_with_the_call_it_matched(
+    worker: WorkerProcess, cli: Cli, script: Script
+) -> None:
+    model = script(
+        [send("a@x.io", "Hi"), {"delay_s": 1.0, "text": "Thinking."}, DONE], on_resume="restart"
+    )
+    turn_id = cli("enqueue", "send it", "--model", model).stdout.strip()
+    done = cli("watch", turn_id)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    calls = [line for line in done.stdout.splitlines() if line.startswith("  [")]
+    assert calls[0].startswith("  [completed] send_email"), calls
+    blocked = [line for line in calls if line.startswith("  [blocked] send_email")]
+    assert len(blocked) == 1, calls
+    assert "matched send_email" in blocked[0] and "not run" in blocked[0]
+
+
+def test_dres_watch_continues_a_crashed_stop_on_its_own_and_shows_resuming(
+    worker: WorkerProcess, cli: Cli, script: Script, runtime: Runtime, ledger: Ledger
+) -> None:
+    turn_id = crashed_stop(runtime, script([DONE]))
+    done = cli("watch", turn_id)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    assert "Resuming… (continued automatically)" in lines
+    assert lines[-1] == "Completed, continued automatically 1x"
+    meta = ledger.meta(turn_id)
+    assert (meta.status, meta.auto_continues) == ("completed", 1)
+
+
+def test_dres_watch_with_no_auto_continue_leaves_a_crashed_stop_stopped(
+    worker: WorkerProcess, cli: Cli, script: Script, runtime: Runtime, ledger: Ledger
+) -> None:
+    turn_id = crashed_stop(runtime, script([DONE]))
+    done = cli("watch", turn_id, "--no-auto-continue")
+
+    assert done.returncode == 1, done.stdout + done.stderr
+    assert done.stdout.splitlines()[-1] == "Stopped (crashed)"
+    meta = ledger.meta(turn_id)
+    assert (meta.status, meta.code, meta.auto_continues) == ("stopped", "crashed", 0)
+
+
+def test_watch_turn_yields_the_events_until_the_end_continuing_a_crashed_stop_once(
+    worker: WorkerProcess, script: Script, runtime: Runtime, ledger: Ledger
+) -> None:
+    get_settings.cache_clear()  # this test's environment (dres_env), not an earlier one's
+    turn_id = crashed_stop(runtime, script([DONE]))
+
+    events = list(watch_turn(turn_id))
+
+    assert [e.type for e in events] == [e.type for e in ledger.events(turn_id)]
+    causes = [e.cause for e in events if e.type == "run_started"]  # type: ignore[union-attr]
+    assert causes == ["first", "auto_continue"]
+    assert [e.status for e in events if e.type == "turn_ended"] == ["stopped", "completed"]  # type: ignore[union-attr]
+    assert ledger.meta(turn_id).auto_continues == 1
+
+
+def test_watch_turn_without_auto_continue_ends_at_the_stop(
+    script: Script, runtime: Runtime, ledger: Ledger
+) -> None:
+    get_settings.cache_clear()
+    turn_id = crashed_stop(runtime, script([DONE]))
+
+    events = list(watch_turn(turn_id, auto_continue=False))
+
+    assert events[-1].type == "turn_ended" and events[-1].code == "crashed"  # type: ignore[union-attr]
+    assert ledger.meta(turn_id).auto_continues == 0

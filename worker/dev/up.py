@@ -1,0 +1,122 @@
+"""``dres up``: everything a person needs to try dres, in one command (CONTRACT §2).
+
+An embedded redis-server (``DRES_REDIS_URL`` when set; as ``dres demo`` does), a prefork worker
+and the API with the page, each a ``dres`` subprocess in its own session. It prints the page's
+URL and waits; Ctrl-C (SIGINT) or SIGTERM stops every process it started, by PID.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import tempfile
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+from typing import TextIO
+
+from worker.base.errors import ConfigError
+from worker.base.settings import load_settings
+from worker.dev.embedded import embedded_redis
+from worker.dev.worker_process import READY_S, DresProcess, WorkerProcess
+
+#: seconds between looks at the children while ``dres up`` waits for a signal
+WATCH_S = 0.5
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=1) as response:
+            return bool(response.status == 200)
+    except (urllib.error.URLError, OSError):
+        return False
+
+
+def run_up(port: int, out: TextIO = sys.stdout) -> int:
+    """Start redis (or use DRES_REDIS_URL), a worker and the API; wait for SIGINT or SIGTERM."""
+    if not 0 < port < 65536:
+        raise ConfigError(f"--port must be between 1 and 65535, not {port}")
+    if not _port_free(port):
+        raise ConfigError(f"port {port} on 127.0.0.1 is in use: choose another with --port")
+    load_settings()  # a bad DRES_* setting fails here, before anything starts
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    started: list[DresProcess] = []
+    try:
+        with embedded_redis() as redis_info, tempfile.TemporaryDirectory(prefix="dres-up-") as tmp:
+            env = {**os.environ, "DRES_REDIS_URL": redis_info.url}
+            print(f"dres up: redis: {redis_info.description}", file=out, flush=True)
+            if not redis_info.durable:
+                print("  WARNING: no redis-server found; fakeredis keeps nothing", file=out)
+            worker = WorkerProcess.start(env, Path(tmp) / "worker.log", ready=False)
+            started.append(worker)
+            url = f"http://127.0.0.1:{port}"
+            args = ["api", "--host", "127.0.0.1", "--port", str(port)]
+            api = DresProcess.launch(args, env, Path(tmp) / "api.log", name="api")
+            started.append(api)
+            if not _wait_ready(worker, api, url, stop):
+                return 130 if stop.is_set() else 1
+            print(f"dres up: worker pid {worker.pid}, api pid {api.pid}", file=out)
+            print(f"dres up: open {url}/   (Ctrl-C stops everything)", file=out, flush=True)
+            return _wait(started, stop, out)
+    finally:
+        for process in started:
+            process.terminate()
+        for process in started:
+            process.stop()
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+def _wait_ready(worker: WorkerProcess, api: DresProcess, url: str, stop: threading.Event) -> bool:
+    """Both children ready, or False (a signal arrived, or a child failed: its log is shown)."""
+    checks: list[tuple[DresProcess, Callable[[], bool]]] = [
+        (worker, lambda: "ready." in worker.log()),
+        (api, lambda: _healthy(url)),
+    ]
+    for process, ready in checks:
+        try:
+            process.wait(_or_stopped(ready, stop), READY_S)
+        except RuntimeError as e:
+            print(f"dres up: {e}", file=sys.stderr)
+            return False
+        if stop.is_set():
+            return False
+    return True
+
+
+def _or_stopped(ready: Callable[[], bool], stop: threading.Event) -> Callable[[], bool]:
+    return lambda: stop.is_set() or ready()
+
+
+def _wait(started: list[DresProcess], stop: threading.Event, out: TextIO) -> int:
+    while not stop.wait(WATCH_S):
+        for process in started:
+            if not process.alive():
+                print(
+                    f"dres up: the {process.name} exited ({process.process.returncode}):\n"
+                    f"{process.log()[-4000:]}",
+                    file=sys.stderr,
+                )
+                return 1
+    print("dres up: stopping", file=out, flush=True)
+    return 0
