@@ -13,6 +13,8 @@ it (nor pytest).
 - ``scripts``: ``write_script`` (the one writer of script files), ``script_writer``, the steps
 - ``turns``: ``crashed_stop``, ``close_runtime``, ``together``
 - ``backends``: ``Backend``, the ledger tests' two Redis backends
+- ``providers``: ``fake_provider`` (a local server speaking the Anthropic and OpenAI streaming
+  formats, scripted per request), ``Reply``, ``Dialect``/``DIALECTS``, ``blackhole``
 """
 
 from tests.support.backends import Backend
@@ -25,6 +27,15 @@ from tests.support.processes import (
     WorkerProcess,
     stop_all,
     subprocess_env,
+)
+from tests.support.providers import (
+    DIALECTS,
+    Dialect,
+    FakeProvider,
+    Received,
+    Reply,
+    blackhole,
+    fake_provider,
 )
 from tests.support.scripts import (
     DONE,
@@ -55,6 +66,7 @@ from tests.support.waiting import (
 )
 
 __all__ = [
+    "DIALECTS",
     "DONE",
     "DRES_ENV",
     "EMAIL",
@@ -66,15 +78,21 @@ __all__ = [
     "UNACKED",
     "ApiProcess",
     "Backend",
+    "Dialect",
     "DresProcess",
+    "FakeProvider",
     "Predicate",
+    "Received",
+    "Reply",
     "Script",
     "WorkerProcess",
+    "blackhole",
     "broker_drained",
     "busy",
     "close_runtime",
     "crashed_stop",
     "ended",
+    "fake_provider",
     "having",
     "of",
     "poll",

@@ -1,6 +1,7 @@
 """The provider adapters against a local server speaking each provider's streaming wire format.
 
-No network: the SDKs are pointed at a ``http.server`` on 127.0.0.1 through ``base_url``.
+No network: the SDKs are pointed at the fake provider (``tests.support.providers``) on 127.0.0.1
+through ``base_url``.
 """
 
 from __future__ import annotations
@@ -8,15 +9,27 @@ from __future__ import annotations
 import json
 import os
 import sys
-import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
+from tests.support.providers import (
+    FakeProvider,
+    ProviderServer,
+    Reply,
+    anthropic_error,
+    anthropic_stream,
+    chunk,
+    fake_provider,
+    openai_error,
+    openai_stream,
+    sse,
+    text_block,
+    tool_block,
+    tool_delta,
+)
 from worker.base.clock import SystemClock
 from worker.base.errors import ConfigError, ModelError
 from worker.engine.models import Models, make_model, providers
@@ -48,84 +61,10 @@ def require(package: str) -> None:
         pytest.skip(f"the {package} package is not installed")
 
 
-# -- a fake provider -----------------------------------------------------------------------
-
-
-@dataclass
-class Reply:
-    status: int = 200
-    body: bytes = b""
-    content_type: str = "text/event-stream"
-    #: promise more bytes than are sent, then drop the connection (a cut-off stream)
-    cut: bool = False
-    #: never answer (until the test ends): the client must time out
-    hang: bool = False
-
-
-@dataclass
-class Received:
-    path: str
-    body: dict[str, Any]
-
-
-@dataclass
-class FakeProvider:
-    url: str
-    replies: list[Reply] = field(default_factory=list)
-    received: list[Received] = field(default_factory=list)
-    released: threading.Event = field(default_factory=threading.Event)
-
-
-class Handler(BaseHTTPRequestHandler):
-    server: ProviderServer
-
-    def do_POST(self) -> None:
-        fake = self.server.fake
-        length = int(self.headers.get("Content-Length", "0"))
-        fake.received.append(Received(self.path, json.loads(self.rfile.read(length) or b"{}")))
-        reply = fake.replies.pop(0)
-        if reply.hang:
-            fake.released.wait(TIMEOUT_S)
-            return
-        self.send_response(reply.status)
-        self.send_header("Content-Type", reply.content_type)
-        self.send_header("Content-Length", str(len(reply.body) + (64 if reply.cut else 0)))
-        self.end_headers()
-        self.wfile.write(reply.body)
-        self.wfile.flush()
-        self.close_connection = True
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Quiet: the tests assert on what was received, not on the access log."""
-
-
-class ProviderServer(ThreadingHTTPServer):
-    daemon_threads = True
-
-    def __init__(self) -> None:
-        super().__init__(("127.0.0.1", 0), Handler)
-        self.fake = FakeProvider(f"http://127.0.0.1:{self.server_address[1]}")
-
-
 @pytest.fixture
 def server() -> Iterator[FakeProvider]:
-    httpd = ProviderServer()
-    thread = threading.Thread(target=httpd.serve_forever, args=(0.01,), daemon=True)
-    thread.start()
-    yield httpd.fake
-    httpd.fake.released.set()
-    httpd.shutdown()
-    httpd.server_close()
-    thread.join(TIMEOUT_S)
-
-
-def sse(events: list[dict[str, Any]], *, named: bool = True) -> bytes:
-    """Server-Sent Events: Anthropic names each event by its type; OpenAI sends data only."""
-    lines = []
-    for event in events:
-        name = f"event: {event['type']}\n" if named else ""
-        lines.append(f"{name}data: {json.dumps(event)}\n\n")
-    return "".join(lines).encode()
+    with fake_provider() as fake:
+        yield fake
 
 
 def collect(model: AnthropicModel | OpenAIModel, request: ModelRequest) -> list[ModelEvent]:
@@ -172,72 +111,6 @@ def anthropic_model(fake: FakeProvider, **options: Any) -> AnthropicModel:
     return AnthropicModel(
         "claude-test", base_url=fake.url, api_key="test", max_retries=0, **options
     )
-
-
-def anthropic_stream(*blocks: list[dict[str, Any]], stop: bool = True) -> bytes:
-    message = {
-        "id": "msg_1",
-        "type": "message",
-        "role": "assistant",
-        "model": "claude-test",
-        "content": [],
-        "stop_reason": None,
-        "stop_sequence": None,
-        "usage": {"input_tokens": 3, "output_tokens": 1},
-    }
-    events = [{"type": "message_start", "message": message}]
-    for block in blocks:
-        events += block
-    events.append(
-        {
-            "type": "message_delta",
-            "delta": {"stop_reason": "tool_use", "stop_sequence": None},
-            "usage": {"output_tokens": 9},
-        }
-    )
-    if stop:
-        events.append({"type": "message_stop"})
-    return sse(events)
-
-
-def text_block(index: int, *parts: str) -> list[dict[str, Any]]:
-    return [
-        {
-            "type": "content_block_start",
-            "index": index,
-            "content_block": {"type": "text", "text": ""},
-        },
-        *(
-            {
-                "type": "content_block_delta",
-                "index": index,
-                "delta": {"type": "text_delta", "text": p},
-            }
-            for p in parts
-        ),
-        {"type": "content_block_stop", "index": index},
-    ]
-
-
-def tool_block(index: int, call_id: str, name: str, *parts: str) -> list[dict[str, Any]]:
-    start = {"type": "tool_use", "id": call_id, "name": name, "input": {}}
-    return [
-        {"type": "content_block_start", "index": index, "content_block": start},
-        *(
-            {
-                "type": "content_block_delta",
-                "index": index,
-                "delta": {"type": "input_json_delta", "partial_json": p},
-            }
-            for p in parts
-        ),
-        {"type": "content_block_stop", "index": index},
-    ]
-
-
-def anthropic_error(status: int, kind: str) -> Reply:
-    body = {"type": "error", "error": {"type": kind, "message": f"{kind} (fake)"}}
-    return Reply(status, json.dumps(body).encode(), "application/json")
 
 
 def test_anthropic_streams_text_deltas_in_order_then_the_assembled_tool_call(
@@ -403,38 +276,6 @@ def openai_model(fake: FakeProvider, **options: Any) -> OpenAIModel:
     return OpenAIModel(
         "gpt-test", base_url=f"{fake.url}/v1", api_key="test", max_retries=0, **options
     )
-
-
-def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-    return {
-        "id": "chatcmpl-1",
-        "object": "chat.completion.chunk",
-        "created": 0,
-        "model": "gpt-test",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    }
-
-
-def openai_stream(*chunks: dict[str, Any], done: bool = True) -> bytes:
-    body = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks)
-    return body + (b"data: [DONE]\n\n" if done else b"")
-
-
-def tool_delta(
-    index: int, *, call_id: str | None = None, name: str | None = None, args: str = ""
-) -> dict[str, Any]:
-    function: dict[str, Any] = {"arguments": args}
-    if name:
-        function["name"] = name
-    part: dict[str, Any] = {"index": index, "function": function}
-    if call_id:
-        part.update(id=call_id, type="function")
-    return {"tool_calls": [part]}
-
-
-def openai_error(status: int, kind: str) -> Reply:
-    body = {"error": {"message": f"{kind} (fake)", "type": kind, "code": None, "param": None}}
-    return Reply(status, json.dumps(body).encode(), "application/json")
 
 
 def test_openai_streams_text_deltas_then_tool_calls_assembled_by_index(

@@ -323,7 +323,16 @@ def openai_events(stream: Any) -> Iterator[ModelEvent]:
 
 
 def model_error(sdk: Any, e: Exception) -> ModelError | None:
-    """The ModelError an SDK or transport exception stands for; None for anything else."""
+    """The ModelError an SDK or transport exception stands for; None for anything else.
+
+    An interrupt found in ``e`` or in its chain of causes and contexts is raised as itself
+    (CONTRACT §7.12): an SDK that wrapped it (``APIConnectionError`` from Celery's
+    ``SoftTimeLimitExceeded``, where dres's trap is not armed) must not turn it into a resumable
+    transport error.
+    """
+    interrupt = wrapped_interrupt(e)
+    if interrupt is not None:
+        raise interrupt
     timeouts, transport = _transport_errors()
     if isinstance(e, (sdk.APITimeoutError, *timeouts)):
         return ModelError("gateway_timeout", _cut(str(e)))
@@ -343,6 +352,31 @@ def model_error(sdk: Any, e: Exception) -> ModelError | None:
         return ModelError(code or "http_5xx", _cut(str(e)))
     if isinstance(e, json.JSONDecodeError):
         return ModelError("stream_ended", _cut(f"the stream broke off mid-event: {e}"))
+    return None
+
+
+def wrapped_interrupt(e: BaseException) -> BaseException | None:
+    """The first interrupt in ``e``'s chain (itself, then its causes and contexts), or None.
+
+    An interrupt is a ``BaseException`` that is not an ``Exception`` (dres's ``Interrupt``,
+    ``KeyboardInterrupt``), or Celery's ``SoftTimeLimitExceeded`` (an ``Exception``) when the
+    process runs Celery: it is looked up where Celery loaded it, as the engine never imports
+    Celery.
+    """
+    billiard = sys.modules.get("billiard.exceptions")
+    soft_limit = getattr(billiard, "SoftTimeLimitExceeded", None)
+    seen: set[int] = set()
+    chain: list[BaseException] = [e]
+    while chain:
+        current = chain.pop(0)
+        if id(current) in seen:
+            continue
+        seen.add(id(current))
+        if not isinstance(current, Exception) or (
+            soft_limit is not None and isinstance(current, soft_limit)
+        ):
+            return current
+        chain += [c for c in (current.__cause__, current.__context__) if c is not None]
     return None
 
 

@@ -1,0 +1,351 @@
+"""Interrupts are never swallowed by the provider SDKs (CONTRACT §7.12, §7.8).
+
+Each SDK, through its dres adapter, is blocked on the fake provider in one phase of a model call
+— connecting, waiting for the first byte, mid-stream, or in the SDK's own retry sleep — and a
+signal is delivered to the main thread from a helper thread once the main thread's stack shows
+that phase: the soft limit (SIGUSR1), Stop (``DeferSignals.stop``: SIGUSR2), a shutdown (SIGTERM)
+and Ctrl-C (SIGINT). Inside a run's window (``DeferSignals.running()``) each must come out of
+``adapter.stream()`` as its own interrupt, promptly, with the SDK making no second request.
+
+Where the trap is not armed (Celery's own soft-limit handler only), the SDK may wrap Celery's
+``SoftTimeLimitExceeded`` into a connection error and retry it; the adapter must still raise the
+soft limit itself, never a resumable ``ModelError``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+from billiard.exceptions import SoftTimeLimitExceeded
+from billiard.pool import soft_timeout_sighandler
+
+from tests.support.providers import (
+    DIALECTS,
+    Dialect,
+    FakeProvider,
+    Reply,
+    blackhole,
+    fake_provider,
+)
+from worker.base.errors import Shutdown, SoftLimit, TurnCancelled
+from worker.engine.models import providers
+from worker.engine.models.base import ModelRequest, TextDelta, UserMessage
+from worker.engine.tools.guard import DeferSignals
+
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
+MAIN = threading.main_thread().ident
+REQUEST = ModelRequest(system="", messages=(UserMessage("hi"),))
+#: seconds the SDK would wait on its own (connect and read timeouts, a server's retry-after):
+#: far beyond every deadline here, so only the interrupt can end the wait
+SDK_WAIT_S = 60
+#: seconds: generous bounds, only to fail rather than hang
+PHASE_WITHIN_S = 15.0
+PROMPTLY_S = 5.0
+
+#: a phase of a model call -> the function on the main thread's stack while it waits there
+PHASES = {
+    "connect": "connect_tcp",
+    "first_byte": "_receive_response_headers",
+    "mid_stream": "_receive_response_body",
+    "retry_sleep": "_sleep_for_retry",
+}
+
+
+def require(package: str) -> None:
+    """The SDKs are in the ``dev`` extra: missing locally skips, missing under CI fails."""
+    try:
+        __import__(package)
+    except ImportError:
+        if IN_CI:
+            pytest.fail(f"CI=true requires the {package} package", pytrace=False)
+        pytest.skip(f"the {package} package is not installed")
+
+
+def main_stack() -> list[str]:
+    """The names of the functions on the main thread's stack, innermost first."""
+    assert MAIN is not None
+    frame = sys._current_frames().get(MAIN)
+    names = []
+    while frame is not None:
+        names.append(frame.f_code.co_name)
+        frame = frame.f_back
+    return names
+
+
+@dataclass
+class Delivery:
+    """A signal sent from a helper thread once the main thread waits in ``marker``."""
+
+    marker: str
+    send: Callable[[], None]
+    #: and only once this holds too
+    ready: Callable[[], bool] = lambda: True
+    seen: bool = False
+    sent_at: float | None = None
+    thread: threading.Thread = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        deadline = time.monotonic() + PHASE_WITHIN_S
+        while time.monotonic() < deadline:
+            if self.marker in main_stack() and self.ready():
+                self.seen = True
+                break
+            time.sleep(0.005)
+        # Sent even when the phase was not seen: the main thread must not stay blocked.
+        self.sent_at = time.monotonic()
+        self.send()
+
+
+@contextmanager
+def delivered(
+    marker: str, send: Callable[[], None], ready: Callable[[], bool] = lambda: True
+) -> Iterator[Delivery]:
+    delivery = Delivery(marker, send, ready)
+    delivery.thread.start()
+    try:
+        yield delivery
+    finally:
+        delivery.thread.join(PHASE_WITHIN_S + 1)
+
+
+def kill(signum: int) -> Callable[[], None]:
+    assert MAIN is not None
+    return lambda: signal.pthread_kill(MAIN, signum)
+
+
+@pytest.fixture
+def fake() -> Iterator[FakeProvider]:
+    with fake_provider() as server:
+        yield server
+
+
+def adapter(dialect: Dialect, url: str, *, max_retries: int = 2) -> providers._Adapter:
+    """The dres adapter of ``dialect``'s SDK, pointed at ``url``; the SDK would wait long."""
+    require(dialect.kind)
+    kind = {"anthropic": providers.AnthropicModel, "openai": providers.OpenAIModel}[dialect.kind]
+    base_url = f"{url}/v1" if dialect.kind == "openai" else url
+    return kind(
+        "m", base_url=base_url, api_key="fake-key", max_retries=max_retries, timeout=SDK_WAIT_S
+    )
+
+
+@contextmanager
+def blocked_in(phase: str, dialect: Dialect, fake: FakeProvider) -> Iterator[str]:
+    """Script the fake so a call blocks in ``phase``; yields the base URL to call."""
+    if phase == "connect":
+        with blackhole() as url:
+            yield url
+        return
+    first = {
+        "first_byte": Reply(hang=True),
+        "mid_stream": dialect.stalled("Hel"),
+        # The SDK retries a 503 on its own, after the server's retry-after.
+        "retry_sleep": dialect.error(503, (("retry-after", str(SDK_WAIT_S)),)),
+    }[phase]
+    fake.script(first, dialect.text("never reached"))
+    yield fake.url
+
+
+SIGNALS: dict[str, tuple[type[BaseException], Callable[[DeferSignals], Callable[[], None]]]] = {
+    "soft_limit": (SoftLimit, lambda guard: kill(signal.SIGUSR1)),
+    "stop": (TurnCancelled, lambda guard: guard.stop),
+    "shutdown": (Shutdown, lambda guard: kill(signal.SIGTERM)),
+    "ctrl_c": (KeyboardInterrupt, lambda guard: kill(signal.SIGINT)),
+}
+
+
+@pytest.mark.parametrize("dialect", DIALECTS, ids=repr)
+@pytest.mark.parametrize("phase", list(PHASES))
+@pytest.mark.parametrize("which", list(SIGNALS))
+def test_an_interrupt_landing_in_an_sdk_call_propagates_as_itself_without_a_retry(
+    fake: FakeProvider, dialect: Dialect, phase: str, which: str
+) -> None:
+    expected, sender = SIGNALS[which]
+    guard = DeferSignals()
+    events: list[Any] = []
+
+    def ready() -> bool:
+        """Mid-stream means after the first text arrived."""
+        return phase != "mid_stream" or bool(events)
+
+    with blocked_in(phase, dialect, fake) as url:
+        model = adapter(dialect, url)
+        try:
+            with (
+                pytest.raises(BaseException) as info,
+                guard.running(),
+                delivered(PHASES[phase], sender(guard), ready) as delivery,
+            ):
+                events.extend(model.stream(REQUEST))
+            raised_at = time.monotonic()
+        finally:
+            model.close()
+
+    assert delivery.seen, f"the call never waited in {PHASES[phase]}: {main_stack()}"
+    assert type(info.value) is expected, repr(info.value)
+    assert delivery.sent_at is not None and raised_at - delivery.sent_at < PROMPTLY_S
+    assert len(fake.received) == (0 if phase == "connect" else 1), "the SDK retried"
+    assert events == ([TextDelta("Hel")] if phase == "mid_stream" else [])
+
+
+@pytest.mark.parametrize("dialect", DIALECTS, ids=repr)
+def test_stop_requested_while_waiting_for_the_first_byte_arrives_within_a_second(
+    fake: FakeProvider, dialect: Dialect
+) -> None:
+    """The Stop watcher's nudge ends a wait on a silent provider at once (CONTRACT §7.8)."""
+    fake.script(Reply(hang=True))
+    guard = DeferSignals()
+    model = adapter(dialect, fake.url)
+    try:
+        with (
+            pytest.raises(TurnCancelled),
+            guard.running(),
+            delivered(PHASES["first_byte"], guard.stop) as delivery,
+        ):
+            list(model.stream(REQUEST))
+        elapsed = time.monotonic() - (delivery.sent_at or 0)
+    finally:
+        model.close()
+    assert delivery.seen
+    assert elapsed < 1.0, f"{elapsed:.2f} s from the nudge to TurnCancelled"
+
+
+# -- Celery's own handler, no dres trap ----------------------------------------------------------
+
+
+@contextmanager
+def celery_soft_limit() -> Iterator[None]:
+    """SIGUSR1 handled as in a Celery pool child without dres: ``SoftTimeLimitExceeded``."""
+    previous = signal.signal(signal.SIGUSR1, soft_timeout_sighandler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+
+
+def test_without_the_trap_the_anthropic_sdk_wraps_celerys_soft_limit_into_a_connection_error(
+    fake: FakeProvider,
+) -> None:
+    require("anthropic")
+    import anthropic
+
+    fake.script(Reply(hang=True))
+    client = anthropic.Anthropic(
+        base_url=fake.url, api_key="fake-key", max_retries=0, timeout=SDK_WAIT_S
+    )
+    messages: Any = [{"role": "user", "content": "hi"}]
+    try:
+        with (
+            celery_soft_limit(),
+            pytest.raises(anthropic.APIConnectionError) as info,
+            delivered(PHASES["first_byte"], kill(signal.SIGUSR1)),
+        ):
+            client.messages.create(model="m", max_tokens=8, messages=messages, stream=True)
+    finally:
+        client.close()
+    assert isinstance(info.value.__cause__, SoftTimeLimitExceeded)
+
+
+def test_without_the_trap_the_anthropic_sdk_retries_past_celerys_soft_limit(
+    fake: FakeProvider,
+) -> None:
+    """Issue 13's first finding: the soft limit is swallowed and the call goes on."""
+    require("anthropic")
+    import anthropic
+
+    dialect = next(d for d in DIALECTS if d.kind == "anthropic")
+    fake.script(Reply(hang=True), dialect.text("answered anyway"))
+    client = anthropic.Anthropic(
+        base_url=fake.url, api_key="fake-key", max_retries=1, timeout=SDK_WAIT_S
+    )
+    messages: Any = [{"role": "user", "content": "hi"}]
+    try:
+        with celery_soft_limit(), delivered(PHASES["first_byte"], kill(signal.SIGUSR1)):
+            stream = client.messages.create(model="m", max_tokens=8, messages=messages, stream=True)
+            with stream:
+                kinds = [event.type for event in stream]
+    finally:
+        client.close()
+    assert "message_stop" in kinds
+    assert len(fake.received) == 2
+
+
+@pytest.mark.parametrize("dialect", DIALECTS, ids=repr)
+@pytest.mark.parametrize("phase", ["connect", "first_byte", "mid_stream"])
+def test_without_the_trap_the_adapter_raises_celerys_soft_limit_never_a_model_error(
+    fake: FakeProvider, dialect: Dialect, phase: str
+) -> None:
+    events: list[Any] = []
+
+    def ready() -> bool:
+        return phase != "mid_stream" or bool(events)
+
+    with blocked_in(phase, dialect, fake) as url:
+        model = adapter(dialect, url, max_retries=0)
+        try:
+            with (
+                celery_soft_limit(),
+                pytest.raises(SoftTimeLimitExceeded),
+                delivered(PHASES[phase], kill(signal.SIGUSR1), ready) as delivery,
+            ):
+                events.extend(model.stream(REQUEST))
+        finally:
+            model.close()
+    assert delivery.seen
+
+
+# -- the classification itself -------------------------------------------------------------------
+
+
+def chained(inner: BaseException, *, cause: bool) -> Exception:
+    """A ``RuntimeError`` raised while handling ``inner``, with it as its cause or context."""
+    try:
+        try:
+            raise inner
+        except BaseException as e:
+            if cause:
+                raise RuntimeError("wrapped") from e
+            # the implicit context is the point: an error raised while an interrupt unwinds
+            raise RuntimeError("failed while cleaning up")  # noqa: B904
+    except RuntimeError as outer:
+        return outer
+    raise AssertionError("unreachable")
+
+
+@pytest.mark.parametrize(
+    "inner",
+    [SoftTimeLimitExceeded(), SoftLimit("x"), TurnCancelled("x"), KeyboardInterrupt()],
+    ids=type,
+)
+@pytest.mark.parametrize("cause", [True, False], ids=["cause", "context"])
+def test_model_error_raises_an_interrupt_found_in_the_chain_instead_of_classifying_it(
+    inner: BaseException, cause: bool
+) -> None:
+    require("anthropic")
+    import anthropic
+
+    outer = chained(inner, cause=cause)
+    with pytest.raises(type(inner)) as info:
+        providers.model_error(anthropic, outer)
+    assert info.value is inner
+
+
+def test_model_error_walks_past_plain_errors_in_the_chain() -> None:
+    """Only interrupts are raised: an ordinary error in the chain leaves the classification."""
+    require("anthropic")
+    import anthropic
+
+    outer = chained(ConnectionResetError("peer reset"), cause=True)
+    assert providers.model_error(anthropic, outer) is None
