@@ -35,6 +35,19 @@ class _Event(BaseModel):
     ts: float
 
 
+class EarlierTurn(BaseModel):
+    """An earlier turn of the conversation as a new turn's model sees it (CONTRACT §7.10)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    turn_id: str
+    #: the user's message
+    message: str
+    #: its final answer: the text of its last model response (for an unfinished turn, with a
+    #: line saying how it ended)
+    answer: str
+
+
 class TurnStarted(_Event):
     type: Literal["turn_started"] = "turn_started"
     conversation_id: str
@@ -43,6 +56,9 @@ class TurnStarted(_Event):
     model: str | None = None
     #: a short account of an unfinished earlier turn of the conversation (CONTRACT §7.7)
     prior_turn_note: str | None = None
+    #: the conversation's earlier turns, oldest first, as read when this turn was created (every
+    #: run of the turn sees the same); within the history budget, so the oldest may be missing
+    earlier_turns: tuple[EarlierTurn, ...] = ()
 
 
 #: why a run exists

@@ -106,6 +106,9 @@ class Settings(BaseSettings):
     #: resume naively: no journal note, no hard-block, no interrupted-write guard. Only for
     #: ``make chaos NAIVE=1``, which counts the duplicate effects dres prevents; never in production
     naive: bool = False
+    #: characters of a conversation's earlier turns (messages and answers) a new turn's model
+    #: sees, the oldest dropped first (CONTRACT §7.10); 0: none
+    history_chars: int = Field(24_000, ge=0)
     #: comma-separated model specs an API client may ask for besides the default
     #: (``anthropic:*`` allows a provider's every model; CONTRACT §3)
     models: str = ""

@@ -7,15 +7,12 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
-from ledger import keys
 from ledger.codec import Envelope
-from ledger.errors import UnknownTurn
 from ledger.events import Event
-from ledger.journal import build_journal
 from worker.base.errors import InvalidInput
 from worker.base.settings import get_settings
+from worker.edges.conversation import Context, conversation_context
 from worker.edges.runtime import Runtime
-from worker.engine.history import unfinished_turn_note
 from worker.engine.models import make_model
 from worker.lifecycle import NewTurn
 
@@ -39,37 +36,18 @@ def enqueue(
     if not message.strip():
         raise InvalidInput("message is empty")
     make_model(model or runtime.settings.model, runtime.clock)  # a bad spec fails here, not later
-    note = prior_turn_note(runtime, conversation_id) if conversation_id else None
+    context = conversation_context(runtime, conversation_id) if conversation_id else Context()
     turn = runtime.lifecycle.create(
         message,
         conversation_id=conversation_id,
         mode=mode,
         model=model,
         turn_id=turn_id,
-        prior_turn_note=note,
+        prior_turn_note=context.prior_turn_note,
+        earlier_turns=context.earlier_turns,
     )
     runtime.lifecycle.launch(turn.turn_id, turn.run_id, mode)
     return turn
-
-
-def prior_turn_note(runtime: Runtime, conversation_id: str) -> str | None:
-    """A short account of the conversation's newest turn if it did not complete, else None."""
-    newest = runtime.redis.lindex(keys.conversation_turns(conversation_id), -1)
-    if newest is None:
-        return None
-    turn_id = newest.decode() if isinstance(newest, bytes) else str(newest)
-    try:
-        meta = runtime.ledger.meta(turn_id)
-    except UnknownTurn:
-        return None
-    if meta.status == "completed":
-        return None
-    status = {
-        "running": "is still running",
-        "resuming": "is still running",
-        "queued": "has not started yet",
-    }.get(meta.status, f"ended as {meta.status} ({meta.code})")
-    return unfinished_turn_note(status, build_journal(runtime.ledger.events(turn_id)))
 
 
 def enqueue_turn(

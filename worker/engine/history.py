@@ -1,21 +1,24 @@
 """Rebuild a turn's conversation from its ledger events (pure: no Redis, no clock).
 
-The model sees: the user's message; each model response as an assistant message with its text
-and tool calls, each call followed by its result; at every resume, a user message with the
-"continue from where you left off" nudge and, when the journal was not empty, the journal note
-after it. Text an interrupted attempt had streamed is kept (a ``clear`` drops it); a call with no
-recorded result gets a marker saying it was interrupted.
+The model sees: the conversation's earlier turns that ``turn_started`` carries (CONTRACT §7.10),
+each as the user's message and the assistant's final answer in plain text (no tool calls of
+another turn: neither layer looks across turns); the user's message; each model response as an
+assistant message with its text and tool calls, each call followed by its result; at every
+resume, a user message with the "continue from where you left off" nudge and, when the journal
+was not empty, the journal note after it. Text an interrupted attempt had streamed is kept (a
+``clear`` drops it); a call with no recorded result gets a marker saying it was interrupted.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.events import (
     Clear,
+    EarlierTurn,
     Event,
     ModelDone,
     ModelStart,
@@ -59,6 +62,54 @@ def unfinished_turn_note(status: str, journal: Journal) -> str:
     return "\n".join(lines)
 
 
+def earlier_answer(text: str, unfinished: str | None) -> str:
+    """What an earlier turn answered: its last response's text; for a turn that did not complete,
+    with a line saying so (``unfinished``: how it ended), so no earlier answer is ever empty."""
+    if unfinished is None:
+        return text or "(no answer text)"
+    marker = f"(This request did not finish: it {unfinished}.)"
+    return f"{text}\n\n{marker}" if text else marker
+
+
+def final_text(events: Iterable[Event]) -> str:
+    """The text of the turn's last model response (a ``clear`` drops what was streamed before)."""
+    parts: list[str] = []
+    for event in events:
+        if isinstance(event, ModelStart | Clear):
+            parts = []
+        elif isinstance(event, Text):
+            parts.append(event.text)
+    return "".join(parts)
+
+
+def fit_earlier_turns(turns: Sequence[EarlierTurn], budget: int) -> tuple[EarlierTurn, ...]:
+    """The newest of ``turns`` (oldest first) whose messages and answers fit in ``budget``
+    characters, the oldest dropped first. The newest turn alone over the budget is cut to it."""
+    kept: list[EarlierTurn] = []
+    used = 0
+    for turn in reversed(turns):
+        size = len(turn.message) + len(turn.answer)
+        if used + size > budget:
+            if not kept and budget > 0:
+                kept.append(_cut(turn, budget))
+            break
+        kept.append(turn)
+        used += size
+    return tuple(reversed(kept))
+
+
+def _cut(turn: EarlierTurn, budget: int) -> EarlierTurn:
+    message = _head(turn.message, max(budget // 2, budget - len(turn.answer)))
+    return turn.model_copy(
+        update={"message": message, "answer": _head(turn.answer, budget - len(message))}
+    )
+
+
+def _head(text: str, limit: int) -> str:
+    """``text`` cut to ``limit`` characters with ``…``; a non-empty text never cut to nothing."""
+    return text if len(text) <= limit else text[: max(limit - 1, 0)] + "…"
+
+
 def resume_prompt(note: str | None) -> str:
     """The user message that opens a resumed attempt: the nudge, then the note if there is one."""
     return NUDGE if not note else f"{NUDGE}\n\n{note}"
@@ -89,7 +140,7 @@ class Conversation:
     __slots__ = ("_current", "_items", "_prior", "_results", "resume_step", "step")
 
     def __init__(self) -> None:
-        self._items: list[UserMessage | _Response] = []
+        self._items: list[UserMessage | AssistantMessage | _Response] = []
         self._results: dict[str, ToolResultMessage] = {}
         #: the response being built (the last item), None between responses
         self._current: _Response | None = None
@@ -125,10 +176,9 @@ class Conversation:
         out: list[Message] = []
         results = self._results
         for item in self._items:
-            if type(item) is UserMessage:
+            if not isinstance(item, _Response):
                 out.append(item)
                 continue
-            assert isinstance(item, _Response)
             if not item.text and not item.calls:
                 continue
             message = item.message
@@ -160,6 +210,8 @@ class Conversation:
             self._results[call_id] = ToolResultMessage(call_id, tool, result_text(result), is_error)
 
     def _turn_started(self, event: TurnStarted) -> None:
+        for earlier in event.earlier_turns:
+            self._items += [UserMessage(earlier.message), AssistantMessage(earlier.answer)]
         text = event.message
         if event.prior_turn_note:
             text = f"{event.prior_turn_note}\n\n{text}"

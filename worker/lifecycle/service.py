@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ledger.events import TurnStarted
+from ledger.events import EarlierTurn, TurnStarted
 from worker.engine.recorder import make_event
 from worker.lifecycle.base import Outcome
 from worker.lifecycle.chunks import ChunkPath
@@ -37,6 +37,7 @@ class Lifecycle(ChunkPath, Control):
         model: str | None = None,
         turn_id: str | None = None,
         prior_turn_note: str | None = None,
+        earlier_turns: tuple[EarlierTurn, ...] = (),
     ) -> NewTurn:
         """Record a new turn (``turn_started``, queued, its first run pending); no dispatch."""
         turn_id = turn_id or self.ids.new("turn")
@@ -54,6 +55,7 @@ class Lifecycle(ChunkPath, Control):
             mode=mode,
             model=model,
             prior_turn_note=prior_turn_note,
+            earlier_turns=earlier_turns,
         )
         fields = {"model": model or ""}
         look_at = self.ms(self.settings.handoff_grace_s)

@@ -1,0 +1,76 @@
+"""What a new turn knows of its conversation, read once when the turn is created (CONTRACT §7.10).
+
+The earlier turns (each one's message and final answer, within ``DRES_HISTORY_CHARS``) and, when
+the newest of them did not complete, the note of what it did (§7.7) are stored on the new turn's
+``turn_started``: every run of the turn, on any worker, sees the same context, and no tool call
+of an earlier turn reaches the journal or either layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ledger import keys
+from ledger.codec import text
+from ledger.errors import UnknownTurn
+from ledger.events import EarlierTurn, Event, TurnStarted
+from ledger.journal import build_journal
+from ledger.turn import TurnMeta
+from worker.edges.runtime import Runtime
+from worker.engine.history import (
+    earlier_answer,
+    final_text,
+    fit_earlier_turns,
+    unfinished_turn_note,
+)
+
+#: earlier turns read back at most, however short they are
+MAX_EARLIER_TURNS = 50
+
+
+@dataclass(frozen=True)
+class Context:
+    earlier_turns: tuple[EarlierTurn, ...] = ()
+    #: what the newest earlier turn did, if it did not complete (CONTRACT §7.7)
+    prior_turn_note: str | None = None
+
+
+def conversation_context(runtime: Runtime, conversation_id: str) -> Context:
+    """The conversation's earlier turns, newest read first until the history budget is spent."""
+    budget = runtime.settings.history_chars
+    listed = runtime.redis.lrange(keys.conversation_turns(conversation_id), -MAX_EARLIER_TURNS, -1)
+    turns: list[EarlierTurn] = []
+    note: str | None = None
+    used = 0
+    for position, turn_id in enumerate(text(t) for t in reversed(listed)):
+        if used > budget:
+            break  # the older turns would be dropped
+        try:
+            meta = runtime.ledger.meta(turn_id)
+        except UnknownTurn:
+            continue  # expired with its keys
+        events = runtime.ledger.events(turn_id)
+        started = next((e for e in events if isinstance(e, TurnStarted)), None)
+        unfinished = None if meta.status == "completed" else _how_it_ended(meta)
+        if position == 0 and unfinished is not None:
+            note = unfinished_turn_note(unfinished, build_journal(events))
+        if started is None:
+            continue
+        turns.append(_earlier(turn_id, started, events, unfinished))
+        used += len(turns[-1].message) + len(turns[-1].answer)
+    return Context(fit_earlier_turns(turns[::-1], budget), note)
+
+
+def _earlier(
+    turn_id: str, started: TurnStarted, events: list[Event], unfinished: str | None
+) -> EarlierTurn:
+    answer = earlier_answer(final_text(events), unfinished)
+    return EarlierTurn(turn_id=turn_id, message=started.message, answer=answer)
+
+
+def _how_it_ended(meta: TurnMeta) -> str:
+    return {
+        "running": "is still running",
+        "resuming": "is still running",
+        "queued": "has not started yet",
+    }.get(meta.status, f"ended as {meta.status} ({meta.code})")
