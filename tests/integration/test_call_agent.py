@@ -328,11 +328,27 @@ def test_stop_while_waiting_for_the_child_ends_the_parent_within_two_seconds(
 
     [end] = of(events, "turn_ended")
     assert (end.status, end.code) == ("stopped", "cancelled"), show(events)
+    print(f"Stop -> the parent's turn_ended: {end.ts - asked:.2f} s (the child thinks 4 s)")
     assert end.ts - asked < 2.0, f"stopped {end.ts - asked:.2f} s after Stop"
     assert of(events, "tool_start", tool="call_agent")
     assert not of(events, "tool_done", tool="call_agent"), "the call stayed interrupted"
     [child] = app_b.turns()
     assert not of(app_b.events(child), "turn_ended"), "the child was still working"
+
+
+def test_a_child_that_stops_is_reported_with_its_status_and_code(
+    runtime: Runtime, start_apps: StartApps, script: Callable[..., str]
+) -> None:
+    app_b, _ = start_apps([{"fail": "auth"}], a_env=limits(soft=10, hard=14))
+    turn = enqueue(runtime, "Ask the researcher", model=parent_model(script))
+
+    events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=30, what="the parent's end")
+
+    [child] = app_b.turns()
+    [done] = of(events, "tool_done", tool="call_agent")
+    stopped = {"turn_id": child, "status": "stopped", "text": "", "code": "auth"}
+    assert (done.result, done.is_error) == (stopped, False), show(events)
+    assert of(events, "turn_ended")[-1].status == "completed"
 
 
 def test_an_unknown_agent_gets_an_error_result_naming_the_known_agents(

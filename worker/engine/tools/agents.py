@@ -34,11 +34,14 @@ from worker.engine.tools.registry import tool
 
 #: seconds to connect to an app's API
 CONNECT_S = 5.0
-#: seconds a POST may take, and the longest silence on an event stream (the API sends a
+#: seconds the enqueue may wait for its answer. It runs inside the call's signal deferral, so
+#: its attempts together stay well inside the 30 s between the default soft and hard limits
+ENQUEUE_S = 10.0
+#: attempts at the enqueue: a retry is safe, it carries the same Idempotency-Key
+ENQUEUE_ATTEMPTS = 2
+#: seconds of silence on the child's event stream before it is reconnected (the API sends a
 #: keepalive every 15 s)
 READ_S = 45.0
-#: attempts at the enqueue: a retry is safe, it carries the same Idempotency-Key
-ENQUEUE_ATTEMPTS = 3
 #: reconnects of the child's event stream in a row, with nothing received, before the call fails
 MAX_RECONNECTS = 5
 #: seconds before the first retry or reconnect; doubled at each further one
@@ -85,9 +88,12 @@ def _client(app: AgentApp) -> httpx.Client:
 def _enqueue(client: httpx.Client, agent: str, message: str, key: str) -> str:
     """The child turn's id: a new turn, or the one this key already made."""
     body = {"message": message, "mode": CHILD_MODE}
+    timeout = httpx.Timeout(ENQUEUE_S, connect=CONNECT_S)
     for attempt in range(ENQUEUE_ATTEMPTS):
         try:
-            response = client.post("/v1/turns", json=body, headers={"Idempotency-Key": key})
+            response = client.post(
+                "/v1/turns", json=body, headers={"Idempotency-Key": key}, timeout=timeout
+            )
         except httpx.TransportError as e:
             if attempt + 1 == ENQUEUE_ATTEMPTS:
                 raise DelegationError(f"agent {agent!r} unreachable: {e!r}") from None
