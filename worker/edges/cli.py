@@ -96,8 +96,12 @@ def cmd_watch(args: argparse.Namespace, extra: list[str]) -> int:
 
 
 def cmd_up(args: argparse.Namespace, extra: list[str]) -> int:
+    from worker.base.logging import configure_logging_for
+    from worker.base.settings import load_settings
     from worker.dev.up import run_up
 
+    # its output is for a person on stdout; the worker and the API log to their own files
+    configure_logging_for(load_settings(), "WARNING")
     return run_up(args.port)
 
 
