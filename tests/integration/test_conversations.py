@@ -11,8 +11,9 @@ from typing import Any
 
 import pytest
 
+from ledger.events import TurnStarted
 from ledger.store import Ledger
-from tests.support import close_runtime, ended, wait_for
+from tests.support import close_runtime, crashed_stop, ended, wait_for
 from tests.support.fixtures import StartWorker
 from tests.support.providers import DIALECTS, Dialect, FakeProvider, fake_provider
 from worker.base.settings import load_settings
@@ -115,3 +116,25 @@ def test_over_the_history_budget_the_oldest_turn_is_left_out_first(
         ("assistant", "B" * 15),
         ("user", "six" * 5),
     ]
+
+
+def test_unfinished_earlier_turns_say_how_they_ended_and_the_newest_also_gets_the_note(
+    runtime: Runtime, ledger: Ledger
+) -> None:
+    """No worker: a crashed turn, then a queued one, then the turn that looks back at both."""
+    crashed = crashed_stop(runtime, conversation_id="conv-2", interrupted_write=True)
+    queued = enqueue(runtime, "Then this.", conversation_id="conv-2").turn_id
+
+    third = enqueue(runtime, "And now?", conversation_id="conv-2").turn_id
+
+    started = ledger.events(third)[0]
+    assert isinstance(started, TurnStarted)
+    earlier = started.earlier_turns
+    assert [(t.turn_id, t.message) for t in earlier] == [
+        (crashed, "do the task"),
+        (queued, "Then this."),
+    ]
+    assert "did not finish: it ended as stopped (crashed)" in earlier[0].answer
+    assert "did not finish: it has not started yet" in earlier[1].answer
+    assert started.prior_turn_note is not None
+    assert "has not started yet" in started.prior_turn_note

@@ -19,7 +19,12 @@ class TurnRequest(BaseModel):
     message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
     conversation_id: str | None = Field(None, pattern=ID)
     mode: Literal["foreground", "background"] = "foreground"
-    model: str | None = Field(None, max_length=500)
+    model: str | None = Field(
+        None,
+        max_length=500,
+        description="a model spec (scripted:PATH, anthropic:MODEL, openai:MODEL): the server's "
+        "default when absent; any other must be listed in the server's DRES_MODELS (else 422)",
+    )
 
     @field_validator("message")
     @classmethod
