@@ -8,7 +8,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
 
-.PHONY: install redis-server test lint bench bench-peers run clean chaos
+.PHONY: install redis-server chromium test lint bench bench-peers run clean chaos
 
 install: $(STAMP)
 
@@ -21,8 +21,12 @@ $(STAMP): pyproject.toml
 redis-server:
 	@scripts/ensure-redis-server
 
+# Debian's chromium, which the browser tests (tests/browser, Playwright) drive.
+chromium:
+	@scripts/ensure-chromium
+
 # The suite starts its own private redis-server (AOF on, free port) and Celery worker processes.
-test: install redis-server
+test: install redis-server chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 
 # ruff; mypy --strict on every package; and repeated code (6 lines or more) fails the build.

@@ -1,0 +1,81 @@
+"""``dres up`` (CONTRACT §2) as a person runs it: a subprocess that starts its own redis-server,
+a worker and the API with the page, prints the page's URL, and stops every one on Ctrl-C.
+"""
+
+from __future__ import annotations
+
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tests.support import ROOT, wait_until
+from worker.dev.redis_server import free_port
+
+pytestmark = pytest.mark.redis_server
+
+URL = re.compile(r"open (http://127\.0\.0\.1:\d+)/")
+
+
+def descendants(pid: int) -> set[int]:
+    """Every living process below ``pid`` (a /proc scan, children of children too)."""
+    parents: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if fields[0] != "Z":
+                parents[int(entry.name)] = int(fields[1])
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = (Path("/proc") / str(pid) / "stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_dres_up_serves_the_page_at_the_url_it_prints_and_sigint_stops_every_child(
+    dres_env: dict[str, str], tmp_path: Path
+) -> None:
+    env = {k: v for k, v in dres_env.items() if k != "DRES_REDIS_URL"}  # it starts its own
+    log = tmp_path / "up.log"
+    with log.open("wb") as out:
+        up = subprocess.Popen(
+            [sys.executable, "-m", "worker.edges.cli", "up", "--port", str(free_port())],
+            cwd=ROOT,
+            env=env,
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        found = wait_until(lambda: URL.search(log.read_text()), timeout=40, what="the URL")
+        url = found.group(1)
+        page = httpx.get(f"{url}/", timeout=10)
+        assert page.status_code == 200
+        assert 'data-testid="composer"' in page.text
+        assert httpx.get(f"{url}/healthz", timeout=10).json() == {"redis": "ok", "broker": "ok"}
+        children = descendants(up.pid)
+        assert len(children) >= 4, children  # redis-server, worker, its pool process, api
+
+        up.send_signal(signal.SIGINT)
+        assert up.wait(timeout=30) == 0, log.read_text()
+    finally:
+        if up.poll() is None:
+            up.kill()
+            up.wait()
+    assert "stopping" in log.read_text()
+    wait_until(lambda: not any(alive(pid) for pid in children), 10, "every child stopped")
