@@ -144,5 +144,6 @@ def _restore_logging() -> Iterator[None]:
     yield
     root.handlers[:] = handlers
     root.setLevel(level)
+    logging.captureWarnings(False)
     structlog.configure(**config)
     structlog.contextvars.clear_contextvars()
