@@ -131,6 +131,12 @@ def test_the_api_service_enqueues_and_the_worker_service_completes_the_turn(
             return status == "completed"
 
         wait_until(completed, TURN_S, "the turn completed by the worker service")
+        assert "dres_turns" in http.get("/metrics", headers=auth).text
+
+    # the worker serves its metrics on the port compose gives it (a free one here)
+    scrape = f"http://127.0.0.1:{worker_env['DRES_METRICS_PORT']}/metrics"
+    ran = 'dres_tool_calls_total{outcome="ran"} 1.0'
+    wait_until(lambda: ran in httpx.get(scrape, timeout=5).text, 10, "the worker's metrics")
 
     events = ledger.events(turn_id)
     assert [e.tool for e in of(events, "tool_done")] == ["send_email"]
