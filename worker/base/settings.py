@@ -148,6 +148,15 @@ class Settings(BaseSettings):
             )
         return self
 
+    @model_validator(mode="after")
+    def _cluster_has_a_broker(self) -> Settings:
+        if self.redis_cluster and not self.broker_url:
+            raise ValueError(
+                "DRES_BROKER_URL must be set when DRES_REDIS_CLUSTER=1: "
+                "Celery's broker is a plain Redis, never the ledger's cluster"
+            )
+        return self
+
     @property
     def longest_hard_limit_s(self) -> float:
         return max(self.hard_limit_s, self.bg_hard_limit_s)
