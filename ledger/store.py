@@ -12,7 +12,8 @@ what it finds at a taken id with what it would write: our own event there is suc
 else sends the writer on after the stream's top, never past one of its own events.
 
 ``Ledger`` takes an injected redis-py client (``redis.Redis`` or ``fakeredis.FakeRedis``, with or
-without ``decode_responses``).
+without ``decode_responses``, or a ``redis.cluster.RedisCluster``: every command and script here
+names only one turn's keys, which share the turn's hash tag and so one cluster slot).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from importlib import resources
 from typing import Any, TypeVar
 
 import redis
+from redis.cluster import RedisCluster
 
 from ledger import keys
 from ledger.codec import FIELD, Envelope, decode_entry, encode, text
@@ -47,6 +49,8 @@ _ATTEMPTS = (*RETRY_BACKOFF_S, None)
 BATCH = 256
 
 MetaValue = str | int | float | bytes
+#: the ledger's Redis: one server, or a Redis Cluster (``DRES_REDIS_CLUSTER=1``)
+Client = redis.Redis | RedisCluster
 T = TypeVar("T")
 
 
@@ -67,7 +71,7 @@ def _split(stream_id: str) -> tuple[int, int]:
 class Ledger:
     def __init__(
         self,
-        client: redis.Redis,
+        client: Client,
         *,
         finished_ttl_s: int = DEFAULT_FINISHED_TTL_S,
         page: int = DEFAULT_PAGE,

@@ -18,6 +18,7 @@ from typing import Any
 
 import redis
 from pydantic import ValidationError
+from redis.cluster import RedisCluster
 
 from ledger import keys
 from ledger.codec import decode_entry, encode, text
@@ -144,9 +145,15 @@ class TurnStore:
         turn_keys = (*keys.turn_keys(turn_id), keys.turn_cancel(turn_id))
 
         def claim_and_watch() -> Any:
-            # The reaper's look at the lease's end goes in the same round trip (a key of no
-            # turn's slot, so beside the script, not in it); a look at a turn this claim did not
-            # take is harmless: the reaper finds it as it is.
+            # The reaper's look at the lease's end goes with the claim (a key of no turn's slot,
+            # so beside the script, not in it); a look at a turn this claim did not take is
+            # harmless: the reaper finds it as it is. One round trip on one server; a cluster
+            # refuses scripts in a pipeline (it splits one by node, never MULTI), so there the
+            # claim and the look are two commands, in the same order.
+            if isinstance(self.client, RedisCluster):
+                claimed = self._claim(keys=turn_keys, args=args)
+                self.client.zadd(keys.active_turns(), {turn_id: lease_until_ms})
+                return claimed
             pipe = self.client.pipeline(transaction=False)
             self._claim(keys=turn_keys, args=args, client=pipe)
             pipe.zadd(keys.active_turns(), {turn_id: lease_until_ms})

@@ -1,11 +1,12 @@
-"""The Redis backends the ledger tests run on (see the ``backend`` fixture)."""
+"""The Redis backends the ledger tests run on (see the ``backend`` fixture): fakeredis, a
+redis-server, and a three-master Redis Cluster (``redis.cluster.RedisCluster``)."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
 
-import redis
+from ledger.store import Client
 
 
 @dataclass
@@ -13,4 +14,4 @@ class Backend:
     """A Redis backend for the ledger tests; ``connect()`` opens another connection to it."""
 
     name: str
-    connect: Callable[[], redis.Redis]
+    connect: Callable[[], Client]

@@ -2,7 +2,10 @@
 
 - ``redis_server``: a private real redis-server for the session (AOF on, a free port). A missing
   one skips the tests that need it locally, but fails the run under ``CI=true``.
-- ``backend``/``client``: the ledger tests' two backends, fakeredis and the real server.
+- ``redis_cluster``: a private three-master Redis Cluster for the session (``LocalCluster``);
+  skipped locally when it cannot start, a failure under ``CI=true``.
+- ``backend``/``client``: the ledger tests' three backends: fakeredis, the real server and the
+  cluster.
 - ``redis_url``, ``rdb``, ``ledger``: the real server, emptied (``flushall``) for this test.
 - ``dres_env``, ``settings``, ``runtime``: the tests' dres settings (``DRES_ENV``) in this
   process's environment, the settings read from it, and dres wired in this process as an API
@@ -23,7 +26,7 @@ import fakeredis
 import pytest
 import redis
 
-from ledger.store import Ledger
+from ledger.store import Client, Ledger
 from tests.support.backends import Backend
 from tests.support.processes import (
     DRES_ENV,
@@ -33,6 +36,7 @@ from tests.support.processes import (
     stop_all,
     subprocess_env,
 )
+from tests.support.redis_cluster import LocalCluster
 from tests.support.scripts import Script, script_writer
 from tests.support.turns import close_runtime
 from worker.base.settings import Settings, load_settings
@@ -60,28 +64,48 @@ def redis_server() -> Iterator[RedisServer]:
     server.cleanup()
 
 
-@pytest.fixture(params=["fakeredis", "redis-server"])
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[LocalCluster]:
+    try:
+        cluster = LocalCluster().start()
+    except RedisServerError as e:
+        if IN_CI:
+            pytest.fail(f"CI=true requires a Redis Cluster of redis-servers: {e}", pytrace=False)
+        pytest.skip(f"no Redis Cluster: {e}")
+    yield cluster
+    cluster.cleanup()
+
+
+@pytest.fixture(params=["fakeredis", "redis-server", "cluster"])
 def backend(request: pytest.FixtureRequest) -> Iterator[Backend]:
     if request.param == "fakeredis":
         server = fakeredis.FakeServer()
         yield Backend("fakeredis", lambda: fakeredis.FakeRedis(server=server))
         return
-    real: RedisServer = request.getfixturevalue("redis_server")
-    clients: list[redis.Redis] = []
+    clients: list[Client] = []
+    if request.param == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        cluster.flushall()  # the scripts too: every test loads them on the nodes it uses
 
-    def connect() -> redis.Redis:
-        client = redis.Redis.from_url(real.url, socket_timeout=30)
-        clients.append(client)
-        return client
+        def connect() -> Client:
+            clients.append(cluster.client(socket_timeout=30))
+            return clients[-1]
 
-    connect().flushall()
-    yield Backend("redis-server", connect)
+    else:
+        real: RedisServer = request.getfixturevalue("redis_server")
+
+        def connect() -> Client:
+            clients.append(redis.Redis.from_url(real.url, socket_timeout=30))
+            return clients[-1]
+
+        connect().flushall()
+    yield Backend(request.param, connect)
     for client in clients:
         client.close()
 
 
 @pytest.fixture
-def client(backend: Backend) -> redis.Redis:
+def client(backend: Backend) -> Client:
     return backend.connect()
 
 

@@ -13,6 +13,7 @@ import socket
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 import redis
@@ -40,6 +41,7 @@ class RedisServer:
         data_dir: str | Path | None = None,
         appendfsync: str = "everysec",
         binary: str | None = None,
+        extra: Sequence[str] = (),
     ) -> None:
         found = binary or shutil.which("redis-server")
         if not found:
@@ -50,6 +52,8 @@ class RedisServer:
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="dres-redis-"))
         self.data_dir.mkdir(parents=True, exist_ok=True)
         self.appendfsync = appendfsync
+        #: more redis-server options (``--cluster-enabled yes``, ...)
+        self.extra = tuple(extra)
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -77,6 +81,7 @@ class RedisServer:
             "noeviction",
             "--logfile",
             str(self.data_dir / "redis.log"),
+            *self.extra,
         ]
         self.process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True

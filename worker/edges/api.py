@@ -47,7 +47,7 @@ from worker.edges.api_schemas import (
 from worker.edges.client import enqueue
 from worker.edges.metrics_http import serve_metrics
 from worker.edges.page import router as page_router
-from worker.edges.runtime import Runtime
+from worker.edges.runtime import Runtime, ledger_reader
 
 #: bytes: the largest request body accepted
 MAX_BODY_BYTES = 256 * 1024
@@ -71,9 +71,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     check_allow_list(settings)  # a bad DRES_MODELS fails at start
     api.state.settings = settings
     api.state.rt = runtime or Runtime.from_settings(settings)
-    api.state.reader = aioredis.Redis.from_url(
-        settings.redis_url, socket_timeout=SSE_KEEPALIVE_S + 30, socket_connect_timeout=5
-    )
+    api.state.reader = ledger_reader(settings, socket_timeout=SSE_KEEPALIVE_S + 30)
     api.add_middleware(BodyLimit)
     api.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
     api.add_exception_handler(RequestValidationError, invalid)  # type: ignore[arg-type]

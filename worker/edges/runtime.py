@@ -9,13 +9,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Any
+from typing import Any, cast
 
 import redis
+import redis.asyncio as aioredis
 from celery import Celery
+from redis.backoff import ExponentialBackoff
+from redis.cluster import RedisCluster
+from redis.retry import Retry
 
 from ledger.cache import EventCache
-from ledger.store import Ledger
+from ledger.store import Client, Ledger
 from worker.base.clock import Clock, Ids, RandomIds, SystemClock
 from worker.base.errors import TurnCancelled
 from worker.base.failpoints import OFF, Failpoints
@@ -32,6 +36,48 @@ from worker.lifecycle.reaper import Reaper
 
 #: seconds: Redis socket timeouts of the worker's ledger client
 SOCKET_TIMEOUT_S = 30
+#: retries of a cluster client's command while a master restarts or fails over (CLUSTERDOWN,
+#: a refused connection), backing off up to a second: about ten seconds in all
+CLUSTER_RETRIES = 12
+
+
+def _cluster_retry() -> Retry:
+    return Retry(ExponentialBackoff(cap=1.0, base=0.05), CLUSTER_RETRIES)
+
+
+def ledger_client(settings: Settings, socket_timeout: float = SOCKET_TIMEOUT_S) -> Client:
+    """The ledger's Redis (``DRES_REDIS_URL``): a ``RedisCluster`` with ``DRES_REDIS_CLUSTER=1``
+    (the URL names any node), else one server. The broker is never this client (Celery's own)."""
+    if settings.redis_cluster:
+        return RedisCluster.from_url(
+            settings.redis_url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=5,
+            retry=_cluster_retry(),
+        )
+    return redis.Redis.from_url(
+        settings.redis_url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=5,
+        health_check_interval=30,
+    )
+
+
+def ledger_reader(settings: Settings, socket_timeout: float) -> aioredis.Redis:
+    """The API's async reader of the ledger's Redis; with ``DRES_REDIS_CLUSTER=1`` a
+    ``redis.asyncio.cluster.RedisCluster``, which answers every command the API sends (each names
+    one key, or one turn's keys) as one server would, hence the one type here."""
+    if settings.redis_cluster:
+        cluster: Any = aioredis.RedisCluster.from_url(
+            settings.redis_url,
+            socket_timeout=socket_timeout,
+            socket_connect_timeout=5,
+            retry=_cluster_retry(),
+        )
+        return cast(aioredis.Redis, cluster)
+    return aioredis.Redis.from_url(
+        settings.redis_url, socket_timeout=socket_timeout, socket_connect_timeout=5
+    )
 
 
 class CancellableClock:
@@ -105,13 +151,8 @@ class Runtime:
         return cls(settings, SystemClock(), RandomIds(), celery)
 
     @cached_property
-    def redis(self) -> redis.Redis:
-        return redis.Redis.from_url(
-            self.settings.redis_url,
-            socket_timeout=SOCKET_TIMEOUT_S,
-            socket_connect_timeout=5,
-            health_check_interval=30,
-        )
+    def redis(self) -> Client:
+        return ledger_client(self.settings)
 
     @cached_property
     def ledger(self) -> Ledger:
