@@ -234,7 +234,7 @@ def test_a_clear_drops_the_streamed_text_from_the_history() -> None:
 
 
 def test_streamed_text_is_recorded_in_several_text_events(h: Harness) -> None:
-    long = "word " * 30
+    long = "word " * 300  # over DRES_TEXT_FLUSH_CHARS: written in several events
     h.start([{"text": long}])
     h.run_to_end()
     texts = [e.text for e in h.events("text") if isinstance(e, Text)]

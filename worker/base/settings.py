@@ -101,6 +101,11 @@ class Settings(BaseSettings):
     visibility_timeout_s: float = Field(0.0, ge=0)
     #: seconds between checks of the Stop flag while the model is waiting or streaming
     cancel_poll_s: float = Field(0.2, gt=0)
+    #: milliseconds a streamed text delta may wait to be written with the ones after it (one
+    #: ``text`` event per window, not per delta); 0: every delta is its own event
+    text_flush_ms: int = Field(50, ge=0)
+    #: characters of buffered streamed text written at once, whatever the window
+    text_flush_chars: int = Field(512, ge=1)
     #: arm the chaos runner's failpoints (worker.base.failpoints); never in production
     failpoints: bool = False
     #: resume naively: no journal note, no hard-block, no interrupted-write guard. Only for

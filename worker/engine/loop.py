@@ -7,8 +7,8 @@ resumed run that read is also the hard-block snapshot (layer 2), re-tried with b
 still fails the run stops with ``journal_unreadable`` rather than run writes blind. The journal
 note (layer 1) is best-effort. Resumable transport errors resume inside the same run with the
 nudge and a fresh snapshot. Time limits are not the loop's business: whatever ``interrupts`` the
-caller names (Celery's ``SoftTimeLimitExceeded``) propagates out untouched, and the caller hands
-the turn to its next chunk. No celery here.
+caller names (Celery's ``SoftTimeLimitExceeded``) propagates out, once the text the run streamed
+and still buffers is written, and the caller hands the turn to its next chunk. No celery here.
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from ledger.events import (
     ModelDone,
     ModelStart,
     Resumed,
-    Text,
 )
 from ledger.journal import Journal, build_journal
 from ledger.note import NoteFold, journal_note
@@ -107,12 +106,38 @@ class AgentLoop:
 
     def run(self, run: RunContext) -> RunResult:
         """Run one chunk of the turn until it ends, stops, or an interrupt propagates."""
-        recorder = Recorder(self.ledger, run, self.clock, self.ids, [])
+        recorder = Recorder(
+            self.ledger,
+            run,
+            self.clock,
+            self.ids,
+            [],
+            flush_s=self.settings.text_flush_ms / 1000,
+            flush_chars=self.settings.text_flush_chars,
+            guard=self.guard,
+        )
         self.guard.arm()
         try:
             return self._run(run, recorder)
         except TurnCancelled:
             return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
+        except BaseException:
+            # A soft limit, a shutdown, a crash of the run: the text it streamed goes to the
+            # ledger before its caller records the hand-over or the failure.
+            self._flush_text(recorder)
+            raise
+        finally:
+            recorder.close()
+
+    @staticmethod
+    def _flush_text(recorder: Recorder) -> None:
+        chars = recorder.buffered_chars
+        if not chars:
+            return
+        try:
+            recorder.flush()
+        except READ_ERRORS as e:
+            log.warning("streamed text lost: it could not be written", chars=chars, error=repr(e))
 
     def _run(self, run: RunContext, recorder: Recorder) -> RunResult:
         try:
@@ -188,8 +213,7 @@ class AgentLoop:
                 if self.is_cancelled(turn_id):
                     raise TurnCancelled("Stop requested")
             if isinstance(item, TextDelta):
-                if item.text:
-                    recorder.record(Text, text=item.text)
+                recorder.stream_text(item.text)
             else:
                 calls.append(item)
         return calls
@@ -280,4 +304,4 @@ class AgentLoop:
     def _end(
         recorder: Recorder, run_reason: str, status: str, code: str = "", detail: str = ""
     ) -> RunResult:
-        return RunResult(status, code, detail, run_reason, tuple(recorder.take_held()))
+        return RunResult(status, code, detail, run_reason, tuple(recorder.take_unwritten()))

@@ -3,21 +3,39 @@
 The recorder fills in the fields every event carries (ids from the injected ``Ids``, time from the
 injected ``Clock``), appends under the run's lease epoch, and keeps the turn's events in memory so
 the loop rebuilds its prompt without reading Redis again.
+
+Streamed text is coalesced (``stream_text``): the deltas of a window (``flush_s``) or of a size
+bound (``flush_chars``) become one ``text`` event. Whatever else the run records writes the
+buffered text first, in the same append; a flusher thread of the run's own writes it when the
+window ends while the model pauses, so a watcher still sees it within the window. Every append of
+a run goes through one lock, so the events keep their order and the lease's sequence one writer.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
+import time
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from ledger.events import Event
+import structlog
+
+from ledger.events import Event, Text
 from ledger.lease import Lease
 from ledger.store import Ledger
 from worker.base import metrics
 from worker.base.clock import Clock, Ids
 
 E = TypeVar("E", bound=Event)
+
+log = structlog.get_logger("dres.recorder")
+
+#: signals that must reach the run's (main) thread, never the flusher: the soft limit, dres's
+#: nudge, shutdown (worker.engine.tools.guard) and Ctrl-C
+MAIN_THREAD_SIGNALS = {signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT}
 
 
 @dataclass(frozen=True)
@@ -77,7 +95,16 @@ def make_event(
 
 class Recorder:
     def __init__(
-        self, ledger: Ledger, run: RunContext, clock: Clock, ids: Ids, events: list[Event]
+        self,
+        ledger: Ledger,
+        run: RunContext,
+        clock: Clock,
+        ids: Ids,
+        events: list[Event],
+        *,
+        flush_s: float = 0.0,
+        flush_chars: int = 512,
+        guard: AbstractContextManager[object] | None = None,
     ) -> None:
         self.ledger = ledger
         self.run = run
@@ -87,6 +114,24 @@ class Recorder:
         self.events = events
         #: events made by ``hold``, written together with the next one recorded
         self.held: list[Event] = []
+        #: seconds streamed text may wait in the buffer (0: each delta written at once)
+        self.flush_s = flush_s
+        #: characters of buffered text that are written at once
+        self.flush_chars = flush_chars
+        #: the critical section a write of buffered text runs in (the loop's ``DeferSignals``):
+        #: an interrupt waits until the text taken from the buffer is in the ledger
+        self.guard = guard or nullcontext()
+        # One lock for every append of the run; the flusher waits on its condition.
+        self._lock = threading.RLock()
+        self._wake = threading.Condition(self._lock)
+        self._pending: list[str] = []
+        self._pending_chars = 0
+        #: monotonic seconds when the oldest buffered delta arrived
+        self._since = 0.0
+        self._flusher: threading.Thread | None = None
+        self._closed = False
+        #: an append of the flusher that failed: raised in the run's thread at its next write
+        self._failed: BaseException | None = None
 
     def make(self, cls: type[E], **fields: Any) -> E:
         run = self.run
@@ -101,18 +146,120 @@ class Recorder:
         """Make an event that joins ``events`` now and is written with the next record: one
         round trip for both. Nothing must act on it outside this run before then."""
         event = self.make(cls, **fields)
-        self.events.append(event)
-        self.held.append(event)
+        with self._lock:
+            self.events.append(event)
+            self.held.append(event)
         return event
 
     def take_held(self) -> list[Event]:
         """The held events, no longer held: the caller writes them (first) now."""
-        held, self.held = self.held, []
-        return held
+        with self._lock:
+            held, self.held = self.held, []
+            return held
+
+    def take_unwritten(self) -> list[Event]:
+        """What the run made but did not write, in order: the held events, then the buffered
+        text as one ``text`` event. The caller writes them with the run's end; nothing of the
+        run is written after this (the flusher stops)."""
+        with self._lock:
+            self._closed = True
+            self._wake.notify()
+            text = self._take_text()
+            unwritten = [*self.take_held(), *([text] if text is not None else [])]
+            if text is not None:
+                self.events.append(text)
+            return unwritten
 
     def record_many(self, events: Sequence[Event]) -> None:
+        with self._lock:
+            self._raise_failed()
+            with self.guard:
+                self._write(events)
+
+    # -- streamed text ---------------------------------------------------------------------
+
+    def stream_text(self, text: str) -> None:
+        """A streamed delta: buffered, written with the next ones of its window (or at once)."""
+        if not text:
+            return
+        with self._lock:
+            self._raise_failed()
+            if self._closed:
+                return  # the run's end is recorded (or being recorded) by its caller
+            if not self._pending:
+                self._since = time.monotonic()
+            self._pending.append(text)
+            self._pending_chars += len(text)
+            if self.flush_s <= 0 or self._pending_chars >= self.flush_chars:
+                with self.guard:
+                    self._write(())
+            elif self._flusher is None:
+                self._flusher = threading.Thread(
+                    target=self._flush_when_due, name=f"dres-text-{self.run.run_id}", daemon=True
+                )
+                self._flusher.start()
+            else:
+                self._wake.notify()
+
+    def flush(self) -> None:
+        """Write the buffered text now (an interrupt's way out: before the run's end)."""
+        with self._lock, self.guard:
+            self._write(())
+
+    @property
+    def buffered_chars(self) -> int:
+        """Characters streamed and not yet written."""
+        return self._pending_chars
+
+    def close(self) -> None:
+        """The run is over: the flusher stops; what is still buffered is dropped (an interrupt
+        path has flushed it, an ending took it with ``take_unwritten``)."""
+        with self._lock:
+            self._closed = True
+            self._wake.notify()
+
+    # -- inside the lock -------------------------------------------------------------------
+
+    def _take_text(self) -> Text | None:
+        if not self._pending:
+            return None
+        text = "".join(self._pending)
+        self._pending.clear()
+        self._pending_chars = 0
+        return self.make(Text, text=text)
+
+    def _write(self, events: Sequence[Event]) -> None:
+        """Append the held events, the buffered text and ``events``: one fenced round trip."""
+        text = self._take_text()
+        ours = [text, *events] if text is not None else list(events)
         # a lone event with nothing held takes append_many's one-XADD path
-        batch = [*self.take_held(), *events]
+        batch = [*self.take_held(), *ours]
+        if not batch:
+            return
         with metrics.append_timer():
             self.ledger.append_many(batch, lease=self.run.lease)
-        self.events.extend(events)
+        self.events.extend(ours)
+
+    def _raise_failed(self) -> None:
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
+
+    def _flush_when_due(self) -> None:
+        """The flusher thread: write the buffer when its oldest delta's window ends."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
+        with self._lock:
+            while not self._closed:
+                if not self._pending:
+                    self._wake.wait()
+                    continue
+                due = self._since + self.flush_s - time.monotonic()
+                if due > 0:
+                    self._wake.wait(due)
+                    continue
+                try:
+                    self._write(())
+                except Exception as e:  # handed to the run's thread, not lost
+                    log.warning("streamed text could not be written", error=repr(e))
+                    self._failed = e
+                    return

@@ -3,7 +3,9 @@
 Step k answers the k-th model call of the turn counted from the ledger (``continue``), or the
 k-th call since the turn last resumed (``restart``: a model that ignores the journal note and
 re-issues what it already did). ``delay_s`` and ``fail`` act only on the first attempt at a step
-within the turn, so a resumed or restarted script runs through.
+within the turn, so a resumed or restarted script runs through. ``chunk_chars`` and
+``stream_delay_s`` stream a step's text as a provider does: small deltas at a pace (on every
+attempt: a resumed step streams again).
 """
 
 from __future__ import annotations
@@ -41,6 +43,10 @@ class Step(BaseModel):
     text: str = ""
     tool_calls: list[ScriptedCall] = Field(default_factory=list)
     delay_s: float = Field(0.0, ge=0)
+    #: characters per streamed text delta
+    chunk_chars: int = Field(DELTA_CHARS, ge=1)
+    #: seconds between two streamed deltas (a provider's pace; a time limit may cut it)
+    stream_delay_s: float = Field(0.0, ge=0)
     fail: Literal["gateway_timeout", "connection_reset", "rate_limit", "auth"] | None = None
 
 
@@ -90,7 +96,10 @@ class ScriptedModel:
             self.clock.sleep(step.delay_s)
         if first_attempt and step.fail:
             raise ModelError(*FAILURES[step.fail])
-        for start in range(0, len(step.text), DELTA_CHARS):
-            yield TextDelta(step.text[start : start + DELTA_CHARS])
+        size = step.chunk_chars
+        for start in range(0, len(step.text), size):
+            if start and step.stream_delay_s:
+                self.clock.sleep(step.stream_delay_s)
+            yield TextDelta(step.text[start : start + size])
         for call in step.tool_calls:
             yield ToolCall(call.name, call.input)
