@@ -173,7 +173,8 @@ class Recorder:
     def record_many(self, events: Sequence[Event]) -> None:
         with self._lock:
             self._raise_failed()
-            with self.guard:
+            # only buffered text needs the deferral: taken from the buffer, it must land
+            with self.guard if self._pending else nullcontext():
                 self._write(events)
 
     # -- streamed text ---------------------------------------------------------------------

@@ -4,8 +4,8 @@ Step k answers the k-th model call of the turn counted from the ledger (``contin
 k-th call since the turn last resumed (``restart``: a model that ignores the journal note and
 re-issues what it already did). ``delay_s`` and ``fail`` act only on the first attempt at a step
 within the turn, so a resumed or restarted script runs through. ``chunk_chars`` and
-``stream_delay_s`` stream a step's text as a provider does: small deltas at a pace (on every
-attempt: a resumed step streams again).
+``stream_delay_s`` stream a step's text as a provider does: small deltas at a pace (the pace,
+like ``delay_s``, only on the first attempt).
 """
 
 from __future__ import annotations
@@ -45,7 +45,8 @@ class Step(BaseModel):
     delay_s: float = Field(0.0, ge=0)
     #: characters per streamed text delta
     chunk_chars: int = Field(DELTA_CHARS, ge=1)
-    #: seconds between two streamed deltas (a provider's pace; a time limit may cut it)
+    #: seconds between two streamed deltas, on the first attempt (a provider's pace: a time limit
+    #: may cut the stream)
     stream_delay_s: float = Field(0.0, ge=0)
     fail: Literal["gateway_timeout", "connection_reset", "rate_limit", "auth"] | None = None
 
@@ -98,7 +99,7 @@ class ScriptedModel:
             raise ModelError(*FAILURES[step.fail])
         size = step.chunk_chars
         for start in range(0, len(step.text), size):
-            if start and step.stream_delay_s:
+            if start and first_attempt and step.stream_delay_s:
                 self.clock.sleep(step.stream_delay_s)
             yield TextDelta(step.text[start : start + size])
         for call in step.tool_calls:
