@@ -1,11 +1,14 @@
 """What the metrics helpers make of the values they are given: the hand-over's seconds from the
-ledger's record, and the labels of a chunk's end and of a reaper's action."""
+ledger's record, and the labels of a chunk's end and of a reaper's action; and that a metric that
+cannot be recorded never fails what records it."""
 
 from __future__ import annotations
 
 import pytest
+from structlog.testing import capture_logs
 
 from ledger.events import Event, RunEnded, RunStarted, Text
+from worker.base import metrics
 from worker.base.metrics import chunk_end, handoff, reaper_action
 
 
@@ -78,3 +81,24 @@ def test_a_chunk_task_s_return_names_how_the_chunk_ended(
 )
 def test_a_reaper_action_has_a_bounded_label(action: str, label: str) -> None:
     assert reaper_action(action) == label
+
+
+def test_a_metric_that_cannot_be_recorded_is_logged_and_fails_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def full_disk() -> metrics.Metrics:
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(metrics, "get", full_disk)
+    with capture_logs() as logs:
+        metrics.tool_blocked("completed")
+        metrics.turn_ended("completed")
+        with metrics.append_timer():
+            appended = True
+
+    assert appended
+    assert [(e["event"], e["metric"]) for e in logs] == [
+        ("metric not recorded", "tool_blocked"),
+        ("metric not recorded", "turn_ended"),
+        ("metric not recorded", "observe_append"),
+    ]

@@ -14,17 +14,23 @@ before that (before its pool forks).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from contextlib import AbstractContextManager
+import time
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
-from functools import cache
-from typing import TYPE_CHECKING
+from functools import cache, wraps
+from typing import TYPE_CHECKING, ParamSpec
+
+import structlog
 
 from ledger.events import Event, RunEnded, RunStarted
 from ledger.turn import StopCode
 
 if TYPE_CHECKING:
     from prometheus_client import Counter, Histogram
+
+log = structlog.get_logger("dres.metrics")
+P = ParamSpec("P")
 
 #: what the executor did with a tool call: ran it (``error``: the tool raised, or the model's
 #: call named an unknown tool or gave an invalid input), or did not run it (layer 2)
@@ -125,10 +131,26 @@ def get() -> Metrics:
 # -- recording ----------------------------------------------------------------------------------
 
 
+def never_fails(record: Callable[P, None]) -> Callable[P, None]:
+    """A metric that cannot be recorded (a full disk under the multiprocess files, …) is logged
+    and left out: it never fails the tool call, the chunk or the sweep that records it."""
+
+    @wraps(record)
+    def safely(*args: P.args, **kwargs: P.kwargs) -> None:
+        try:
+            record(*args, **kwargs)
+        except Exception as e:
+            log.warning("metric not recorded", metric=record.__name__, error=repr(e))
+
+    return safely
+
+
+@never_fails
 def tool_ran(*, is_error: bool) -> None:
     get().tool_calls.labels("error" if is_error else "ran").inc()
 
 
+@never_fails
 def tool_blocked(reason: str) -> None:
     """A call recorded as ``tool_blocked``: one duplicate prevented, by the event's reason."""
     m = get()
@@ -136,13 +158,24 @@ def tool_blocked(reason: str) -> None:
     m.duplicates_prevented.labels(reason).inc()
 
 
+@never_fails
 def turn_ended(status: str, code: str = "") -> None:
     get().turns_ended.labels(status, code).inc()
 
 
-def append_timer() -> AbstractContextManager[object]:
+@contextmanager
+def append_timer() -> Iterator[None]:
     """Times one append of a run's events (a fenced round trip to Redis)."""
-    return get().ledger_append.time()
+    began = time.perf_counter()
+    try:
+        yield
+    finally:
+        observe_append(time.perf_counter() - began)
+
+
+@never_fails
+def observe_append(seconds: float) -> None:
+    get().ledger_append.observe(seconds)
 
 
 def handoff(cause: str, events: Sequence[Event] | None) -> float | None:
@@ -162,6 +195,7 @@ def handoff(cause: str, events: Sequence[Event] | None) -> float | None:
     return None
 
 
+@never_fails
 def observe_handoff(cause: str, events: Sequence[Event] | None) -> None:
     """Observe the hand-over that led to this run, if it continues a chunk and its claim read
     the turn (a claim that could not read it whole in its own step observes nothing)."""
@@ -182,6 +216,7 @@ def chunk_end(outcome: object) -> str | None:
     return word.replace("-", "_") if word in CHUNK_ENDS else "other"
 
 
+@never_fails
 def observe_chunk(mode: str, outcome: object, seconds: float) -> None:
     ended = chunk_end(outcome)
     if ended is not None:
@@ -197,6 +232,7 @@ def reaper_action(action: str) -> str:
     return word if word in REAPER_ACTIONS else "other"
 
 
+@never_fails
 def reaper_swept(actions: Iterable[str]) -> None:
     """Count one sweep's actions; a turn the reaper stopped is a turn ended too."""
     m = get()
