@@ -14,6 +14,7 @@ past a tool's ``tool_done``).
 
 from __future__ import annotations
 
+import contextvars
 import signal
 import threading
 from collections.abc import Callable
@@ -61,8 +62,10 @@ class Heartbeat:
         #: renewals done; False once the lease was found lost
         self.beats = 0
         self.held = True
+        # The thread logs with the run's bound context (turn_id, run_id, chunk, epoch).
+        context = contextvars.copy_context()
         self._thread = threading.Thread(
-            target=self._beat, name=f"dres-heartbeat-{run.run_id}", daemon=True
+            target=context.run, args=(self._beat,), name=f"dres-heartbeat-{run.run_id}", daemon=True
         )
 
     def __enter__(self) -> Heartbeat:

@@ -48,6 +48,10 @@ class Reaper:
         return {turn_id: self.check(turn_id, now_ms) for turn_id in self.store.due(now_ms, BATCH)}
 
     def check(self, turn_id: str, now_ms: int) -> str:
+        with structlog.contextvars.bound_contextvars(turn_id=turn_id):
+            return self._check(turn_id, now_ms)
+
+    def _check(self, turn_id: str, now_ms: int) -> str:
         try:
             meta = self.store.meta(turn_id)
         except UnknownTurn:
