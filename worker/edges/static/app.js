@@ -14,11 +14,12 @@ const AUTO_DELAY_MS = 1500;
 const REFRESH_MS = 2000;
 const STORE_KEY = "dres.conversations";
 const TOKEN_KEY = "dres.token";
+// what a person reads beside the status word (the word itself is CONTRACT §10's)
 const LABELS = {
-  queued: "Queued",
-  running: "Running",
+  queued: "Waiting for a worker…",
+  running: "Working…",
   resuming: "Resuming…",
-  completed: "Completed",
+  completed: "Done",
   stopped: "Stopped",
 };
 const CAUSES = {
@@ -231,18 +232,24 @@ class Turn {
     if (run) run.note = event.note;
   }
 
+  // Each model call's text is its own paragraph; the answer's text is theirs joined as written.
   on_model_start() {
     this.textAtModelStart = this.text.length;
+    this.segment = null;
   }
 
   on_text(event) {
     this.text += event.text;
-    this.answer.textContent = this.text;
+    if (!this.segment) {
+      this.segment = el("p", { class: "segment" });
+      this.answer.append(this.segment);
+    }
+    this.segment.textContent += event.text;
   }
 
   on_clear() {
     this.text = this.text.slice(0, this.textAtModelStart);
-    this.answer.textContent = this.text;
+    if (this.segment) this.segment.textContent = "";
   }
 
   callKey(event, id) {
@@ -334,9 +341,10 @@ class Turn {
     }
     if (call.matched) {
       const m = call.matched;
-      const what = m.tool ? `${m.tool} ${short(m.input, 80)}` : "";
+      const same = m.tool === call.event.tool && JSON.stringify(m.input) === JSON.stringify(call.event.input);
+      const what = same ? "the same call, completed earlier" : m.tool ? `${m.tool} ${short(m.input, 80)}` : "";
       parts.push(el("div", { class: "card-row matched" }, el("span", { class: "k", text: "matched" }),
-        el("code", { text: `${what} (call ${m.call_id || "?"})` })));
+        el("code", { text: `${what} (${m.call_id || "?"})` })));
     }
     node.replaceChildren(...parts);
   }
@@ -419,9 +427,10 @@ class Turn {
     const status = this.status;
     this.statusWord.textContent = status;
     this.node.dataset.status = status;
+    const why = this.code ? `: ${this.code.replaceAll("_", " ")}` : "";
     let label = LABELS[status] || status;
-    if (status === "stopped" && this.code) label += ` — ${this.code.replaceAll("_", " ")}`;
-    if (this.autoTimer) label = `Stopped — ${this.code.replaceAll("_", " ")}; continuing on its own…`;
+    if (status === "stopped") label = `Stopped${why}${this.canContinue ? " — Continue is available" : ""}`;
+    if (this.autoTimer) label = `Stopped${why} — continuing on its own in a moment (Stop cancels)`;
     this.statusLabel.textContent = label;
     this.autoCount.textContent = this.autoContinues
       ? `auto-continued ${this.autoContinues} of ${MAX_AUTO}`
