@@ -3,13 +3,16 @@ values served together (multiprocess mode), agreeing with the ledger."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from sample_tools import effects
 
-from tests.support import DONE, send, think, wait_for, wait_until
+from tests.support import DONE, having, send, slow_write, think, wait_for, wait_until
 from tests.support.fixtures import StartWorker
 from tests.support.scrape import Scrape, scrape
 from tests.support.waiting import ended, of
@@ -67,6 +70,42 @@ def test_a_two_process_worker_serves_its_pools_counts_of_a_turn_with_a_blocked_d
     assert appends >= len(ran) + len(blocked)  # each tool_done and tool_blocked is an append
     mean_ms = got.value("dres_ledger_append_seconds_sum") / appends * 1000
     print(f"ledger appends: {appends:.0f}, mean {mean_ms:.2f} ms")
+
+
+def test_a_killed_pool_processs_stop_and_the_refused_retry_after_continue_are_counted(
+    runtime: Runtime, start_worker: StartWorker, script: Callable[..., str], tmp_path: Path
+) -> None:
+    """A foreground turn's pool process is SIGKILLed after its write's effect: the turn stops
+    (crashed, by the reaper or the redelivered message); after Continue the identical retry of
+    the interrupted write is refused and the turn completes. The dead process's counts stay."""
+    port = free_port()
+    directory = tmp_path / "prometheus"
+    overrides = {"DRES_METRICS_PORT": str(port), "PROMETHEUS_MULTIPROC_DIR": str(directory)}
+    worker = start_worker(overrides=overrides)
+    model = script([slow_write("report"), DONE], on_resume="restart")
+    turn = enqueue(runtime, "write the report", model=model)
+    wait_for(runtime.ledger, turn.turn_id, having("tool_start", tool="slow_write"))
+    wait_until(lambda: effects(runtime.redis, "slow_write"), timeout=2, what="the write's effect")
+    killed = worker.pool_child()
+    os.kill(killed, signal.SIGKILL)
+    wait_for(runtime.ledger, turn.turn_id, ended("stopped"), timeout=15, what="the stop")
+
+    assert runtime.lifecycle.continue_turn(turn.turn_id, auto=False).ok
+    events = wait_for(runtime.ledger, turn.turn_id, ended("completed"), timeout=10)
+    [blocked] = of(events, "tool_blocked")
+    assert (blocked.tool, blocked.reason) == ("slow_write", "interrupted")
+
+    def settled() -> Scrape | None:
+        got = scrape(metrics_url(port))
+        return got if got.value("dres_turns_ended_total", status="completed", code="") else None
+
+    got = wait_until(settled, timeout=5, what="the completed turn counted")
+    assert got.value("dres_turns_ended_total", status="stopped", code="crashed") == 1
+    assert got.value("dres_tool_calls_total", outcome="refused") == 1
+    assert got.value("dres_duplicates_prevented_total", reason="interrupted") == 1
+    assert got.value("dres_tool_calls_total", outcome="ran") == 0, "the write never finished"
+    assert (directory / f"histogram_{killed}.db").exists(), "its appends stay in the sum"
+    print("reaper:", {k: v for k, v in got.samples.items() if k[0] == "dres_reaper_actions_total"})
 
 
 def test_a_worker_empties_the_given_metrics_directory_of_a_previous_runs_files(

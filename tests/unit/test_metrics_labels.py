@@ -5,6 +5,7 @@ cannot be recorded never fails what records it."""
 from __future__ import annotations
 
 import pytest
+from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
 from ledger.events import Event, RunEnded, RunStarted, Text
@@ -102,3 +103,17 @@ def test_a_metric_that_cannot_be_recorded_is_logged_and_fails_nothing(
         ("metric not recorded", "turn_ended"),
         ("metric not recorded", "observe_append"),
     ]
+
+
+def test_a_take_over_that_stopped_the_turn_counts_a_turn_ended_with_its_code() -> None:
+    def crashed() -> float:
+        labels = {"status": "stopped", "code": "crashed"}
+        metrics.get()
+        return REGISTRY.get_sample_value("dres_turns_ended_total", labels) or 0.0
+
+    before = crashed()
+    metrics.ended_by("resumed")
+    metrics.ended_by("the turn changed")
+    assert crashed() == before
+    metrics.ended_by("stopped: crashed")
+    assert crashed() == before + 1

@@ -239,5 +239,11 @@ def reaper_swept(actions: Iterable[str]) -> None:
     for action in actions:
         label = reaper_action(action)
         m.reaper_actions.labels(label).inc()
-        if label == "stopped":
-            turn_ended("stopped", action.split(":", 1)[1].strip())
+        ended_by(action)
+
+
+def ended_by(reason: str) -> None:
+    """What the reaper or a take-over did, by its outcome (``Outcome.reason``): ``stopped: CODE``
+    ended the turn."""
+    if reason.startswith("stopped: "):
+        turn_ended("stopped", reason.removeprefix("stopped: "))

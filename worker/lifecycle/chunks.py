@@ -186,6 +186,7 @@ class ChunkPath(LifecycleBase):
                 self.store.watch(turn_id, meta.lease_until)
                 return "holder alive"
             outcome = self.take_over(meta, "the run's worker was lost (message redelivered)")
+            metrics.ended_by(outcome.reason)
             return f"took over: {outcome.reason}"
         log.info("duplicate or stale chunk message; nothing to run", status=meta.status)
         return "not-claimed"
