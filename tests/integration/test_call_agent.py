@@ -25,6 +25,7 @@ import redis
 
 from ledger import keys
 from ledger.events import Event
+from ledger.journal import build_journal
 from ledger.store import Ledger
 from tests.support import (
     DRES_ENV,
@@ -265,6 +266,8 @@ def test_a_soft_limit_while_waiting_for_a_slow_child_interrupts_the_call_and_res
     assert len(starts) >= 2 and all(s.signature == first_call.signature for s in starts)
     closed = of(events, "tool_done", call_id=first_call.call_id)
     assert [d.result.get("superseded_by") is not None for d in closed] == [True], show(events)
+    journal = build_journal(events)
+    assert len(journal.completed) == 1 and not journal.interrupted, "one call, one effect"
 
 
 def test_a_background_parent_killed_while_its_child_runs_resumes_and_follows_the_same_child(

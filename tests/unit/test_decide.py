@@ -206,7 +206,21 @@ def test_an_identical_retry_of_an_interrupted_plain_write_is_refused_with_a_veri
 def test_an_identical_retry_of_an_interrupted_idempotent_write_runs_and_supersedes_it() -> None:
     cut = entry("charge", {"amount": 5})
     decision = decide(call("charge", {"amount": 5}), attempt(interrupted=[cut]))
-    assert decision == Run(supersedes=cut, settles=0)
+    assert decision == Run(supersedes=(cut,), settles=(0,))
+
+
+def test_an_idempotent_retry_supersedes_every_identical_interrupted_entry_at_once() -> None:
+    """Each earlier retry that was cut in turn ran under the same key: one effect, one close."""
+    first, other, second = (
+        entry("charge", {"amount": 5}),
+        entry("charge", {"amount": 7}),
+        entry("charge", {"amount": 5}),
+    )
+    state = attempt(interrupted=[first, other, second])
+
+    decision = decide(call("charge", {"amount": 5}), state)
+
+    assert decision == Run(supersedes=(first, second), settles=(0, 2))
 
 
 def test_an_identical_retry_of_an_interrupted_write_with_a_hook_is_reconciled() -> None:

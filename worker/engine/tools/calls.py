@@ -98,12 +98,13 @@ class PreparedCall:
 
 @dataclass(frozen=True)
 class Run:
-    """Run the call. An idempotent retry of an interrupted write names the entry it supersedes:
-    once the retry succeeds that entry is closed and settled."""
+    """Run the call. An idempotent retry of an interrupted write names the entries it supersedes
+    (every unsettled identical one: earlier retries cut off in turn ran under the same key, so
+    they are the same one effect): once the retry succeeds they are closed and settled."""
 
-    supersedes: JournalEntry | None = None
-    #: the superseded entry's index in ``journal.interrupted``
-    settles: int | None = None
+    supersedes: tuple[JournalEntry, ...] = ()
+    #: the superseded entries' indices in ``journal.interrupted``
+    settles: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -187,7 +188,7 @@ def decide(call: PreparedCall, attempt: Attempt) -> Decision:
             return Block(entry, result, consumes=i)
     for i, entry in enumerate(journal.interrupted):
         if i not in attempt.settled and _same(call, entry):
-            return _retry(call, i, entry)
+            return _retry(call, attempt, i, entry)
     return _reworded(call, attempt, journal) or Run()
 
 
@@ -195,12 +196,18 @@ def _same(call: PreparedCall, entry: JournalEntry) -> bool:
     return entry.tool == call.tool and entry.signature == call.signature
 
 
-def _retry(call: PreparedCall, index: int, entry: JournalEntry) -> Decision:
+def _retry(call: PreparedCall, attempt: Attempt, index: int, entry: JournalEntry) -> Decision:
     """An identical retry of an interrupted write, by what the tool declares."""
     if call.spec.reconcile is not None:
         return Reconcile(entry, index, otherwise=_refuse_interrupted(call, entry))
     if call.spec.idempotent:
-        return Run(supersedes=entry, settles=index)
+        assert attempt.journal is not None  # a retry needs a journal
+        same = [
+            (i, e)
+            for i, e in enumerate(attempt.journal.interrupted)
+            if i >= index and i not in attempt.settled and _same(call, e)
+        ]
+        return Run(supersedes=tuple(e for _, e in same), settles=tuple(i for i, _ in same))
     return _refuse_interrupted(call, entry)
 
 

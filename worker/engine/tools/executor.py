@@ -110,25 +110,25 @@ class ToolExecutor:
                     ToolDone, call_id=call.call_id, tool=call.tool, result=result, is_error=is_error
                 )
             ]
-            if decision.supersedes is not None and not is_error:
-                # Closes the interrupted start this retry replaces: the journal then counts the
+            if not is_error:
+                # Closes the interrupted starts this retry replaces: the journal then counts the
                 # effect once, as the retry's.
-                done.append(
+                done += [
                     self.recorder.make(
                         ToolDone,
-                        call_id=decision.supersedes.call_id,
+                        call_id=superseded.call_id,
                         tool=call.tool,
                         result={"superseded_by": call.call_id},
                         is_error=True,
                     )
-                )
+                    for superseded in decision.supersedes
+                ]
             self.recorder.record_many(done)
             metrics.tool_ran(is_error=is_error)
         self.failpoints.hit("tool.after_done")
         if not is_error:
             attempt.completed[(call.tool, call.signature)] += 1
-            if decision.settles is not None:
-                attempt.settled.add(decision.settles)
+            attempt.settled.update(decision.settles)
         return ToolOutcome(call.call_id, call.tool, result, is_error)
 
     def _reconcile(self, attempt: Attempt, call: PreparedCall, decision: Reconcile) -> ToolOutcome:
