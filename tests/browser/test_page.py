@@ -4,57 +4,32 @@ a real prefork worker and redis-server, driven through the page's ``data-testid`
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import redis
+from page_support import (
+    LONG_SECOND_STEP,
+    ONE_CHUNK,
+    kill_pool_child_mid_turn,
+    model_worker,
+    send_message,
+    turn_id_of,
+)
 from playwright.sync_api import expect
 
 from ledger.events import Event
 from ledger.store import Ledger
-from tests.support import EMAIL, Script, WorkerProcess, having, of, send, show, wait_for
+from tests.support import EMAIL, Script, having, of, send, show, wait_for
 from tests.support.fixtures import StartWorker
 from worker.dev.demo_tools import outbox
 
 pytestmark = pytest.mark.redis_server
 
-#: limits (seconds) of a worker whose turn must stay in one chunk however slow the machine is
-ONE_CHUNK = {
-    "DRES_SOFT_LIMIT_S": "20",
-    "DRES_HARD_LIMIT_S": "30",
-    "DRES_VISIBILITY_TIMEOUT_S": "60",
-}
-#: a read-only call that lets a scripted step go on to the next model call
-READ = {"name": "list_outbox"}
 #: CONTRACT §7.8: Stop records the turn's end within a second or two
 STOP_BOUND_S = 2.0
-
-
-def model_worker(start_worker: StartWorker, model: str, **limits: str) -> WorkerProcess:
-    """A worker whose default model (the one the page's turns get) is ``model``."""
-    return start_worker(overrides={"DRES_MODEL": model, **limits})
-
-
-def send_message(page: Any, message: str) -> Any:
-    """Type and send a message; the new turn's status hook, once the page shows the turn."""
-    statuses = page.get_by_test_id("turn-status")
-    before = statuses.count()
-    page.get_by_test_id("composer").fill(message)
-    page.get_by_test_id("send").click()
-    expect(statuses).to_have_count(before + 1)
-    return statuses.last
-
-
-def turn_id_of(page: Any) -> str:
-    """The newest turn of the page's conversation (the page keeps its turns in localStorage)."""
-    stored = json.loads(page.evaluate("localStorage.getItem('dres.conversations')"))
-    turn_id: str = stored[0]["turns"][-1]
-    return turn_id
 
 
 def ledger_text(events: list[Event]) -> str:
@@ -132,20 +107,6 @@ def test_a_turn_cut_by_its_soft_limit_shows_the_second_run_and_the_repeat_as_blo
     assert len(outbox(rdb)) == 1, "one email, however often the model asked"
     events = ledger.events(turn_id_of(page))
     assert [e.cause for e in of(events, "run_started")][:2] == ["first", "next_chunk"], show(events)
-
-
-def kill_pool_child_mid_turn(worker: WorkerProcess, ledger: Ledger, turn_id: str) -> None:
-    """SIGKILL the pool process while the turn's run waits in its long model step."""
-    wait_for(ledger, turn_id, having("model_start", step=1), what="the long step")
-    os.kill(worker.pool_child(), signal.SIGKILL)
-
-
-#: a turn whose second model call thinks for 5 s the first time (time to kill its process)
-LONG_SECOND_STEP = [
-    {"text": "Starting.", "tool_calls": [{"name": "list_outbox"}]},
-    {"delay_s": 5.0, "text": " Still going.", "tool_calls": [{"name": "list_outbox"}]},
-    {"text": " Finished."},
-]
 
 
 def test_a_crashed_foreground_turn_is_continued_by_the_page_on_its_own_and_completes(

@@ -85,7 +85,12 @@ async function api(method, path, body) {
   for (;;) {
     const init = { method, headers: headers(body ? { "Content-Type": "application/json" } : {}) };
     if (body) init.body = JSON.stringify(body);
-    const response = await fetch(path, init);
+    let response;
+    try {
+      response = await fetch(path, init);
+    } catch {
+      return { ok: false, status: 0, data: { detail: "the server cannot be reached" } };
+    }
     if (response.status === 401) {
       await askToken();
       continue;
