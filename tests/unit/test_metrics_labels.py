@@ -4,7 +4,11 @@ cannot be recorded never fails what records it."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import fakeredis
 import pytest
+from harness import Harness
 from prometheus_client import REGISTRY
 from structlog.testing import capture_logs
 
@@ -105,15 +109,22 @@ def test_a_metric_that_cannot_be_recorded_is_logged_and_fails_nothing(
     ]
 
 
-def test_a_take_over_that_stopped_the_turn_counts_a_turn_ended_with_its_code() -> None:
-    def crashed() -> float:
-        labels = {"status": "stopped", "code": "crashed"}
+def test_every_turn_end_is_counted_once_where_the_lifecycle_closes_the_turn(
+    tmp_path: Path,
+) -> None:
+    """A completed turn and one stopped from outside its run (a Stop before its chunk ran) each
+    count one ``dres_turns_ended_total`` with their status and code."""
+
+    def count(status: str, code: str = "") -> float:
         metrics.get()
+        labels = {"status": status, "code": code}
         return REGISTRY.get_sample_value("dres_turns_ended_total", labels) or 0.0
 
-    before = crashed()
-    metrics.ended_by("resumed")
-    metrics.ended_by("the turn changed")
-    assert crashed() == before
-    metrics.ended_by("stopped: crashed")
-    assert crashed() == before + 1
+    completed, cancelled = count("completed"), count("stopped", "cancelled")
+    h = Harness(fakeredis.FakeRedis(), tmp_path)
+    h.start([{"text": "Done."}])
+    assert h.run_to_end().status == "completed"
+    h.start([{"text": "Done."}])
+    assert h.lifecycle.stop(h.turn_id).ok
+
+    assert (count("completed"), count("stopped", "cancelled")) == (completed + 1, cancelled + 1)

@@ -234,16 +234,7 @@ def reaper_action(action: str) -> str:
 
 @never_fails
 def reaper_swept(actions: Iterable[str]) -> None:
-    """Count one sweep's actions; a turn the reaper stopped is a turn ended too."""
+    """Count one sweep's actions (a turn it stopped is counted where every turn end is)."""
     m = get()
     for action in actions:
-        label = reaper_action(action)
-        m.reaper_actions.labels(label).inc()
-        ended_by(action)
-
-
-def ended_by(reason: str) -> None:
-    """What the reaper or a take-over did, by its outcome (``Outcome.reason``): ``stopped: CODE``
-    ended the turn."""
-    if reason.startswith("stopped: "):
-        turn_ended("stopped", reason.removeprefix("stopped: "))
+        m.reaper_actions.labels(reaper_action(action)).inc()

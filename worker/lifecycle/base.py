@@ -15,6 +15,7 @@ from ledger.events import Event, RunEnded, TurnEnded
 from ledger.store import Ledger, MetaValue
 from ledger.turn import Step, TurnMeta, TurnStatus
 from ledger.turns import EXPIRE, TurnStore
+from worker.base import metrics
 from worker.base.clock import Clock, Ids
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
@@ -87,6 +88,7 @@ class LifecycleBase:
             fields={"code": ended.code, "next_run": ""},
             expiry=EXPIRE,
         )
+        metrics.turn_ended(ended.status, ended.code)
         self.store.unwatch(turn_id)
 
     def is_newest(self, turn_id: str, conversation_id: str) -> bool:

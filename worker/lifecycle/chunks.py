@@ -102,7 +102,6 @@ class ChunkPath(LifecycleBase):
             step, ended = Step.STOP, self.turn_ended(run, TurnStatus.STOPPED, code, result.detail)
         ran = self.run_ended(run, result.run_reason, result.detail)
         self.close(run.turn_id, step, self.store.holder(run.lease), [*result.held, ran, ended])
-        metrics.turn_ended(ended.status, ended.code)
         self.failpoints.hit("turn.ended")  # chaos and tests: a soft limit right after the end
         if self.cache is not None and step == Step.COMPLETE:
             self.cache.forget(run.turn_id)
@@ -126,7 +125,6 @@ class ChunkPath(LifecycleBase):
                 ended = self.turn_ended(run, TurnStatus.STOPPED, StopCode.MAX_CHUNKS, detail)
                 ran = self.run_ended(run, "soft_limit", detail)
                 self.close(run.turn_id, Step.STOP, self.store.holder(run.lease), [ran, ended])
-                metrics.turn_ended(ended.status, ended.code)
                 return "stopped: max_chunks"
             successor = self.hand_over(run, detail=detail)
         except TransitionRefused as e:
@@ -172,7 +170,6 @@ class ChunkPath(LifecycleBase):
             ended = self.turn_ended(run, TurnStatus.STOPPED, StopCode.INTERNAL_ERROR, detail)
             ran = self.run_ended(run, "error", detail)
             self.close(run.turn_id, Step.STOP, self.store.holder(run.lease), [ran, ended])
-            metrics.turn_ended(ended.status, ended.code)
         except LedgerError:
             log.exception("could not record the failure")
 
@@ -186,7 +183,6 @@ class ChunkPath(LifecycleBase):
                 self.store.watch(turn_id, meta.lease_until)
                 return "holder alive"
             outcome = self.take_over(meta, "the run's worker was lost (message redelivered)")
-            metrics.ended_by(outcome.reason)
             return f"took over: {outcome.reason}"
         log.info("duplicate or stale chunk message; nothing to run", status=meta.status)
         return "not-claimed"
