@@ -11,6 +11,7 @@ from worker.base.errors import ConfigError
 from worker.base.logging import configure_logging_for
 from worker.base.settings import load_settings
 from worker.edges.runtime import Runtime
+from worker.edges.shutdown import hand_over_on_shutdown
 from worker.edges.worker_metrics import WorkerMetrics
 from worker.lifecycle.reaper import ReaperThread
 
@@ -52,6 +53,7 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
         WorkerMetrics.prepare(settings.metrics_port).start()
     runtime = Runtime.from_settings(settings)
     app = runtime.app
+    hand_over_on_shutdown()
 
     def keep_dres_logging(**_: Any) -> None:
         # A receiver here makes Celery add no handler of its own (its task logger's would print
