@@ -192,6 +192,11 @@ class Settings(BaseSettings):
     def tool_modules(self) -> list[str]:
         return [name.strip() for name in self.tools.split(",") if name.strip()]
 
+    @property
+    def agent_apps(self) -> dict[str, AgentApp]:
+        """DRES_AGENTS's apps by name (validated when the settings were read)."""
+        return parse_agents(self.agents)
+
 
 def load_settings(**overrides: object) -> Settings:
     """Read the environment; bad values raise ``ConfigError`` with one line naming the variable."""

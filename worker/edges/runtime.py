@@ -165,7 +165,7 @@ class Runtime:
 
     @cached_property
     def registry(self) -> Registry:
-        return Registry.from_modules(self.settings.tool_modules)
+        return Registry.from_modules(self.settings.tool_modules, agents=self.settings.agent_apps)
 
     @cached_property
     def app(self) -> Celery:

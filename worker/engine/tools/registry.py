@@ -18,7 +18,7 @@ from typing import Any, TypeVar, overload
 from pydantic import BaseModel, ConfigDict, create_model
 
 from worker.base.errors import ToolDefinitionError
-from worker.base.settings import AgentApp, get_settings, parse_agents
+from worker.base.settings import AgentApp
 from worker.engine.tools.context import Reconciliation, ToolContext
 
 #: attribute under which ``@tool`` leaves a function's spec
@@ -156,13 +156,11 @@ class Registry:
         cls, modules: Iterable[str], *, agents: Mapping[str, AgentApp] | None = None
     ) -> Registry:
         """Import each module and register its ``@tool`` functions (DRES_TOOLS), and the
-        built-ins: ``call_agent`` when ``agents`` (None: this process's DRES_AGENTS) names an app.
+        built-ins: ``call_agent`` when ``agents`` (DRES_AGENTS's apps) names an app.
         """
         from worker.engine.tools.agents import agent_tools  # it builds on this module's ``tool``
 
-        if agents is None:
-            agents = parse_agents(get_settings().agents)
-        registry = cls().add(*agent_tools(agents))
+        registry = cls().add(*agent_tools(agents or {}))
         for module_name in modules:
             try:
                 module = importlib.import_module(module_name)
