@@ -3,6 +3,7 @@ local user, may name any spec. A refusal never shows what is in a file on the se
 
 from __future__ import annotations
 
+import importlib
 import re
 from pathlib import Path
 
@@ -41,8 +42,9 @@ def test_an_unlisted_provider_model_is_refused_with_422_naming_it_and_dres_model
 def test_a_provider_model_is_accepted_when_dres_models_allows_the_providers_every_model(
     dres_env: dict[str, str], rdb: redis.Redis, ledger: Ledger
 ) -> None:
+    importlib.import_module("anthropic")  # seconds on a busy machine: not inside the request
     app = create_api(load_settings(models="anthropic:*"))
-    with serve(app) as url, httpx.Client(base_url=url, timeout=10) as http:
+    with serve(app) as url, httpx.Client(base_url=url, timeout=30) as http:
         created = post_turn(http, model="anthropic:x")
         assert "'openai:y' is not allowed" in refused(http, rdb, "openai:y")
     started = ledger.events(created["turn_id"])[0]

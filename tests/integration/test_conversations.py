@@ -25,7 +25,9 @@ pytestmark = pytest.mark.redis_server
 
 #: the worker's chunk limits (seconds): long enough that no chunk ends inside an SDK's first
 #: request (importing an SDK alone can take longer than the tests' usual 0.5 s soft limit)
-LIMITS = {"DRES_SOFT_LIMIT_S": "10", "DRES_HARD_LIMIT_S": "15", "DRES_VISIBILITY_TIMEOUT_S": "40"}
+LIMITS = {"DRES_SOFT_LIMIT_S": "30", "DRES_HARD_LIMIT_S": "40", "DRES_VISIBILITY_TIMEOUT_S": "90"}
+#: seconds a turn may take to complete: the worker's first import of an SDK is part of it
+TURN_S = 60.0
 
 
 @pytest.fixture
@@ -55,7 +57,7 @@ def run_turn(
     rt: Runtime, ledger: Ledger, message: str, model: str, conversation_id: str = "conv-1"
 ) -> None:
     turn = enqueue(rt, message, conversation_id=conversation_id, model=model)
-    wait_for(ledger, turn.turn_id, ended("completed"), timeout=20, what=f"{message!r} completed")
+    wait_for(ledger, turn.turn_id, ended("completed"), TURN_S, f"{message!r} completed")
 
 
 @pytest.mark.parametrize("dialect", DIALECTS, ids=repr)
