@@ -123,7 +123,9 @@ def test_the_final_text_is_the_last_responses_text_after_any_clear() -> None:
 
 def test_an_earlier_answer_is_never_empty_and_says_when_its_turn_did_not_finish() -> None:
     assert earlier_answer("4.", None) == "4."
-    assert earlier_answer("", None)
+    assert earlier_answer("", None).strip()
+    assert earlier_answer(" \n", None).strip()
+    assert earlier_answer(" ", "is still running").startswith("(This request did not finish")
     stopped = earlier_answer("Sending.", "ended as stopped (cancelled)")
     assert stopped.startswith("Sending.") and "did not finish" in stopped
     assert "did not finish" in earlier_answer("", "is still running")

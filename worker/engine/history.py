@@ -64,11 +64,12 @@ def unfinished_turn_note(status: str, journal: Journal) -> str:
 
 def earlier_answer(text: str, unfinished: str | None) -> str:
     """What an earlier turn answered: its last response's text; for a turn that did not complete,
-    with a line saying so (``unfinished``: how it ended), so no earlier answer is ever empty."""
+    with a line saying so (``unfinished``: how it ended), so no earlier answer is ever blank (a
+    provider may refuse a blank message)."""
     if unfinished is None:
-        return text or "(no answer text)"
+        return text if text.strip() else "(no answer text)"
     marker = f"(This request did not finish: it {unfinished}.)"
-    return f"{text}\n\n{marker}" if text else marker
+    return f"{text}\n\n{marker}" if text.strip() else marker
 
 
 def final_text(events: Iterable[Event]) -> str:
