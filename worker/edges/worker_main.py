@@ -13,6 +13,7 @@ from worker.base.settings import load_settings
 from worker.edges.runtime import Runtime
 from worker.edges.shutdown import hand_over_on_shutdown
 from worker.edges.worker_metrics import WorkerMetrics
+from worker.engine.models import preload_sdks
 from worker.lifecycle.reaper import ReaperThread
 
 log = structlog.get_logger("dres.worker")
@@ -54,6 +55,7 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     runtime = Runtime.from_settings(settings)
     app = runtime.app
     hand_over_on_shutdown()
+    preload_sdks([settings.model, *settings.models.split(",")])
 
     def keep_dres_logging(**_: Any) -> None:
         # A receiver here makes Celery add no handler of its own (its task logger's would print

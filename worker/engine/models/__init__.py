@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 from collections import OrderedDict
 from importlib import resources
 
@@ -10,7 +11,7 @@ from worker.base.errors import ConfigError
 from worker.engine.models.base import ChatModel, ModelRequest
 from worker.engine.models.scripted import Script, ScriptedModel
 
-__all__ = ["ChatModel", "ModelRequest", "Models", "make_model"]
+__all__ = ["ChatModel", "ModelRequest", "Models", "make_model", "preload_sdks"]
 
 #: spec kinds served by a provider SDK adapter
 PROVIDERS = frozenset({"anthropic", "openai"})
@@ -37,6 +38,21 @@ def make_model(spec: str | None, clock: Clock) -> ChatModel:
     raise ConfigError(
         f"model spec {spec!r}: expected scripted:PATH, anthropic:MODEL or openai:MODEL"
     )
+
+
+def preload_sdks(specs: list[str]) -> list[str]:
+    """Import the provider SDKs ``specs`` name (those installed), in a worker's main process
+    before it forks its pool: each child then starts with them, and no chunk spends its time
+    limit on a first import (seconds on a loaded host). Returns the SDKs imported."""
+    kinds = sorted({spec.partition(":")[0] for spec in specs} & PROVIDERS)
+    loaded = []
+    for kind in kinds:
+        try:
+            importlib.import_module(kind)
+        except ImportError:
+            continue  # the spec fails with a clear error when a turn names it
+        loaded.append(kind)
+    return loaded
 
 
 class Models:
