@@ -210,7 +210,10 @@ class Turn {
     this.events.push({ id, event });
     const handler = this[`on_${event.type}`];
     if (handler) handler.call(this, event, id);
-    if (inspected === this) renderInspector();
+    if (inspected === this) {
+      renderInspector();
+      if (event.type === "tool_done" || event.type === "turn_ended") loadJournal(this);
+    }
   }
 
   on_turn_started(event) {
@@ -731,11 +734,22 @@ function start() {
   $("new-conversation").addEventListener("click", newConversation);
   $("inspector-close").addEventListener("click", closeInspector);
   document.addEventListener("keydown", (event) => {
-    if (event.key === "Escape" && inspected) closeInspector();
+    if (event.key !== "Escape") return;
+    if (document.body.classList.contains("menu-open")) {
+      closeMenu();
+      $("menu-toggle").focus();
+    } else if (inspected) {
+      closeInspector();
+    }
+  });
+  $("menu-close").addEventListener("click", () => {
+    closeMenu();
+    $("menu-toggle").focus();
   });
   $("menu-toggle").addEventListener("click", () => {
     const open = document.body.classList.toggle("menu-open");
     $("menu-toggle").setAttribute("aria-expanded", String(open));
+    if (open) $("new-conversation").focus();
   });
   const auto = $("auto-continue");
   auto.checked = localStorage.getItem("dres.autoContinue") !== "0";
