@@ -48,8 +48,9 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_dres_up_serves_the_page_at_the_url_it_prints_and_sigint_stops_every_child(
-    dres_env: dict[str, str], tmp_path: Path
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_dres_up_serves_the_page_at_the_url_it_prints_and_a_signal_stops_every_child(
+    dres_env: dict[str, str], tmp_path: Path, signum: signal.Signals
 ) -> None:
     env = {k: v for k, v in dres_env.items() if k != "DRES_REDIS_URL"}  # it starts its own
     log = tmp_path / "up.log"
@@ -71,7 +72,7 @@ def test_dres_up_serves_the_page_at_the_url_it_prints_and_sigint_stops_every_chi
         children = descendants(up.pid)
         assert len(children) >= 4, children  # redis-server, worker, its pool process, api
 
-        up.send_signal(signal.SIGINT)
+        up.send_signal(signum)
         assert up.wait(timeout=30) == 0, log.read_text()
     finally:
         if up.poll() is None:

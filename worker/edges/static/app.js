@@ -437,6 +437,7 @@ class Turn {
     this.node.dataset.status = status;
     const why = this.code ? `: ${this.code.replaceAll("_", " ")}` : "";
     let label = LABELS[status] || status;
+    if (status === "queued" && this.runs.length) label = LABELS.resuming; // continued: a new run waits
     if (status === "stopped") label = `Stopped${why}${this.canContinue ? " — Continue is available" : ""}`;
     if (this.autoTimer) label = `Stopped${why} — continuing on its own in a moment (Stop cancels)`;
     this.statusLabel.textContent = label;
