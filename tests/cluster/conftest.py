@@ -13,8 +13,6 @@ import pytest
 from tests.support.processes import DRES_ENV, TESTS, subprocess_env
 from tests.support.redis_cluster import LocalCluster
 
-pytestmark = pytest.mark.redis_server
-
 
 @pytest.fixture
 def dres_env(

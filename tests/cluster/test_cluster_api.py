@@ -73,6 +73,9 @@ def test_the_api_on_a_cluster_creates_reports_streams_and_journals_a_turn(
         assert [m.event for m in streamed].count("tool_blocked") == 1
 
         assert http.get("/v1/turns/turn_missing").status_code == 404
+        metrics = http.get("/metrics")  # its pipelines span masters: split by node, no MULTI
+        assert metrics.status_code == 200, metrics.text
+        assert "dres_turns_indexed" in metrics.text
     listed = runtime.redis.lrange(keys.conversation_turns(conversation_id), 0, -1)
     assert [t.decode() for t in listed] == [turn_id]
     holder = redis_cluster.turn_holder(turn_id)
