@@ -46,7 +46,11 @@ def active_turns() -> str:
     """Sorted set of unfinished turn ids, scored by when the reaper should look at them (ms).
 
     Global on purpose (the reaper scans it) and written beside the turn scripts, never inside
-    them, so it does not break the one-slot rule of a turn's keys.
+    them, so it does not break the one-slot rule of a turn's keys. On a Redis Cluster it stays
+    one key, on one master, touched only by single-key commands: the reaper takes the most
+    overdue turns in one ZRANGEBYSCORE, and it is written a few times per chunk (create, claim,
+    hand-over, end), never per event, which one master carries far beyond what the one broker
+    dispatches. Sharded per slot, every sweep would ask every master and merge.
     """
     return f"{PREFIX}:active"
 
