@@ -15,6 +15,10 @@ baseline measured in the same run.
 7. crash pickup: two dres workers with default limits and lease; a background turn's pool process,
    or its whole worker, SIGKILLed mid-step -> the next run's ``run_started`` (no baseline: an
    absolute time, target <= 15 s on the median)
+S1-S3 (issue 16, ``bench.scale_bench``): turns/s and p99 with one worker process vs two; a
+   streamed 2,000-token answer's delay to an SSE client and its Redis bytes per text byte
+   (target <= 2); Redis per recorded tool call and per ended turn. ``--only scale`` runs them
+   alone (``--turns N`` sets S1's turns).
 
 Rows 1-3 run in this process (``bench.ledger_bench``), rows 4-5 against a real dres worker
 subprocess (``bench.celery_bench``), row 7 against two (``bench.pickup_bench``), each group on a
@@ -42,7 +46,7 @@ from typing import Any
 
 import redis
 
-from bench import celery_bench, ledger_bench, pickup_bench
+from bench import celery_bench, ledger_bench, pickup_bench, scale_bench
 from bench.ledger_bench import CALLS_1000, Row, misses, table_lines
 from worker.dev.redis_server import RedisServer
 
@@ -445,14 +449,49 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"row 7's trials per case (default {pickup_bench.FULL.trials}, "
         f"{pickup_bench.QUICK.trials} with --quick)",
     )
+    parser.add_argument(
+        "--only",
+        choices=ONLY,
+        help="run one group of rows alone, print them and write their JSON beside results.json",
+    )
+    parser.add_argument(
+        "--turns",
+        metavar="N",
+        type=int,
+        help=f"row S1's short turns per round (default {scale_bench.FULL.turns}, "
+        f"{scale_bench.QUICK.turns} with --quick)",
+    )
     args = parser.parse_args(argv)
     if args.pickup_trials is not None and args.pickup_trials < 1:
         parser.error("--pickup-trials must be at least 1")
+    if args.turns is not None and args.turns < 2:
+        parser.error("--turns must be at least 2")
     return args
+
+
+#: groups of rows ``--only`` runs alone
+ONLY = {"scale": "rows S1-S3: scaling out, a streamed answer and a turn in Redis (issue 16)"}
+
+
+def only(args: argparse.Namespace) -> int:
+    """One group of rows on a private redis-server of its own: printed, and its JSON written."""
+    plan = scale_bench.plan_for(args.quick, args.turns)
+    started = time.monotonic()
+    progress(started, ONLY[args.only])
+    with RedisServer(appendfsync="everysec") as server:
+        rows, info = scale_bench.measure(server.url, plan)
+    print("\n".join(table_lines(rows)))
+    path = args.json if args.json != DEFAULT_JSON else HERE / f"results-{args.only}.json"
+    result = {"plan": asdict(plan), "info": info, "rows": [row.as_dict() for row in rows]}
+    path.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"elapsed {time.monotonic() - started:.1f} s; wrote {path}")
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.only:
+        return only(args)
     quick = args.quick
     mode = "quick" if quick else "full"
     lplan = ledger_bench.QUICK if quick else ledger_bench.FULL
@@ -486,9 +525,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             "and of a whole worker",
         )
         pickup_rows, pickup_info = pickup_bench.measure(server.url, pplan)
+    with RedisServer(appendfsync="everysec") as server:
+        progress(started, ONLY["scale"])
+        scale_rows, scale_info = scale_bench.measure(
+            server.url, scale_bench.plan_for(quick, args.turns)
+        )
     env["loadavg_end"] = _loadavg()
     extra_rows, peer = peer_rows(rows, args.peers)
-    rows += extra_rows + pickup_rows
+    rows += extra_rows + pickup_rows + scale_rows
     env["elapsed_s"] = round(time.monotonic() - started, 1)
     missed = misses(rows)
     print("\n".join([*header_lines(env, mode), *table_lines(rows)]))
@@ -503,6 +547,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "environment": env,
         "celery": celery_info,
         "pickup": pickup_info,
+        "scale": scale_info,
         "misses": missed,
         "rows": [row.as_dict() for row in rows],
         "peer": peer,
