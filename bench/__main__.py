@@ -19,6 +19,8 @@ S1-S3 (issue 16, ``bench.scale_bench``): turns/s and p99 with one worker process
    streamed 2,000-token answer's delay to an SSE client and its Redis bytes per text byte
    (target <= 2); Redis per recorded tool call and per ended turn. ``--only scale`` runs them
    alone (``--turns N`` sets S1's turns).
+C1-C3 (issue 16, ``bench.cluster_bench``): rows 1-3 with the ledger on a three-master Redis Cluster
+   beside one redis-server, in alternating rounds. ``--only cluster`` runs them alone.
 
 Rows 1-3 run in this process (``bench.ledger_bench``), rows 4-5 against a real dres worker
 subprocess (``bench.celery_bench``), row 7 against two (``bench.pickup_bench``), each group on a
@@ -46,7 +48,7 @@ from typing import Any
 
 import redis
 
-from bench import celery_bench, ledger_bench, pickup_bench, scale_bench
+from bench import celery_bench, cluster_bench, ledger_bench, pickup_bench, scale_bench
 from bench.ledger_bench import CALLS_1000, Row, misses, table_lines
 from worker.dev.redis_server import RedisServer
 
@@ -470,7 +472,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 
 
 #: groups of rows ``--only`` runs alone
-ONLY = {"scale": "rows S1-S3: scaling out, a streamed answer and a turn in Redis (issue 16)"}
+ONLY = {
+    "scale": "rows S1-S3: scaling out, a streamed answer and a turn in Redis (issue 16)",
+    "cluster": "rows C1-C3: the ledger rows 1-3 on a Redis Cluster beside one Redis (issue 16)",
+}
 
 
 def only(args: argparse.Namespace) -> int:
@@ -490,6 +495,9 @@ def only(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.only == "cluster":  # its own servers and report (bench.cluster_bench)
+        path = args.json if args.json != DEFAULT_JSON else HERE / "results-cluster.json"
+        return cluster_bench.main([*(["--quick"] if args.quick else []), "--json", str(path)])
     if args.only:
         return only(args)
     quick = args.quick
@@ -530,9 +538,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         scale_rows, scale_info = scale_bench.measure(
             server.url, scale_bench.plan_for(quick, args.turns)
         )
+    progress(started, ONLY["cluster"])
+    cluster_rows, cluster_info = cluster_bench.measure(
+        cluster_bench.QUICK if quick else cluster_bench.FULL
+    )
     env["loadavg_end"] = _loadavg()
     extra_rows, peer = peer_rows(rows, args.peers)
-    rows += extra_rows + pickup_rows + scale_rows
+    rows += extra_rows + pickup_rows + scale_rows + cluster_rows
     env["elapsed_s"] = round(time.monotonic() - started, 1)
     missed = misses(rows)
     print("\n".join([*header_lines(env, mode), *table_lines(rows)]))
@@ -548,6 +560,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "celery": celery_info,
         "pickup": pickup_info,
         "scale": scale_info,
+        "cluster": cluster_info,
         "misses": missed,
         "rows": [row.as_dict() for row in rows],
         "peer": peer,
