@@ -41,18 +41,19 @@ from worker.dev.redis_server import RedisServer
 
 @dataclass(frozen=True)
 class ClusterPlan:
-    #: rounds, each measuring both sides with ``ledger``
+    #: rounds, each measuring both sides with ``ledger`` (short rounds: a pair's two samples
+    #: are taken close together)
     rounds: int
     ledger: Plan
 
 
 FULL = ClusterPlan(
-    rounds=3,
+    rounds=6,
     ledger=Plan(
-        append_blocks=6,
+        append_blocks=3,
         append_ops=500,
-        rebuild=((1_000, 3), (CALLS_1000, 3), (10_000, 3), (100_000, 1)),
-        tool_blocks=6,
+        rebuild=((1_000, 1), (CALLS_1000, 1), (10_000, 1), (100_000, 1)),
+        tool_blocks=3,
         tool_ops=250,
     ),
 )
