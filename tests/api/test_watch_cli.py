@@ -5,14 +5,19 @@ status line; a time-limit stop continued on its own unless told not to.
 
 from __future__ import annotations
 
+import io
+
 import pytest
 from api_support import Cli
 
+from ledger.codec import Envelope
+from ledger.events import ToolDone, ToolStart
 from ledger.store import Ledger
 from tests.support import DONE, MULTI_CHUNK, Script, WorkerProcess, crashed_stop, send
 from worker.base.settings import get_settings
 from worker.client import watch_turn
 from worker.edges.runtime import Runtime
+from worker.edges.watch import PersonView
 
 pytestmark = pytest.mark.redis_server
 
@@ -102,3 +107,26 @@ def test_watch_turn_without_auto_continue_ends_at_the_stop(
 
     assert events[-1].type == "turn_ended" and events[-1].code == "crashed"  # type: ignore[union-attr]
     assert ledger.meta(turn_id).auto_continues == 0
+
+
+def test_a_call_agent_result_shows_the_child_turns_id_whole_however_long_the_answer() -> None:
+    """The person's view names the child turn so it can be watched too (CONTRACT §7.9)."""
+    child = "turn_" + "c" * 32
+    header = {"turn_id": "turn_p", "run_id": "run_1", "chunk": 0, "ts": 1.0}
+    start = ToolStart(
+        event_id="ev_1",
+        **header,
+        call_id="call_1",
+        tool="call_agent",
+        input={"agent": "research", "message": "find it"},
+        signature="s",
+        read_only=False,
+    )
+    result = {"turn_id": child, "status": "completed", "text": "an answer " * 30}
+    done = ToolDone(event_id="ev_2", **header, call_id="call_1", tool="call_agent", result=result)
+    out = io.StringIO()
+    view = PersonView(out)
+    for n, event in enumerate((start, done)):
+        view.show(Envelope(f"1-{n}", event))
+    assert "[completed] call_agent" in out.getvalue()
+    assert f"-> turn {child} " in out.getvalue()

@@ -42,6 +42,15 @@ CAUSES = {
 BLOCKED_STATES = {"completed": "blocked", "reconciled": "completed"}
 
 
+def result_line(result: Any) -> str:
+    """A tool's result in one line; a result naming another turn (``call_agent``'s child) shows
+    that turn's id whole, first, so a person can watch it too."""
+    if isinstance(result, dict) and isinstance(result.get("turn_id"), str):
+        rest = {k: v for k, v in result.items() if k != "turn_id"}
+        return f"turn {result['turn_id']} {shown(rest, SHOWN_CHARS)}"
+    return shown(result, SHOWN_CHARS)
+
+
 def describe(event: Event) -> str:
     data: dict[str, Any] = event.model_dump(mode="json")
     for name in ("v", "event_id", "turn_id", "run_id", "chunk", "ts", "type"):
@@ -116,7 +125,7 @@ class PersonView:
             return
         self.settled[call.call_id or call.tool] = call
         state = "error" if event.is_error else "completed"
-        self.call_line(state, call, f" -> {shown(event.result, SHOWN_CHARS)}")
+        self.call_line(state, call, f" -> {result_line(event.result)}")
 
     def _blocked(self, event: ToolBlocked) -> None:
         state = BLOCKED_STATES.get(event.reason, "refused")
