@@ -115,12 +115,14 @@ def test_the_history_joins_a_responses_text_events_into_one_assistant_message() 
     assert [m.text for m in assistant] == [LONG[::60] + " and more"]
 
 
-def cut_mid_stream(h: Harness, soft_limit_after: float) -> str:
+def cut_mid_stream(h: Harness, soft_limit_after: float, stop_after: float | None = None) -> str:
     """The first chunk, its scripted model streaming LONG a delta per fake second, cut by the
-    (simulated) soft limit; the chunk path's outcome."""
+    (simulated) soft limit or a Stop; the chunk path's outcome."""
     h.start([{"text": LONG, "chunk_chars": 4, "stream_delay_s": 1}, {"text": "Done."}])
     assert h.pending is not None
+    stop_at = h.clock.t + (stop_after if stop_after is not None else 10**9)
     loop = AgentLoop(
+        is_cancelled=lambda turn_id: h.clock.t >= stop_at,
         ledger=h.ledger,
         registry=h.registry,
         make_model=lambda spec: make_model(spec, h.clock),  # streams as it goes, unlike Recording
@@ -132,7 +134,7 @@ def cut_mid_stream(h: Harness, soft_limit_after: float) -> str:
     h.clock.limit_at = h.clock.t + soft_limit_after
     outcome = h.lifecycle.run_chunk(h.turn_id, h.pending, loop, interrupts=(SimulatedSoftLimit,))
     h.clock.limit_at = None
-    h.pending = h.messages.sent[-1][1]
+    h.pending = h.messages.sent[-1][1] if outcome == "chained" else None
     return outcome
 
 
@@ -157,3 +159,10 @@ def test_the_resumed_run_is_asked_with_the_partial_text_the_cut_chunk_streamed(
     assert assistant[0].text == LONG[:28]
     # the interrupted step is asked again and streams in full after the partial text
     assert "".join(texts(h)) == LONG[:28] + LONG
+
+
+def test_a_stop_mid_stream_writes_the_buffered_text_with_the_runs_end(h: Harness) -> None:
+    assert cut_mid_stream(h, soft_limit_after=60, stop_after=5.5).startswith("stopped")
+    tail = [e.type for e in h.events()][-3:]
+    assert tail == ["text", "run_ended", "turn_ended"]
+    assert texts(h) == [LONG[:28]]

@@ -208,14 +208,15 @@ class AgentLoop:
         turn_id = recorder.run.turn_id
         checked = self.clock.now()
         for item in model.stream(request):
-            if self.clock.now() - checked >= self.settings.cancel_poll_s:
-                checked = self.clock.now()
-                if self.is_cancelled(turn_id):
-                    raise TurnCancelled("Stop requested")
+            # what the model sent is kept first: a Stop ends the run with the text it received
             if isinstance(item, TextDelta):
                 recorder.stream_text(item.text)
             else:
                 calls.append(item)
+            if self.clock.now() - checked >= self.settings.cancel_poll_s:
+                checked = self.clock.now()
+                if self.is_cancelled(turn_id):
+                    raise TurnCancelled("Stop requested")
         return calls
 
     def _after_model_error(
