@@ -12,7 +12,8 @@ it (nor pytest).
 - ``waiting``: ``poll``, ``wait_until``, ``wait_for`` (on a turn's ledger) and its predicates
 - ``scripts``: ``write_script`` (the one writer of script files), ``script_writer``, the steps
 - ``turns``: ``crashed_stop``, ``close_runtime``, ``together``
-- ``backends``: ``Backend``, the ledger tests' two Redis backends
+- ``backends``: ``Backend``, the ledger tests' Redis backends (fakeredis, redis-server, cluster)
+- ``redis_cluster``: ``LocalCluster``, a private three-master Redis Cluster (tests and the bench)
 - ``providers``: ``fake_provider`` (a local server speaking the Anthropic and OpenAI streaming
   formats, scripted per request), ``Reply``, ``Dialect``/``DIALECTS``, ``blackhole``
 """
