@@ -40,8 +40,11 @@ def _unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
+    """Chromium for one module's tests. Playwright's sync API runs an event loop in this thread
+    while it is open, so it is closed after each module: the rest of the suite (an async tool
+    runs its coroutine with ``asyncio.run``) sees no loop running."""
     if not CHROMIUM.exists():
         _unavailable(f"no {CHROMIUM} (run scripts/ensure-chromium)")
     try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -10,7 +11,7 @@ from pydantic import ValidationError
 from worker.base.errors import ToolDefinitionError
 from worker.engine.tools import Registry, ToolContext, tool
 from worker.engine.tools.context import idempotency_key
-from worker.engine.tools.registry import SPEC_ATTR, ToolSpec
+from worker.engine.tools.registry import SPEC_ATTR, ToolSpec, run_coroutine
 
 
 def spec_of(fn: Any) -> ToolSpec:
@@ -94,3 +95,18 @@ def test_the_idempotency_key_depends_on_turn_tool_signature_and_occurrence_only(
         idempotency_key("t1", "charge", "abc", 1),
     }
     assert key not in others and len(others) == 4
+
+
+def test_an_async_tool_runs_also_where_an_event_loop_is_already_running() -> None:
+    """A host that calls dres from inside a running loop (as Playwright's sync API leaves one)
+    still gets the tool's result, not asyncio.run's RuntimeError."""
+
+    async def lookup(key: str) -> dict[str, str]:
+        await asyncio.sleep(0)
+        return {"key": key}
+
+    async def inside_a_loop() -> object:
+        return run_coroutine(lookup("k"))
+
+    assert asyncio.run(inside_a_loop()) == {"key": "k"}
+    assert run_coroutine(lookup("j")) == {"key": "j"}

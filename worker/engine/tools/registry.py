@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TypeVar, overload
@@ -55,8 +56,19 @@ class ToolSpec:
         if self.wants_ctx:
             kwargs["ctx"] = ctx
         if self.is_async:
-            return asyncio.run(self.fn(**kwargs))
+            return run_coroutine(self.fn(**kwargs))
         return self.fn(**kwargs)
+
+
+def run_coroutine(coro: Coroutine[Any, Any, Any]) -> Any:
+    """An async tool's coroutine run to its end: ``asyncio.run`` in this thread, or, when this
+    thread already runs an event loop (a host embedding dres), in a helper thread of its own."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coro)
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="dres-async-tool") as pool:
+        return pool.submit(asyncio.run, coro).result()
 
 
 def _input_model(fn: Callable[..., Any], name: str) -> tuple[type[BaseModel], bool]:
