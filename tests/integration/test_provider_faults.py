@@ -8,7 +8,8 @@ provider (``ANTHROPIC_BASE_URL`` / ``OPENAI_BASE_URL``, a dummy key), scripted p
 - 500/502/503/504 and a stream cut mid-way resume inside the same chunk with the journal note;
 - a provider that never sends a byte: Stop ends the turn within 2 s of the request (ledger
   ``ts``); with no Stop the soft limit still self-chains the next chunk;
-- the SDK's own retry sleep: it retries a 503 by itself, and Stop lands during its sleep.
+- the SDK's own retry sleep: it retries a 503 by itself, and Stop lands during its sleep;
+- ``dres demo`` runs its turn on ``DRES_MODEL``.
 
 The error replies carry ``x-should-retry: false`` unless the SDK's retry is the point, so dres
 sees each fault at once.
@@ -16,12 +17,16 @@ sees each fault at once.
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.support import (
     DIALECTS,
+    ROOT,
     Dialect,
     FakeProvider,
     WorkerProcess,
@@ -34,6 +39,7 @@ from tests.support import (
 )
 from tests.support.providers import Reply
 from worker.dev.demo_tools import outbox
+from worker.dev.redis_server import RedisServer
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
@@ -255,3 +261,30 @@ def test_stop_during_the_sdks_retry_sleep_ends_the_turn_within_two_seconds(
     print(f"Stop -> turn_ended: {(ended_at - requested) * 1000:.0f} ms (ledger ts)")
     assert ended_at - requested < STOP_WITHIN_S
     assert len(fake.received) == 1, "the SDK retried after the Stop"
+
+
+# -- the demo on a provider ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("dialect", DIALECTS, ids=repr)
+def test_the_demo_runs_its_turn_on_the_model_dres_model_names(
+    redis_server: RedisServer, fake: FakeProvider, dialect: Dialect
+) -> None:
+    fake.script(dialect.tool_call("call_1", "send_email", EMAIL), dialect.text("Sent."))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("DRES_")}
+    env.update(dialect.env(fake.url), DRES_MODEL=f"{dialect.kind}:fake-model")
+
+    done = subprocess.run(
+        [sys.executable, "-m", "worker.edges.cli", "demo"],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert f"model:  {dialect.kind}:fake-model" in done.stdout
+    assert "Outbox: 1 email(s) sent by this turn" in done.stdout
+    assert "Turn status: completed" in done.stdout
+    assert [r.path for r in fake.received] == [dialect.path] * 2
