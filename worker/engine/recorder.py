@@ -172,9 +172,13 @@ class Recorder:
 
     def record_many(self, events: Sequence[Event]) -> None:
         with self._lock:
-            self._raise_failed()
-            # only buffered text needs the deferral: taken from the buffer, it must land
-            with self.guard if self._pending else nullcontext():
+            if self._failed is not None:
+                self._raise_failed()
+            if self._pending:
+                # only buffered text needs the deferral: taken from the buffer, it must land
+                with self.guard:
+                    self._write(events)
+            else:
                 self._write(events)
 
     # -- streamed text ---------------------------------------------------------------------
@@ -231,10 +235,11 @@ class Recorder:
 
     def _write(self, events: Sequence[Event]) -> None:
         """Append the held events, the buffered text and ``events``: one fenced round trip."""
-        text = self._take_text()
-        ours = [text, *events] if text is not None else list(events)
+        text = self._take_text() if self._pending else None
+        ours = [text, *events] if text is not None else events
         # a lone event with nothing held takes append_many's one-XADD path
-        batch = [*self.take_held(), *ours]
+        batch = [*self.held, *ours] if self.held else ours
+        self.held = []
         if not batch:
             return
         with metrics.append_timer():
