@@ -62,10 +62,11 @@ WAITS = (
 #: the socket's connect, its read (after the server got the request, and for mid-stream after
 #: the first text arrived: ``ready``), the SDK's retry sleep
 PHASES = {
-    "connect": "create_connection",
-    "first_byte": "read",
-    "mid_stream": "read",
-    "retry_sleep": "_sleep_for_retry",
+    "connect": ("create_connection",),
+    "first_byte": ("read",),
+    "mid_stream": ("read",),
+    # ``_retry_request`` in the SDKs' older releases (anthropic 0.40, openai 1.55)
+    "retry_sleep": ("_sleep_for_retry", "_retry_request"),
 }
 
 
@@ -100,9 +101,9 @@ def waiting_in() -> str:
 
 @dataclass
 class Delivery:
-    """A signal sent from a helper thread once the main thread waits in ``marker``."""
+    """A signal sent from a helper thread once the main thread waits in one of ``markers``."""
 
-    marker: str
+    markers: tuple[str, ...]
     send: Callable[[], None]
     #: and only once this holds too
     ready: Callable[[], bool] = lambda: True
@@ -116,7 +117,7 @@ class Delivery:
     def _run(self) -> None:
         deadline = time.monotonic() + PHASE_WITHIN_S
         while time.monotonic() < deadline:
-            if self.ready() and waiting_in() == self.marker:
+            if self.ready() and waiting_in() in self.markers:
                 self.seen = True
                 break
             time.sleep(0.005)
@@ -127,10 +128,10 @@ class Delivery:
 
 @contextmanager
 def delivered(
-    marker: str, send: Callable[[], None], ready: Callable[[], bool] = lambda: True
+    markers: tuple[str, ...], send: Callable[[], None], ready: Callable[[], bool] = lambda: True
 ) -> Iterator[Delivery]:
-    """Within the block, ``send`` is called once the main thread waits in ``marker``."""
-    delivery = Delivery(marker, send, ready)
+    """Within the block, ``send`` is called once the main thread waits in one of ``markers``."""
+    delivery = Delivery(markers, send, ready)
     delivery.thread.start()
     try:
         yield delivery
