@@ -132,3 +132,31 @@ def test_a_late_stop_nudge_after_the_run_is_not_taken_for_a_shutdown() -> None:
     signal_self(NUDGE)
     time.sleep(0.05)
     assert not guard_module._TRAP.draining
+
+
+def test_a_stop_nudge_lost_before_a_blocking_call_is_sent_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The first nudge is dropped (as one landing just before a blocking call is, until that
+    call returns); the watcher's next calls send it again once RESEND_S has passed."""
+    sent: list[int] = []
+    real_kill = signal.pthread_kill
+
+    def kill(thread_id: int, signum: int) -> None:
+        sent.append(signum)
+        if len(sent) > 1:
+            real_kill(thread_id, signum)
+
+    monkeypatch.setattr(signal, "pthread_kill", kill)
+    monkeypatch.setattr(guard_module, "RESEND_S", 0.05)
+    guard = DeferSignals()
+    with pytest.raises(TurnCancelled), guard.running():
+        guard.stop()
+        guard.stop()  # too soon: not sent again
+        assert sent == [NUDGE]
+        deadline = time.monotonic() + DEADLINE_S
+        while time.monotonic() < deadline:
+            guard.stop()
+            time.sleep(0.01)
+        pytest.fail("the lost nudge was never sent again")
+    assert sent == [NUDGE, NUDGE]

@@ -87,12 +87,13 @@ class Heartbeat:
         # this one, they would not interrupt a blocking call of the run (a socket read, a sleep).
         signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
         renew_at = self.clock.now() + self.interval_s
-        watching = self.on_stop is not None
+        stop_seen = False
         while not self.stopping.wait(self.tick_s):
-            if watching and self._stop_requested():
-                watching = False
-                if not self.stopping.is_set():
-                    assert self.on_stop is not None
+            if self.on_stop is not None:
+                # Once seen, the flag is not read again; on_stop is called on every tick (it
+                # sends its nudge again only while the run has not taken it).
+                stop_seen = stop_seen or self._stop_requested()
+                if stop_seen and not self.stopping.is_set():
                     self.on_stop()
             if self.clock.now() < renew_at:
                 continue

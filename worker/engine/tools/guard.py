@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import FrameType, TracebackType
@@ -39,6 +40,8 @@ SOFT_LIMIT = signal.SIGUSR1
 NUDGE = signal.SIGUSR2
 #: signals the trap handles; each raises an ``Interrupt`` while a run is running
 SIGNALS = (SOFT_LIMIT, NUDGE, signal.SIGTERM)
+#: seconds before a Stop nudge its run has not seen is sent again
+RESEND_S = 0.5
 
 
 class _Trap:
@@ -122,6 +125,8 @@ class DeferSignals:
     def __init__(self) -> None:
         self._armed = False
         self._active: list[bool] = []
+        #: monotonic time this run's Stop nudge was sent (None: not sent)
+        self._stop_sent_at: float | None = None
 
     @property
     def armed(self) -> bool:
@@ -149,6 +154,7 @@ class DeferSignals:
             yield
             return
         _TRAP.running, _TRAP.pending = True, None
+        self._stop_sent_at = None
         try:
             if _TRAP.draining:
                 raise Shutdown("the worker is shutting down")
@@ -158,12 +164,22 @@ class DeferSignals:
 
     def stop(self) -> None:
         """Ask the run to stop (from the Stop watcher's thread): ``TurnCancelled`` is raised in
-        the run's thread at its next safe point, also while it waits on a socket or a sleep."""
-        if self._armed and _TRAP.running:
+        the run's thread at its next safe point, also while it waits on a socket or a sleep.
+
+        Called again while the nudge is still unseen, it sends it again every ``RESEND_S``: a
+        signal that lands after the interpreter's last check and before a blocking call starts
+        is handled only when that call returns."""
+        if not (self._armed and _TRAP.running):
+            return
+        now = time.monotonic()
+        if self._stop_sent_at is None:
             _TRAP.stops_sent += 1
-            main = threading.main_thread().ident
-            if main is not None:
-                signal.pthread_kill(main, NUDGE)
+        elif _TRAP.stops_seen >= _TRAP.stops_sent or now - self._stop_sent_at < RESEND_S:
+            return  # seen (raised, or noted for its section's end), or sent a moment ago
+        self._stop_sent_at = now
+        main = threading.main_thread().ident
+        if main is not None:
+            signal.pthread_kill(main, NUDGE)
 
     @contextmanager
     def lifted(self) -> Iterator[None]:
