@@ -43,9 +43,9 @@ from tests.support import (
     wait_until,
     write_script,
 )
-from tests.support.fixtures import IN_CI
+from tests.support.fixtures import started
 from worker.base.settings import Settings
-from worker.dev.redis_server import RedisServer, RedisServerError
+from worker.dev.redis_server import RedisServer
 from worker.edges.client import enqueue
 from worker.edges.runtime import CeleryDispatcher, Runtime
 from worker.lifecycle.dispatch import task_id
@@ -111,14 +111,7 @@ StartApps = Callable[..., tuple[AppB, WorkerProcess]]
 @pytest.fixture(scope="module")
 def app_b_server(redis_server: RedisServer) -> Iterator[RedisServer]:
     """App B's own redis-server (app A's is the session's ``redis_server``)."""
-    try:
-        server = RedisServer().start()
-    except RedisServerError as e:
-        if IN_CI:
-            pytest.fail(f"CI=true requires a real redis-server: {e}", pytrace=False)
-        pytest.skip(f"no real redis-server: {e}")
-    yield server
-    server.cleanup()
+    yield from started(lambda: RedisServer().start(), "a real redis-server")
 
 
 @pytest.fixture

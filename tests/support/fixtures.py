@@ -21,6 +21,7 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
+from typing import TypeVar
 
 import fakeredis
 import pytest
@@ -52,28 +53,30 @@ StartWorker = Callable[..., WorkerProcess]
 # -- Redis --------------------------------------------------------------------------------------
 
 
-@pytest.fixture(scope="session")
-def redis_server() -> Iterator[RedisServer]:
+S = TypeVar("S", RedisServer, LocalCluster)
+
+
+def started(start: Callable[[], S], what: str) -> Iterator[S]:
+    """``yield from started(...)`` in a fixture: a real service for its scope, cleaned up after.
+    One that cannot start skips the test locally and fails it under ``CI=true``."""
     try:
-        server = RedisServer().start()
+        service = start()
     except RedisServerError as e:
         if IN_CI:
-            pytest.fail(f"CI=true requires a real redis-server: {e}", pytrace=False)
-        pytest.skip(f"no real redis-server: {e}")
-    yield server
-    server.cleanup()
+            pytest.fail(f"CI=true requires {what}: {e}", pytrace=False)
+        pytest.skip(f"no {what}: {e}")
+    yield service
+    service.cleanup()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    yield from started(lambda: RedisServer().start(), "a real redis-server")
 
 
 @pytest.fixture(scope="session")
 def redis_cluster() -> Iterator[LocalCluster]:
-    try:
-        cluster = LocalCluster().start()
-    except RedisServerError as e:
-        if IN_CI:
-            pytest.fail(f"CI=true requires a Redis Cluster of redis-servers: {e}", pytrace=False)
-        pytest.skip(f"no Redis Cluster: {e}")
-    yield cluster
-    cluster.cleanup()
+    yield from started(lambda: LocalCluster().start(), "a Redis Cluster of redis-servers")
 
 
 @pytest.fixture(params=["fakeredis", "redis-server", "cluster"])
