@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from tests.support import DRES_ENV, TESTS, ApiProcess, stop_all, subprocess_env
-from tests.support.fixtures import IN_CI
+from tests.support.processes import IN_CI
 from worker.dev.redis_server import RedisServer
 
 CHROMIUM = Path("/usr/bin/chromium")

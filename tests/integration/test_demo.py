@@ -3,26 +3,15 @@
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
+from tests.support.processes import run_demo
 from worker.dev.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_demo(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "worker.edges.cli", "demo"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
 
 
 def demo_env(**extra: str) -> dict[str, str]:

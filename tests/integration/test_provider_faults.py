@@ -18,15 +18,12 @@ sees each fault at once.
 from __future__ import annotations
 
 import os
-import subprocess
-import sys
 from collections.abc import Callable, Iterator
 
 import pytest
 
 from tests.support import (
     DIALECTS,
-    ROOT,
     Dialect,
     FakeProvider,
     WorkerProcess,
@@ -37,6 +34,7 @@ from tests.support import (
     show,
     wait_for,
 )
+from tests.support.processes import run_demo
 from tests.support.providers import Reply
 from worker.dev.demo_tools import outbox
 from worker.dev.redis_server import RedisServer
@@ -274,14 +272,7 @@ def test_the_demo_runs_its_turn_on_the_model_dres_model_names(
     env = {k: v for k, v in os.environ.items() if not k.startswith("DRES_")}
     env.update(dialect.env(fake.url), DRES_MODEL=f"{dialect.kind}:fake-model")
 
-    done = subprocess.run(
-        [sys.executable, "-m", "worker.edges.cli", "demo"],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_demo(env)
 
     assert done.returncode == 0, done.stdout + done.stderr
     assert f"model:  {dialect.kind}:fake-model" in done.stdout

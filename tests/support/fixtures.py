@@ -31,6 +31,7 @@ from ledger.store import Client, Ledger
 from tests.support.backends import Backend
 from tests.support.processes import (
     DRES_ENV,
+    IN_CI,
     TESTS,
     DresProcess,
     WorkerProcess,
@@ -43,8 +44,6 @@ from tests.support.turns import close_runtime
 from worker.base.settings import Settings, load_settings
 from worker.dev.redis_server import RedisServer, RedisServerError
 from worker.edges.runtime import Runtime
-
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 #: ``start_worker(concurrency=1, extra=(), ready=True, overrides=None)``
 StartWorker = Callable[..., WorkerProcess]

@@ -9,6 +9,8 @@ process group).
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,6 +21,8 @@ from worker.dev.redis_server import free_port
 from worker.dev.worker_process import READY_S, ROOT, DresProcess, WorkerProcess
 
 TESTS = ROOT / "tests"
+#: under CI a missing service or package fails a test instead of skipping it
+IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 
 #: the dres settings of the tests (seconds): 0.5 s soft limits, a 3 s hard limit, a lease of 1 s
 #: (renewed every third of it), a fast reaper; the tools of ``tests/sample_tools.py`` too
@@ -37,11 +41,13 @@ DRES_ENV = {
 
 __all__ = [
     "DRES_ENV",
+    "IN_CI",
     "ROOT",
     "TESTS",
     "ApiProcess",
     "DresProcess",
     "WorkerProcess",
+    "run_demo",
     "stop_all",
     "subprocess_env",
 ]
@@ -91,3 +97,15 @@ def stop_all(processes: Iterable[DresProcess]) -> None:
         process.terminate()
     for process in processes:
         process.stop()
+
+
+def run_demo(env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
+    """``dres demo`` as a user runs it, with ``env``; its output captured (60 s at most)."""
+    return subprocess.run(
+        [sys.executable, "-m", "worker.edges.cli", "demo"],
+        cwd=ROOT,
+        env=dict(env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )

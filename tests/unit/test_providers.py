@@ -7,7 +7,6 @@ through ``base_url``.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from collections.abc import Iterator
 from types import SimpleNamespace
@@ -25,6 +24,7 @@ from tests.support.providers import (
     fake_provider,
     openai_error,
     openai_stream,
+    require_sdk,
     sse,
     text_block,
     tool_block,
@@ -46,19 +46,8 @@ from worker.engine.models.base import (
 )
 from worker.engine.models.providers import AnthropicModel, OpenAIModel
 
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 #: seconds any one request may take before the SDK gives up
 TIMEOUT_S = 5.0
-
-
-def require(package: str) -> None:
-    """The SDKs are in the ``dev`` extra: missing locally skips, missing under CI fails."""
-    try:
-        __import__(package)
-    except ImportError:
-        if IN_CI:
-            pytest.fail(f"CI=true requires the {package} package", pytrace=False)
-        pytest.skip(f"the {package} package is not installed")
 
 
 @pytest.fixture
@@ -106,7 +95,7 @@ SIMPLE = ModelRequest(system="", messages=(UserMessage("hi"),))
 
 
 def anthropic_model(fake: FakeProvider, **options: Any) -> AnthropicModel:
-    require("anthropic")
+    require_sdk("anthropic")
     options.setdefault("timeout", TIMEOUT_S)
     return AnthropicModel(
         "claude-test", base_url=fake.url, api_key="test", max_retries=0, **options
@@ -258,7 +247,7 @@ def test_anthropic_read_timeout_is_a_resumable_gateway_timeout(server: FakeProvi
 
 
 def test_anthropic_unreachable_server_is_a_resumable_connection_reset() -> None:
-    require("anthropic")
+    require_sdk("anthropic")
     # A port that was just listening and is now closed: the connection is refused.
     with ProviderServer() as closed:
         url = closed.fake.url
@@ -271,7 +260,7 @@ def test_anthropic_unreachable_server_is_a_resumable_connection_reset() -> None:
 
 
 def openai_model(fake: FakeProvider, **options: Any) -> OpenAIModel:
-    require("openai")
+    require_sdk("openai")
     options.setdefault("timeout", TIMEOUT_S)
     return OpenAIModel(
         "gpt-test", base_url=f"{fake.url}/v1", api_key="test", max_retries=0, **options
@@ -397,7 +386,7 @@ def test_openai_read_timeout_is_a_resumable_gateway_timeout(server: FakeProvider
 
 
 def test_openai_missing_api_key_is_an_auth_error(monkeypatch: pytest.MonkeyPatch) -> None:
-    require("openai")
+    require_sdk("openai")
     for name in ("OPENAI_API_KEY", "OPENAI_ADMIN_KEY"):
         monkeypatch.delenv(name, raising=False)
     model = OpenAIModel("gpt-test", base_url="http://127.0.0.1:9/v1", max_retries=0)
@@ -408,8 +397,8 @@ def test_openai_missing_api_key_is_an_auth_error(monkeypatch: pytest.MonkeyPatch
 
 
 def test_make_builds_the_adapter_for_each_provider() -> None:
-    require("anthropic")
-    require("openai")
+    require_sdk("anthropic")
+    require_sdk("openai")
     anthropic = providers.make("anthropic", "claude-x")
     openai = providers.make("openai", "gpt-x")
     assert isinstance(anthropic, AnthropicModel)
@@ -423,12 +412,12 @@ def test_make_with_an_unknown_provider_is_a_config_error() -> None:
 
 
 def test_make_model_routes_provider_specs_through_make() -> None:
-    require("anthropic")
+    require_sdk("anthropic")
     assert isinstance(make_model("anthropic:claude-x", SystemClock()), AnthropicModel)
 
 
 def test_a_process_keeps_one_adapter_per_provider_spec_and_its_client() -> None:
-    require("anthropic")
+    require_sdk("anthropic")
     models = Models()
     first = models.get("anthropic:claude-x", SystemClock())
 
@@ -437,7 +426,7 @@ def test_a_process_keeps_one_adapter_per_provider_spec_and_its_client() -> None:
 
 
 def test_adapters_beyond_the_bound_are_dropped_least_recently_used_first_and_closed() -> None:
-    require("anthropic")
+    require_sdk("anthropic")
     clock = SystemClock()
     models = Models(max_adapters=2)
     first = models.get("anthropic:a", clock)

@@ -14,7 +14,6 @@ soft limit itself, never a resumable ``ModelError``.
 
 from __future__ import annotations
 
-import os
 import platform
 import signal
 import sys
@@ -36,13 +35,13 @@ from tests.support.providers import (
     Reply,
     blackhole,
     fake_provider,
+    require_sdk,
 )
 from worker.base.errors import Shutdown, SoftLimit, TurnCancelled
 from worker.engine.models import providers
 from worker.engine.models.base import ModelRequest, TextDelta, UserMessage
 from worker.engine.tools.guard import DeferSignals
 
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 MAIN = threading.main_thread().ident
 REQUEST = ModelRequest(system="", messages=(UserMessage("hi"),))
 #: seconds the SDK would wait on its own (connect and read timeouts, a server's retry-after):
@@ -68,16 +67,6 @@ PHASES = {
     # ``_retry_request`` in the SDKs' older releases (anthropic 0.40, openai 1.55)
     "retry_sleep": ("_sleep_for_retry", "_retry_request"),
 }
-
-
-def require(package: str) -> None:
-    """The SDKs are in the ``dev`` extra: missing locally skips, missing under CI fails."""
-    try:
-        __import__(package)
-    except ImportError:
-        if IN_CI:
-            pytest.fail(f"CI=true requires the {package} package", pytrace=False)
-        pytest.skip(f"the {package} package is not installed")
 
 
 def waiting_in() -> str:
@@ -152,7 +141,7 @@ def fake() -> Iterator[FakeProvider]:
 
 def adapter(dialect: Dialect, url: str, *, max_retries: int = 2) -> providers._Adapter:
     """The dres adapter of ``dialect``'s SDK, pointed at ``url``; the SDK would wait long."""
-    require(dialect.kind)
+    require_sdk(dialect.kind)
     kind = {"anthropic": providers.AnthropicModel, "openai": providers.OpenAIModel}[dialect.kind]
     base_url = f"{url}/v1" if dialect.kind == "openai" else url
     return kind(
@@ -259,7 +248,7 @@ def celery_soft_limit() -> Iterator[None]:
 def test_without_the_trap_the_anthropic_sdk_wraps_celerys_soft_limit_into_a_connection_error(
     fake: FakeProvider,
 ) -> None:
-    require("anthropic")
+    require_sdk("anthropic")
     import anthropic
 
     fake.script(Reply(hang=True))
@@ -283,7 +272,7 @@ def test_without_the_trap_the_anthropic_sdk_retries_past_celerys_soft_limit(
     fake: FakeProvider,
 ) -> None:
     """Issue 13's first finding: the soft limit is swallowed and the call goes on."""
-    require("anthropic")
+    require_sdk("anthropic")
     import anthropic
 
     dialect = next(d for d in DIALECTS if d.kind == "anthropic")
@@ -354,7 +343,7 @@ def chained(inner: BaseException, *, cause: bool) -> Exception:
 def test_model_error_raises_an_interrupt_found_in_the_chain_instead_of_classifying_it(
     inner: BaseException, cause: bool
 ) -> None:
-    require("anthropic")
+    require_sdk("anthropic")
     import anthropic
 
     outer = chained(inner, cause=cause)
@@ -365,7 +354,7 @@ def test_model_error_raises_an_interrupt_found_in_the_chain_instead_of_classifyi
 
 def test_model_error_walks_past_plain_errors_in_the_chain() -> None:
     """Only interrupts are raised: an ordinary error in the chain leaves the classification."""
-    require("anthropic")
+    require_sdk("anthropic")
     import anthropic
 
     outer = chained(ConnectionResetError("peer reset"), cause=True)
