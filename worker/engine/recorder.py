@@ -242,8 +242,11 @@ class Recorder:
         self.held = []
         if not batch:
             return
-        with metrics.append_timer():
+        began = time.perf_counter()
+        try:
             self.ledger.append_many(batch, lease=self.run.lease)
+        finally:
+            metrics.observe_append(time.perf_counter() - began)
         self.events.extend(ours)
 
     def _raise_failed(self) -> None:
