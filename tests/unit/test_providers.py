@@ -97,9 +97,8 @@ SIMPLE = ModelRequest(system="", messages=(UserMessage("hi"),))
 def anthropic_model(fake: FakeProvider, **options: Any) -> AnthropicModel:
     require_sdk("anthropic")
     options.setdefault("timeout", TIMEOUT_S)
-    return AnthropicModel(
-        "claude-test", base_url=fake.url, api_key="test", max_retries=0, **options
-    )
+    options.setdefault("max_retries", 0)
+    return AnthropicModel("claude-test", base_url=fake.url, api_key="test", **options)
 
 
 def test_anthropic_streams_text_deltas_in_order_then_the_assembled_tool_call(
@@ -262,9 +261,8 @@ def test_anthropic_unreachable_server_is_a_resumable_connection_reset() -> None:
 def openai_model(fake: FakeProvider, **options: Any) -> OpenAIModel:
     require_sdk("openai")
     options.setdefault("timeout", TIMEOUT_S)
-    return OpenAIModel(
-        "gpt-test", base_url=f"{fake.url}/v1", api_key="test", max_retries=0, **options
-    )
+    options.setdefault("max_retries", 0)
+    return OpenAIModel("gpt-test", base_url=f"{fake.url}/v1", api_key="test", **options)
 
 
 def test_openai_streams_text_deltas_then_tool_calls_assembled_by_index(
@@ -462,3 +460,25 @@ def test_a_missing_sdk_is_a_config_error_naming_the_extra(
     assert str(info.value) == (
         f"model spec {kind}:m: the {kind} package is not installed (pip install 'dres[{kind}]')"
     )
+
+
+@pytest.mark.parametrize("status", [429, 529])
+@pytest.mark.parametrize("kind", ["anthropic", "openai"])
+def test_a_rate_limit_is_never_retried_by_the_sdk_whatever_its_retry_after(
+    server: FakeProvider, kind: str, status: int
+) -> None:
+    """With the SDK's retries on (2) and a Retry-After of an hour, the rate limit reaches dres at
+    once, after one request: what it does is dres's decision (CONTRACT §7.7), not a sleep inside
+    the chunk."""
+    wait = (("retry-after", "3600"),)
+    if kind == "anthropic":
+        model: AnthropicModel | OpenAIModel = anthropic_model(server, max_retries=2)
+        server.replies.append(anthropic_error(status, "rate_limit_error", wait))
+    else:
+        model = openai_model(server, max_retries=2)
+        server.replies.append(openai_error(status, "rate_limit_exceeded", wait))
+
+    error = failure(model, SIMPLE)
+
+    assert error.code == "rate_limit"
+    assert len(server.received) == 1

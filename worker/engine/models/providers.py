@@ -48,6 +48,8 @@ STATUSES = {
     **dict.fromkeys([429, 529], "rate_limit"),
     408: "gateway_timeout",
 }
+#: a provider's rate limits (Anthropic's 529 is "overloaded")
+RATE_LIMIT_STATUSES = frozenset({429, 529})
 #: the error type of an error event inside a 200 stream -> code; unknown types are ``http_5xx``
 ERROR_TYPES = {
     **dict.fromkeys(["overloaded_error", "rate_limit_error", "rate_limit_exceeded"], "rate_limit"),
@@ -119,8 +121,14 @@ class _Adapter:
 
     def _connect(self) -> Any:
         if self._client is None:
+            options = dict(self._options)
+            http_client = getattr(self._sdk, "DefaultHttpxClient", None)
+            if http_client is not None:  # the SDK's own defaults, plus one response hook
+                options["http_client"] = http_client(
+                    event_hooks={"response": [rate_limits_not_retried]}
+                )
             try:
-                self._client = getattr(self._sdk, self.client_class)(**self._options)
+                self._client = getattr(self._sdk, self.client_class)(**options)
             except getattr(self._sdk, self.base_error) as e:
                 # The OpenAI client refuses to be built without credentials.
                 raise ModelError("auth", _cut(str(e))) from e
@@ -178,6 +186,15 @@ class OpenAIModel(_Adapter):
             kwargs["tools"] = [{"type": "function", "function": f} for f in functions]
         with client.chat.completions.create(stream=True, **kwargs) as stream:
             yield from openai_events(stream)
+
+
+def rate_limits_not_retried(response: Any) -> None:
+    """What a rate limit does is dres's to decide (CONTRACT §7.7: a foreground turn stops, a
+    background one resumes once after a cooldown): the SDK must not retry it on its own, which
+    would sleep out a ``Retry-After`` of any length inside the chunk. Both SDKs obey
+    ``x-should-retry`` before anything else; other statuses keep the SDK's retries."""
+    if response.status_code in RATE_LIMIT_STATUSES:
+        response.headers["x-should-retry"] = "false"
 
 
 # -- requests ------------------------------------------------------------------------------
