@@ -11,8 +11,8 @@
   process's environment, the settings read from it, and dres wired in this process as an API
   process has it (ledger, lifecycle, dispatch).
 - ``start_worker``/``worker``: prefork ``dres worker`` subprocesses on this test's Redis, each in
-  its own session; the finalizer stops every one by PID (SIGTERM, wait, then SIGKILL of its
-  process group), so no test leaves one running.
+  its own session; the finalizer SIGKILLs each one's process group, so no test leaves one
+  running.
 - ``script``: writes scripted-model files in this test's temporary directory.
 """
 
@@ -35,7 +35,6 @@ from tests.support.processes import (
     TESTS,
     DresProcess,
     WorkerProcess,
-    stop_all,
     subprocess_env,
 )
 from tests.support.redis_cluster import LocalCluster
@@ -199,7 +198,11 @@ def start_worker(dres_env: dict[str, str], tmp_path: Path) -> Iterator[StartWork
         return process
 
     yield start
-    stop_all(started)
+    # SIGKILL, not a warm shutdown: the test is over, and Celery's warm shutdown of an idle worker
+    # takes ~2.7 s (its hub's poll, then its pool's stop), paid by every worker test
+    # (test_graceful_shutdown.py tests the warm shutdown itself)
+    for process in started:
+        process.kill_group()
     show_logs(started)
 
 
