@@ -7,7 +7,9 @@ from typing import Any
 import structlog
 from celery import signals
 
+from worker.base import metrics
 from worker.base.errors import ConfigError
+from worker.base.forks import guard_forks
 from worker.base.logging import configure_logging_for
 from worker.base.settings import load_settings
 from worker.edges.runtime import Runtime
@@ -41,6 +43,19 @@ def _loglevel(extra: list[str]) -> str:
     return "INFO"
 
 
+def load_before_fork(runtime: Runtime) -> None:
+    """Import now, in the main process before the pool forks and before the reaper starts, what
+    every chunk and sweep needs: each child starts with it (no chunk spends its time limit on a
+    first import), and the reaper thread does no first import a fork could cut in half
+    (``worker.base.forks``)."""
+    guard_forks()
+    settings = runtime.settings
+    preload_sdks([settings.model, *settings.models.split(",")])
+    metrics.get()
+    tools = runtime.registry.names()  # DRES_TOOLS's modules: a bad one stops the worker here
+    log.info("tools loaded", tools=tools)
+
+
 def run_worker(extra: list[str], *, reaper: bool) -> int:
     settings = load_settings()
     pool = _pool_option(extra)
@@ -55,7 +70,7 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     runtime = Runtime.from_settings(settings)
     app = runtime.app
     hand_over_on_shutdown()
-    preload_sdks([settings.model, *settings.models.split(",")])
+    load_before_fork(runtime)
 
     def keep_dres_logging(**_: Any) -> None:
         # A receiver here makes Celery add no handler of its own (its task logger's would print

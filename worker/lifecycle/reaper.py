@@ -23,6 +23,7 @@ from ledger.errors import CorruptTurn, TransitionRefused, UnknownTurn
 from ledger.store import MetaValue
 from ledger.turn import Step, StopCode, TurnMeta, TurnStatus
 from worker.base import metrics
+from worker.base.forks import no_fork
 from worker.lifecycle.service import Lifecycle
 
 log = structlog.get_logger("dres.reaper")
@@ -125,15 +126,19 @@ class ReaperThread(threading.Thread):
 
     def run(self) -> None:
         while not self.stopping.wait(self.reaper.settings.reaper_interval_s):
-            try:
-                actions = self.reaper.sweep()
-            except Exception as e:  # a sweep must never kill the thread; the next one retries
-                log.error("reaper sweep failed", error=repr(e))
-                continue
-            metrics.reaper_swept(actions.values())
-            moved = {t: a for t, a in actions.items() if a not in {"alive", "waiting", "queued"}}
-            if moved:
-                log.info("reaper sweep", actions=moved)
+            with no_fork():  # the pool's forks wait: no child starts with a lock it holds
+                self._sweep()
+
+    def _sweep(self) -> None:
+        try:
+            actions = self.reaper.sweep()
+        except Exception as e:  # a sweep must never kill the thread; the next one retries
+            log.error("reaper sweep failed", error=repr(e))
+            return
+        metrics.reaper_swept(actions.values())
+        moved = {t: a for t, a in actions.items() if a not in {"alive", "waiting", "queued"}}
+        if moved:
+            log.info("reaper sweep", actions=moved)
 
     def stop(self) -> None:
         self.stopping.set()
