@@ -27,8 +27,8 @@ subprocess (``bench.celery_bench``), row 7 against two (``bench.pickup_bench``),
 private redis-server (AOF, everysec) started here for it and stopped after it. It reports and
 never asserts: the exit status is 0 even when a target is missed. ``--quick`` is a smoke test;
 ``--markdown PATH`` writes a RESULTS.md-style report (machine, versions, date, the table,
-notes); ``--pickup-trials N`` sets row 7's trials per case. Row 7 alone:
-``python -m bench.pickup_bench [--quick] [--trials N]``.
+notes) and keeps the sections written into that file by hand; ``--pickup-trials N`` sets row
+7's trials per case. Row 7 alone: ``python -m bench.pickup_bench [--quick] [--trials N]``.
 """
 
 from __future__ import annotations
@@ -37,6 +37,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import subprocess
 import sys
 import time
@@ -272,6 +273,30 @@ def markdown(result: dict[str, Any], rows: Sequence[Row]) -> str:
         f"{result['pickup']['loadavg_before']}."
     )
     return "\n".join(out) + "\n"
+
+
+#: the sections ``markdown`` writes; any other ``## `` section of the file is someone's own
+GENERATED = ("Machine", "Versions", "Results", "How each row is measured", "Details", "Noise")
+
+
+def _sections(text: str) -> list[str]:
+    """The file's ``## `` sections, each from its heading to the next (the title block first)."""
+    return re.split(r"(?m)^(?=## )", text)
+
+
+def keep_written_sections(new: str, old: str) -> str:
+    """``new`` with the sections of ``old`` that ``markdown`` does not write (comparisons,
+    issue rows written by hand) put back after its Results, in their order."""
+    kept = [
+        section.rstrip("\n") + "\n"
+        for section in _sections(old)[1:]
+        if section[3:].splitlines()[0].strip() not in GENERATED
+    ]
+    if not kept:
+        return new
+    parts = _sections(new)
+    at = next(i for i, p in enumerate(parts) if p.startswith("## Results")) + 1
+    return "".join(parts[:at]) + "\n".join(kept) + "\n" + "".join(parts[at:])
 
 
 METHOD = [
@@ -567,7 +592,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     args.json.write_text(json.dumps(result, indent=2) + "\n")
     if args.markdown:
-        args.markdown.write_text(markdown(result, rows))
+        old = args.markdown.read_text() if args.markdown.exists() else ""
+        args.markdown.write_text(keep_written_sections(markdown(result, rows), old))
         print(f"wrote {args.markdown} and {args.json}")
     return 0
 

@@ -68,3 +68,20 @@ def test_a_pickup_trial_without_a_new_run_counts_at_its_deadline() -> None:
     assert (child.extra["missed_deadline"], child.extra["over_target"]) == (1, 1)
     assert child.extra["causes"] == {"reaper": 1, "none": 1}
     assert (whole.dres, whole.verdict) == ([9.1], "meets")
+
+
+def test_a_new_report_keeps_the_sections_written_by_hand_and_replaces_its_own() -> None:
+    from bench.__main__ import keep_written_sections
+
+    old = (
+        "# dres benchmark results\n\nold intro\n\n## Results\n\nold table\n\n"
+        "## Issue 16 by hand\n\nrows S1-S3\n\n## Details\n\nold details\n\n"
+        "## Base and change\n\nside by side\n"
+    )
+    new = "# dres benchmark results\n\nnew intro\n\n## Results\n\nnew table\n\n## Details\n\nnew\n"
+    assert keep_written_sections(new, old) == (
+        "# dres benchmark results\n\nnew intro\n\n## Results\n\nnew table\n\n"
+        "## Issue 16 by hand\n\nrows S1-S3\n\n## Base and change\n\nside by side\n\n"
+        "## Details\n\nnew\n"
+    )
+    assert keep_written_sections(new, "") == new
