@@ -17,7 +17,7 @@ from worker.engine.history import (
     fit_earlier_turns,
 )
 from worker.engine.models.base import AssistantMessage, UserMessage
-from worker.engine.models.providers import anthropic_messages, openai_messages
+from worker.engine.models.wire import anthropic_messages, openai_messages
 
 ONE = EarlierTurn(turn_id="t-a", message="What is 2+2?", answer="4.")
 TWO = EarlierTurn(turn_id="t-b", message="And 3+3?", answer="6.")
