@@ -10,10 +10,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
-import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Annotated, Any
+from typing import Annotated
 
 import redis
 import redis.asyncio as aioredis
@@ -26,8 +25,8 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import keys
-from ledger.codec import decode_entry, text
-from ledger.errors import CorruptTurn, EventDecodeError, UnknownTurn
+from ledger.codec import text
+from ledger.errors import CorruptTurn, UnknownTurn
 from ledger.journal import build_journal
 from ledger.turn import TurnMeta, continue_refusal
 from worker.base.errors import ConfigError
@@ -48,6 +47,7 @@ from worker.edges.client import enqueue
 from worker.edges.metrics_http import serve_metrics
 from worker.edges.page import router as page_router
 from worker.edges.runtime import Runtime, ledger_reader
+from worker.edges.sse import SSE_KEEPALIVE_S, STREAM_ID, event_stream
 
 #: bytes: the largest request body accepted
 MAX_BODY_BYTES = 256 * 1024
@@ -55,9 +55,6 @@ MAX_BODY_BYTES = 256 * 1024
 #: continued as long as its keys live, and its call_agent retry must still find the child turn
 #: its key made there (CONTRACT §7.9)
 IDEMPOTENCY_MARGIN_S = 24 * 3600
-#: seconds between keepalive comments on an idle event stream
-SSE_KEEPALIVE_S = 15.0
-STREAM_ID = re.compile(r"^\d+-\d+$")
 
 
 def _body_hash(body: TurnRequest) -> str:
@@ -279,7 +276,7 @@ async def events(
         raise HTTPException(400, f"not a stream id: {start!r} (expected like 3-14)")
     await meta_of(reader, turn_id)
     return StreamingResponse(
-        _sse(reader, request, turn_id, start),
+        event_stream(reader, request, turn_id, start),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
@@ -325,52 +322,3 @@ def _created(turn_id: str, conversation_id: str) -> TurnCreated:
 def _broker_ping(rt: Runtime) -> None:
     with rt.app.connection_for_write() as connection:
         connection.ensure_connection(max_retries=1, timeout=2)
-
-
-async def _finished(reader: aioredis.Redis, turn_id: str, last: str) -> bool:
-    """The turn has ended and its stream holds nothing after ``last``.
-
-    A ``turn_ended`` alone is not the end: a stopped turn that was continued goes on in the
-    same stream, and its earlier ``turn_ended`` is followed by the new run's events.
-    """
-    status = await reader.hget(keys.turn_meta(turn_id), "status")
-    if status is None:
-        return True  # the turn expired or was removed
-    if text(status) not in ("completed", "stopped"):
-        return False
-    newest = await reader.xrevrange(keys.turn_events(turn_id), count=1)
-    return not newest or _stream_pos(text(newest[0][0])) <= _stream_pos(last)
-
-
-def _stream_pos(stream_id: str) -> tuple[int, int]:
-    ms, _, seq = stream_id.partition("-")
-    return int(ms), int(seq)
-
-
-async def _sse(
-    reader: aioredis.Redis, request: Request, turn_id: str, start: str
-) -> AsyncIterator[bytes]:
-    """Replay after ``start``, then follow live; close after ``turn_ended``."""
-    stream = keys.turn_events(turn_id)
-    last = start
-    block: int | None = None  # the first read replays without waiting
-    while True:
-        reply: Any = await reader.xread({stream: last}, count=200, block=block)
-        entries = [entry for _, batch in (reply or []) for entry in batch]
-        ended = False
-        for stream_id, fields in entries:
-            last = text(stream_id)
-            try:
-                envelope = decode_entry(stream_id, fields)
-            except EventDecodeError:
-                continue  # malformed entries are skipped by every reader
-            data = envelope.event.model_dump_json()
-            yield f"id: {last}\nevent: {envelope.event.type}\ndata: {data}\n\n".encode()
-            ended = ended or envelope.event.type == "turn_ended"
-        if (ended or not entries) and await _finished(reader, turn_id, last):
-            return
-        if not entries and block is not None:
-            yield b": keepalive\n\n"
-        if await request.is_disconnected():
-            return
-        block = int(SSE_KEEPALIVE_S * 1000)
