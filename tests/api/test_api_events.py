@@ -12,7 +12,9 @@ import time
 import httpx
 import pytest
 from api_support import Comment, Sse, as_ledger, ledger_form, post_turn, read_sse, serve, sse_events
+from structlog.testing import capture_logs
 
+from ledger import keys
 from ledger.store import Ledger
 from tests.support import MULTI_CHUNK, Script, WorkerProcess, crashed_stop
 from worker.base.settings import Settings
@@ -138,3 +140,22 @@ def test_the_stream_of_a_continued_turn_stays_open_past_its_earlier_stop(
         ("turn_ended", "stopped", "cancelled")
     ]
     assert as_ledger(replayed + rest) == ledger_form(ledger.read_turn(turn_id))
+
+
+def test_an_unreadable_entry_in_the_stream_is_skipped_with_a_warning_and_the_stream_goes_on(
+    settings: Settings, runtime: Runtime, ledger: Ledger
+) -> None:
+    """In process, to read the API's log: an entry no event decodes from (CONTRACT §6)."""
+    turn_id = crashed_stop(runtime)
+    runtime.redis.xadd(keys.turn_events(turn_id), {"e": b'{"type": "text", "v": 1'})
+    with (
+        capture_logs() as logs,
+        serve(create_api(settings)) as url,
+        httpx.Client(base_url=url, timeout=5) as http,
+        http.stream("GET", events_url(turn_id)) as response,
+    ):
+        streamed = list(sse_events(response))  # returns: the skipped entry still ends the stream
+
+    assert as_ledger(streamed) == ledger_form(ledger.read_turn(turn_id))
+    [skipped] = [e for e in logs if e["event"] == "skipped an unreadable entry"]
+    assert (skipped["log_level"], skipped["turn_id"]) == ("warning", turn_id)
