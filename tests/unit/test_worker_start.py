@@ -1,0 +1,34 @@
+"""``dres worker`` refuses a setting it cannot run with at start, naming it, before any chunk."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from tests.support.processes import ROOT, subprocess_env
+
+
+@pytest.mark.parametrize(
+    ("dres", "args", "said"),
+    [
+        ({"DRES_TOOLS": "no_such_module"}, [], "DRES_TOOLS: cannot import 'no_such_module'"),
+        ({"DRES_TOOLS": "json"}, [], "DRES_TOOLS: module 'json' defines no @tool"),
+        ({}, ["-P", "solo"], "the solo pool never raises soft time limits"),
+    ],
+)
+def test_a_worker_that_cannot_run_chunks_exits_2_at_start_naming_why(
+    dres: dict[str, str], args: list[str], said: str
+) -> None:
+    # No broker is reachable at this URL: the refusal comes before any connection is tried.
+    env = subprocess_env({"DRES_REDIS_URL": "redis://127.0.0.1:9/0", **dres}, ROOT)
+    done = subprocess.run(
+        [sys.executable, "-m", "worker.edges.cli", "worker", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert said in done.stderr
