@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from bench.__main__ import parse_args
-from bench.scale_bench import BYTES_TARGET, FULL, QUICK, bytes_rows, plan_for
+from bench.scale_bench import FULL, QUICK, plan_for
+from bench.stream_bench import BYTES_TARGET, bytes_rows
 
 
 def trial(redis_bytes: float) -> dict[str, float]:
