@@ -83,6 +83,22 @@ class Ledger:
         self.page = page
         self._append_batch_script = client.register_script(script("append.lua"))
 
+    def drop_idle_connections(self) -> None:
+        """Close the client's idle connections: its next command connects afresh.
+
+        An interrupt raised inside the client (a soft limit, a Stop, a shutdown: a signal
+        handler's exception) can leave a connection half set up in the pool, which redis-py
+        cleans up after a ``RedisError`` only; the next command that takes it fails. A run that
+        was interrupted calls this before it records its end.
+        """
+        if isinstance(self.client, RedisCluster):
+            nodes = self.client.get_nodes()  # type: ignore[no-untyped-call]
+            pools = [n.redis_connection.connection_pool for n in nodes if n.redis_connection]
+        else:
+            pools = [self.client.connection_pool]
+        for pool in pools:
+            pool.disconnect(inuse_connections=False)
+
     # -- appending ---------------------------------------------------------------------------
 
     def append(self, event: Event, *, lease: Lease) -> str:

@@ -120,10 +120,12 @@ class AgentLoop:
         try:
             return self._run(run, recorder)
         except TurnCancelled:
+            self.ledger.drop_idle_connections()  # the interrupt may have landed in a command
             return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
         except BaseException:
             # A soft limit, a shutdown, a crash of the run: the text it streamed goes to the
             # ledger before its caller records the hand-over or the failure.
+            self.ledger.drop_idle_connections()
             self._flush_text(recorder)
             raise
         finally:

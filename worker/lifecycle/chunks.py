@@ -76,11 +76,14 @@ class ChunkPath(LifecycleBase):
                 result = loop.run(run)
                 return self.finish(run, result)
         except hand_over:
+            self.ledger.drop_idle_connections()  # the interrupt may have landed inside a command
             return self.chain(run)
         except Shutdown:
+            self.ledger.drop_idle_connections()
             return self.chain(run, "handed over: the worker is shutting down")
         except TurnCancelled:
             # Stop landed after the run's own end was decided: record the stop, unless it ended
+            self.ledger.drop_idle_connections()
             return self.stop_now(run)
         except FencedOut as e:
             log.warning("another run holds the turn; this one stops writing", error=str(e))

@@ -20,10 +20,8 @@ import threading
 from collections.abc import Callable
 from types import TracebackType
 
-import redis
 import structlog
 
-from ledger.errors import LedgerError
 from ledger.turns import TurnStore
 from worker.base.clock import Clock
 from worker.engine.recorder import RunContext
@@ -104,7 +102,7 @@ class Heartbeat:
     def _stop_requested(self) -> bool:
         try:
             return self.store.stop_requested(self.run.turn_id)
-        except (LedgerError, redis.RedisError) as e:
+        except Exception as e:  # a beat must never end the thread: the next tick tries again
             log.warning("could not check for a Stop request", error=repr(e))
             return False
 
@@ -113,9 +111,10 @@ class Heartbeat:
         until = int((self.clock.now() + self.lease_s) * 1000)
         try:
             self.held = self.store.renew(self.run.lease, until)
-        except (LedgerError, redis.RedisError) as e:
-            # Redis away: the next beat tries again; a lease that runs out meanwhile is taken
-            # over, and this run is then fenced out.
+        except Exception as e:
+            # Redis away (or a connection the run's interrupt left broken, until the run drops
+            # it): the next beat tries again; a lease that runs out meanwhile is taken over, and
+            # this run is then fenced out.
             log.warning("could not renew the lease", error=repr(e))
             return True
         if not self.held:
