@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import time
+import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from importlib import resources
@@ -82,6 +83,15 @@ class Ledger:
         self.finished_ttl_s = finished_ttl_s
         self.page = page
         self._append_batch_script = client.register_script(script("append.lua"))
+
+    def mend_after(self, error: BaseException) -> bool:
+        """After an interrupt: drop the idle connections if ``error`` was raised inside the
+        Redis client (which may have left one half set up); True if it was."""
+        frames = traceback.walk_tb(error.__traceback__)
+        if any(f.f_globals.get("__name__", "").startswith("redis.") for f, _ in frames):
+            self.drop_idle_connections()
+            return True
+        return False
 
     def drop_idle_connections(self) -> None:
         """Close the client's idle connections: its next command connects afresh.

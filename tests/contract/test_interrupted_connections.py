@@ -116,7 +116,7 @@ def test_a_run_interrupted_inside_a_connection_set_up_still_records_its_end(
     assert last.type == kind and getattr(last, "reason", getattr(last, "status", None)) == value
 
 
-def test_dropping_idle_connections_mends_a_pool_an_interrupt_left_broken(
+def test_an_interrupt_raised_inside_the_client_mends_the_pool_it_left_broken(
     backend: Backend,
 ) -> None:
     client = backend.connect()
@@ -124,12 +124,24 @@ def test_dropping_idle_connections_mends_a_pool_an_interrupt_left_broken(
     client.ping()
     restore = interrupt_the_next_connect(client, SimulatedSoftLimit)
     new_connections_only(client)
-    with pytest.raises(SimulatedSoftLimit):
+    with pytest.raises(SimulatedSoftLimit) as inside:
         client.ping()
     restore()
     with pytest.raises(AttributeError):
         client.ping()  # redis-py hands out the half set-up connection again: the hazard
 
-    ledger.drop_idle_connections()
+    assert ledger.mend_after(inside.value)
 
     assert client.ping()
+
+
+def test_an_interrupt_raised_outside_the_client_keeps_its_connections(backend: Backend) -> None:
+    client = backend.connect()
+    ledger = Ledger(client)
+    client.ping()
+    idle = list(_connections(client))
+    try:
+        raise SimulatedSoftLimit("landed in the model's stream")
+    except SimulatedSoftLimit as outside:
+        assert not ledger.mend_after(outside)
+    assert idle and all(c._sock is not None for c in _connections(client))

@@ -119,13 +119,13 @@ class AgentLoop:
         self.guard.arm()
         try:
             return self._run(run, recorder)
-        except TurnCancelled:
-            self.ledger.drop_idle_connections()  # the interrupt may have landed in a command
+        except TurnCancelled as e:
+            self.ledger.mend_after(e)  # the interrupt may have landed inside a Redis command
             return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
-        except BaseException:
+        except BaseException as e:
             # A soft limit, a shutdown, a crash of the run: the text it streamed goes to the
             # ledger before its caller records the hand-over or the failure.
-            self.ledger.drop_idle_connections()
+            self.ledger.mend_after(e)
             self._flush_text(recorder)
             raise
         finally:

@@ -75,15 +75,15 @@ class ChunkPath(LifecycleBase):
             with loop.guard.running(), self.heartbeat(run, loop.guard.stop):
                 result = loop.run(run)
                 return self.finish(run, result)
-        except hand_over:
-            self.ledger.drop_idle_connections()  # the interrupt may have landed inside a command
+        except hand_over as e:
+            self.ledger.mend_after(e)  # the interrupt may have landed inside a Redis command
             return self.chain(run)
-        except Shutdown:
-            self.ledger.drop_idle_connections()
+        except Shutdown as e:
+            self.ledger.mend_after(e)
             return self.chain(run, "handed over: the worker is shutting down")
-        except TurnCancelled:
+        except TurnCancelled as e:
             # Stop landed after the run's own end was decided: record the stop, unless it ended
-            self.ledger.drop_idle_connections()
+            self.ledger.mend_after(e)
             return self.stop_now(run)
         except FencedOut as e:
             log.warning("another run holds the turn; this one stops writing", error=str(e))
