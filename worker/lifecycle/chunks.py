@@ -93,6 +93,7 @@ class ChunkPath(LifecycleBase):
             raise
         except Exception as e:
             log.exception("chunk failed")
+            self.ledger.mend_after(e)  # a broken connection must not keep the failure unrecorded
             self.fail(run, e)
             return "failed"
 
