@@ -97,9 +97,10 @@ class Ledger:
         """Close the client's idle connections: its next command connects afresh.
 
         An interrupt raised inside the client (a soft limit, a Stop, a shutdown: a signal
-        handler's exception) can leave a connection half set up in the pool, which redis-py
-        cleans up after a ``RedisError`` only; the next command that takes it fails. A run that
-        was interrupted calls this before it records its end.
+        handler's exception) can leave a connection half set up in the pool: redis-py up to 8.1.0
+        cleans up after a ``RedisError`` only, and the next command that takes it fails (8.2.0
+        closes it on any exception; this is then a no-op for it). A run that was interrupted
+        calls this before it records its end.
         """
         if isinstance(self.client, RedisCluster):
             nodes = self.client.get_nodes()  # type: ignore[no-untyped-call]
