@@ -14,14 +14,14 @@ RUN python -m venv /opt/dres \
 
 WORKDIR /src
 
-# The dependencies first, read from pyproject.toml with the anthropic and openai extras: this
-# layer is rebuilt when pyproject.toml changes, not on every change of the source.
-COPY pyproject.toml ./
-RUN python -c "import tomllib; p = tomllib.load(open('pyproject.toml', 'rb'))['project']; x = p['optional-dependencies']; print('\n'.join(p['dependencies'] + x['anthropic'] + x['openai']))" > requirements.txt \
-    && pip install -r requirements.txt
+# The dependencies first, exactly as requirements.lock pins them (exported from uv.lock by
+# `make lock`: the runtime dependencies and the anthropic and openai extras, every file's hash
+# checked): this layer is rebuilt when the lock changes, not on every change of the source.
+COPY requirements.lock ./
+RUN pip install --require-hashes --no-deps -r requirements.lock
 
 # Then dres itself (its dependencies are in place already)
-COPY README.md ./
+COPY pyproject.toml README.md ./
 COPY ledger ledger
 COPY worker worker
 COPY tasks tasks

@@ -1,22 +1,37 @@
 # dres — the two set-up commands are `make run` (the demo) and `make test` (the whole suite).
-# Both work on a fresh Debian machine with Python 3.11+: they create .venv, install dres with its
-# dev extra, and install redis-server with apt-get when it is missing.
+# Both work on a fresh Debian machine with Python 3.11+: they bring uv (pinned, hash-checked) into
+# .tools, install exactly what uv.lock pins into .venv (dres itself editable, with its dev extra),
+# and install redis-server with apt-get when it is missing.
 
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+TOOLS ?= .tools
+UV := $(TOOLS)/bin/uv
+# uv uses the Python it is given and never downloads one; .venv is where the lock is installed
+export UV_PYTHON_DOWNLOADS := never
+export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install redis-server chromium test lint bench bench-peers run clean chaos
+.PHONY: install redis-server chromium test test-latest lint lock bench bench-peers run clean chaos
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev]'
+$(UV): scripts/uv-requirements.txt
+	@scripts/ensure-uv $(PYTHON) $(TOOLS)
+
+# --locked: uv.lock must match pyproject.toml (a stale lock fails here: run `make lock`)
+$(STAMP): pyproject.toml uv.lock $(UV)
+	$(UV) sync --quiet --locked --extra dev --python $(PYTHON)
 	touch $(STAMP)
+
+# Re-resolve the lock to the newest releases pyproject.toml's ranges allow, and write the hashed
+# requirements.lock the Dockerfile installs from (the runtime dependencies and provider extras).
+lock: $(UV)
+	$(UV) lock --upgrade --python $(PYTHON)
+	$(UV) export --quiet --frozen --no-dev --no-emit-project --extra anthropic --extra openai --no-header \
+		--format requirements-txt --output-file requirements.lock
 
 redis-server:
 	@scripts/ensure-redis-server
@@ -29,8 +44,21 @@ chromium:
 test: install redis-server chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
 
+# The same suite on the newest releases pyproject.toml's ranges allow (not the lock), in its own
+# virtualenv: an upgrade tried on purpose before `make lock` adopts it.
+LATEST_VENV ?= .venv-latest
+test-latest: $(UV) redis-server chromium
+	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(LATEST_VENV)
+	VIRTUAL_ENV=$(LATEST_VENV) $(UV) pip install --quiet --refresh --upgrade -e '.[dev]'
+	$(LATEST_VENV)/bin/python -c "import celery, kombu, redis; print('latest: redis-py', redis.__version__, 'celery', celery.__version__, 'kombu', kombu.__version__)"
+	$(LATEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+
 # ruff; mypy --strict on every package; and repeated code (6 lines or more) fails the build.
 lint: install
+	$(UV) lock --check --python $(PYTHON)
+	$(UV) export --quiet --frozen --no-dev --no-emit-project --extra anthropic --extra openai --no-header \
+		--format requirements-txt | diff -u requirements.lock - \
+		|| { echo "requirements.lock is stale: run make lock" >&2; exit 1; }
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy --strict --explicit-package-bases ledger worker tasks tests/support
@@ -60,7 +88,7 @@ bench-peers: $(PEERS_STAMP)
 	$(PEERS_VENV)/bin/python bench/peers/dbos_bench.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
+	rm -rf $(VENV) $(LATEST_VENV) $(TOOLS) .pytest_cache .mypy_cache .ruff_cache build *.egg-info
 
 # Fault injection on a real worker and redis-server: `make chaos` (200 trials) or TRIALS=N.
 # NAIVE=1 runs the same trials with both layers and the interrupted-write guard off, and counts

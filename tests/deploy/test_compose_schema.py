@@ -24,7 +24,7 @@ def check_jsonschema() -> str:
     """The installed ``check-jsonschema`` CLI, beside this interpreter (the dev extra)."""
     beside = Path(sys.executable).parent / "check-jsonschema"
     found = str(beside) if beside.exists() else shutil.which("check-jsonschema")
-    assert found, "check-jsonschema is not installed: pip install -e '.[dev]'"
+    assert found, "check-jsonschema is not installed: make install"
     return found
 
 
