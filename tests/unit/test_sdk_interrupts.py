@@ -250,9 +250,13 @@ def celery_soft_limit() -> Iterator[None]:
         signal.signal(signal.SIGUSR1, previous)
 
 
-def test_without_the_trap_the_anthropic_sdk_wraps_celerys_soft_limit_into_a_connection_error(
+def test_without_the_trap_the_soft_limit_is_still_found_in_what_the_anthropic_sdk_raises(
     fake: FakeProvider,
 ) -> None:
+    """The hazard the trap exists for, checked without pinning it: anthropic up to 2.17.0 (the
+    locked one) catches Celery's ``SoftTimeLimitExceeded`` (an ``Exception``) in its send and
+    raises ``APIConnectionError`` from it. Whether the SDK wraps it or one day lets it through,
+    the adapter's ``wrapped_interrupt`` must find the soft limit in what comes out."""
     require_sdk("anthropic")
     import anthropic
 
@@ -264,19 +268,23 @@ def test_without_the_trap_the_anthropic_sdk_wraps_celerys_soft_limit_into_a_conn
     try:
         with (
             celery_soft_limit(),
-            pytest.raises(anthropic.APIConnectionError) as info,
+            pytest.raises((anthropic.APIConnectionError, SoftTimeLimitExceeded)) as info,
             delivered(PHASES["first_byte"], kill(signal.SIGUSR1)),
         ):
             client.messages.create(model="m", max_tokens=8, messages=messages, stream=True)
     finally:
         client.close()
-    assert isinstance(info.value.__cause__, SoftTimeLimitExceeded)
+    assert isinstance(providers.wrapped_interrupt(info.value), SoftTimeLimitExceeded)
+    assert len(fake.received) == 1
 
 
-def test_without_the_trap_the_anthropic_sdk_retries_past_celerys_soft_limit(
+def test_without_the_trap_the_anthropic_sdk_may_retry_past_celerys_soft_limit(
     fake: FakeProvider,
 ) -> None:
-    """Issue 13's first finding: the soft limit is swallowed and the call goes on."""
+    """Issue 13's first finding, as a tripwire rather than a pin: anthropic up to 2.17.0 (the
+    locked one) swallows the soft limit and retries, and the call is answered anyway — which is
+    why the adapter arms its own trap. Should a release stop swallowing it, the soft limit comes
+    out at once and no second request is made; either way nothing else may happen."""
     require_sdk("anthropic")
     import anthropic
 
@@ -286,15 +294,24 @@ def test_without_the_trap_the_anthropic_sdk_retries_past_celerys_soft_limit(
         base_url=fake.url, api_key="fake-key", max_retries=1, timeout=SDK_WAIT_S
     )
     messages: Any = [{"role": "user", "content": "hi"}]
+    kinds: list[str] = []
     try:
         with celery_soft_limit(), delivered(PHASES["first_byte"], kill(signal.SIGUSR1)):
-            stream = client.messages.create(model="m", max_tokens=8, messages=messages, stream=True)
-            with stream:
-                kinds = [event.type for event in stream]
+            try:
+                stream = client.messages.create(
+                    model="m", max_tokens=8, messages=messages, stream=True
+                )
+                with stream:
+                    kinds = [event.type for event in stream]
+            except SoftTimeLimitExceeded:
+                kinds = ["soft_limit"]  # an SDK that lets the interrupt through
     finally:
         client.close()
-    assert "message_stop" in kinds
-    assert len(fake.received) == 2
+    if kinds == ["soft_limit"]:
+        assert len(fake.received) == 1
+    else:
+        assert "message_stop" in kinds  # the hazard: swallowed, retried, answered
+        assert len(fake.received) == 2
 
 
 @pytest.mark.parametrize("dialect", DIALECTS, ids=repr)
