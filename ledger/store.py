@@ -24,7 +24,7 @@ import traceback
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from functools import partial
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import redis
 from redis.cluster import RedisCluster
@@ -42,10 +42,17 @@ log = logging.getLogger("ledger.store")
 DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
 #: entries per XRANGE page when reading a whole turn
 DEFAULT_PAGE = 1000
-#: seconds to wait before each retry of an operation that lost its connection
-RETRY_BACKOFF_S = (0.05, 0.2, 0.5)
-#: the waits before each attempt of a write after the first; None: the last attempt
-_ATTEMPTS = (*RETRY_BACKOFF_S, None)
+#: seconds an operation rides out an unreachable Redis before it gives up with
+#: ``LedgerUnavailable`` (``DRES_STORE_OUTAGE_S``): a restart, a failover, a short partition
+DEFAULT_OUTAGE_S = 30.0
+#: seconds: the first wait after a command lost its connection, doubled after each further
+#: failure up to the cap (DBOS backs off the same way, with no limit)
+BACKOFF_FIRST_S = 0.05
+BACKOFF_CAP_S = 1.0
+#: what "Redis could not be reached" looks like to redis-py: the command may or may not have run
+STORE_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+#: refused appends in a row (another writer's id taken under ours) before an append gives up
+_REFUSALS = 4
 #: events per script call of a batch append (bounds the script's argument count)
 BATCH = 256
 
@@ -64,6 +71,41 @@ def pairs(flat: Sequence[Any]) -> dict[Any, Any]:
     return dict(zip(flat[::2], flat[1::2], strict=True))
 
 
+class StoreListener(Protocol):
+    """Told of the store's faults (the worker's metrics): ``ledger`` imports no metrics."""
+
+    def store_error(self, op: str) -> None:
+        """A command of ``op`` (``append``, ``script``, ``read``, ...) could not reach Redis."""
+
+    def outage_ridden(self, seconds: float) -> None:
+        """An operation succeeded after riding out ``seconds`` of unreachable Redis."""
+
+
+class _Outage:
+    """One operation's waits while Redis is unreachable: backing off, within a window."""
+
+    def __init__(self, window_s: float) -> None:
+        self.window_s = window_s
+        self.since: float | None = None
+        self.delay = BACKOFF_FIRST_S
+
+    def wait(self, started: float, error: Exception, what: str) -> None:
+        """After a failed attempt that began at ``started``: sleep before the next one, or raise
+        ``LedgerUnavailable`` once the window (counted from the first failed attempt) is spent."""
+        self.since = started if self.since is None else self.since
+        left = self.since + self.window_s - time.monotonic()
+        if left <= 0:
+            raise LedgerUnavailable(
+                f"redis unreachable for {self.window_s:g} s ({what}): {error}"
+            ) from error
+        time.sleep(min(self.delay, left))
+        self.delay = min(self.delay * 2, BACKOFF_CAP_S)
+
+    def ridden(self) -> float | None:
+        """Seconds ridden out, once the operation succeeded (None: no failure)."""
+        return None if self.since is None else time.monotonic() - self.since
+
+
 def _split(stream_id: str) -> tuple[int, int]:
     ms, _, seq = stream_id.partition("-")
     return int(ms), int(seq)
@@ -76,12 +118,22 @@ class Ledger:
         *,
         finished_ttl_s: int = DEFAULT_FINISHED_TTL_S,
         page: int = DEFAULT_PAGE,
+        outage_s: float = DEFAULT_OUTAGE_S,
+        listener: StoreListener | None = None,
     ) -> None:
         if finished_ttl_s <= 0:
             raise ValueError("finished_ttl_s must be a positive number of seconds")
+        if outage_s < 0:
+            raise ValueError("outage_s must be zero or a positive number of seconds")
         self.client = client
         self.finished_ttl_s = finished_ttl_s
         self.page = page
+        #: seconds every operation here rides out an unreachable Redis (0: one attempt)
+        self.outage_s = outage_s
+        self.listener = listener
+        #: monotonic time of this process's last command that could not reach Redis (None:
+        #: none yet); the reaper gives live runs a full lease after it before taking any over
+        self.last_error_at: float | None = None
         self._append_batch_script = client.register_script(script("append.lua"))
 
     def mend_after(self, error: BaseException) -> bool:
@@ -122,22 +174,27 @@ class Ledger:
             return lease.last[1]
         stream = keys.turn_events(lease.turn_id)
         fields: dict[Any, Any] = {FIELD: encode(event)}
-        for delay in _ATTEMPTS:
+        outage = _Outage(self.outage_s)
+        refusals = 0
+        while refusals < _REFUSALS:
             sid = lease.next_id()
+            started = time.monotonic()
             try:
                 added = self.client.xadd(stream, fields, id=sid, nomkstream=True)
             except redis.ResponseError as e:
                 if "equal or smaller" not in str(e):
                     raise
+                # Our own XADD, cut off with its connection, may have landed: the stream says.
                 if self._landed(stream, sid, event.event_id, lease):
                     lease.last = (event.event_id, sid)
                     return sid
+                refusals += 1
                 continue
-            except (redis.ConnectionError, redis.TimeoutError) as e:
-                if delay is None:
-                    raise LedgerUnavailable(f"redis unreachable: {e}") from e
-                time.sleep(delay)
+            except STORE_ERRORS as e:
+                self._failed("append")
+                outage.wait(started, e, f"append to turn {lease.turn_id}")
                 continue
+            self._ridden(outage)
             if added is None:
                 raise UnknownTurn(lease.turn_id)
             lease.seq += 1
@@ -147,11 +204,11 @@ class Ledger:
 
     def _landed(self, stream: str, sid: str, event_id: str, lease: Lease) -> bool:
         """After a refused XADD: True if our event is already at ``sid``; else fence or catch up."""
-        at: Any = self.client.xrange(stream, min=sid, max=sid)
+        at: Any = self.retry(partial(self.client.xrange, stream, min=sid, max=sid), "read")
         if at and decode_entry(at[0][0], at[0][1]).event.event_id == event_id:
             lease.seq += 1
             return True
-        top: Any = self.client.xrevrange(stream, count=1)
+        top: Any = self.retry(partial(self.client.xrevrange, stream, count=1), "read")
         top_epoch, top_seq = _split(text(top[0][0]))
         if top_epoch > lease.epoch:
             raise FencedOut(lease.turn_id, lease.epoch, top_epoch)
@@ -181,7 +238,7 @@ class Ledger:
             for sid, payload in zip(ids, payloads, strict=True):
                 args += [sid, payload]
             try:
-                self.retry(partial(self._append_batch_script, keys=turn_keys, args=args))
+                self.retry(partial(self._append_batch_script, keys=turn_keys, args=args), "append")
             except redis.ResponseError as e:
                 if str(e).startswith("BEHIND"):
                     # Our sequence lags the stream (an append of ours landed unseen, or the
@@ -197,18 +254,40 @@ class Ledger:
             lease.last = (batch[-1].event_id, ids[-1])
             return ids
 
-    @staticmethod
-    def retry(call: Callable[[], T]) -> T:
-        # Every script here is safe to repeat (fenced; events skipped when already at their id;
-        # a claim by run id), so a command cut off with its connection may be sent again.
-        for delay in _ATTEMPTS:
+    def retry(self, call: Callable[[], T], op: str = "script") -> T:
+        """``call()``, sent again while Redis is unreachable, for up to ``outage_s`` seconds.
+
+        Every command and script here is safe to repeat (fenced; events skipped when already at
+        their id; a claim by run id), so one cut off with its connection — which may or may not
+        have run — may be sent again. Past the window: ``LedgerUnavailable``.
+        """
+        outage = _Outage(self.outage_s)
+        while True:
+            started = time.monotonic()
             try:
-                return call()
-            except (redis.ConnectionError, redis.TimeoutError) as e:
-                if delay is None:
-                    raise LedgerUnavailable(f"redis unreachable: {e}") from e
-                time.sleep(delay)
-        raise AssertionError("unreachable")
+                result = call()
+            except STORE_ERRORS as e:
+                self._failed(op)
+                outage.wait(started, e, op)
+                continue
+            self._ridden(outage)
+            return result
+
+    def note_unreachable(self) -> None:
+        """Redis could not be reached just now (by this client, or by a caller's own command)."""
+        self.last_error_at = time.monotonic()
+
+    def _failed(self, op: str) -> None:
+        self.note_unreachable()
+        if self.listener is not None:
+            self.listener.store_error(op)
+
+    def _ridden(self, outage: _Outage) -> None:
+        seconds = outage.ridden()
+        if seconds is not None:
+            log.warning("rode out an unreachable redis", extra={"seconds": round(seconds, 3)})
+            if self.listener is not None:
+                self.listener.outage_ridden(seconds)
 
     @staticmethod
     def _translate(turn_id: str, epoch: int, error: redis.ResponseError) -> Exception:
@@ -222,7 +301,7 @@ class Ledger:
     # -- reads -------------------------------------------------------------------------------
 
     def meta(self, turn_id: str) -> TurnMeta:
-        raw = self.retry(partial(self.client.hgetall, keys.turn_meta(turn_id)))
+        raw = self.retry(partial(self.client.hgetall, keys.turn_meta(turn_id)), "read")
         if not raw:
             raise UnknownTurn(turn_id)
         return TurnMeta.from_hash(turn_id, raw)
@@ -250,7 +329,7 @@ class Ledger:
         while left is None or left > 0:
             count = self.page if left is None else min(self.page, left)
             page = partial(self.client.xrange, stream, min=bound, max="+", count=count)
-            entries: Any = self.retry(page)
+            entries: Any = self.retry(page, "read")
             yield from self.decode(turn_id, entries)
             if len(entries) < count:
                 return
@@ -278,7 +357,8 @@ class Ledger:
 
     def last_id(self, turn_id: str) -> str | None:
         """The stream id of the turn's newest entry, or None for an empty or missing stream."""
-        newest: Any = self.retry(partial(self.client.xrevrange, keys.turn_events(turn_id), count=1))
+        last = partial(self.client.xrevrange, keys.turn_events(turn_id), count=1)
+        newest: Any = self.retry(last, "read")
         return text(newest[0][0]) if newest else None
 
     @staticmethod

@@ -69,6 +69,8 @@ class Metrics:
     chunk_duration: Histogram
     reaper_actions: Counter
     ledger_append: Histogram
+    store_errors: Counter
+    store_outage: Histogram
     #: ``tool_calls``' two series of every tool call that ran, resolved once (the hot path)
     ran: Counter
     errored: Counter
@@ -118,6 +120,17 @@ def get() -> Metrics:
             "Seconds one fenced append of a run's events to its turn's stream took",
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
         ),
+        store_errors=Counter(
+            "dres_store_errors_total",
+            "Ledger commands that could not reach Redis (each is sent again within "
+            "DRES_STORE_OUTAGE_S), by operation",
+            ["op"],
+        ),
+        store_outage=Histogram(
+            "dres_store_outage_seconds",
+            "Seconds an operation rode out an unreachable Redis before it succeeded",
+            buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60),
+        ),
         ran=tool_calls.labels("ran"),
         errored=tool_calls.labels("error"),
     )
@@ -166,6 +179,21 @@ def tool_blocked(reason: str) -> None:
 @never_fails
 def turn_ended(status: str, code: str = "") -> None:
     get().turns_ended.labels(status, code).inc()
+
+
+class StoreMetrics:
+    """The ledger's ``StoreListener``: its faults as ``dres_store_errors_total`` and
+    ``dres_store_outage_seconds``."""
+
+    @staticmethod
+    @never_fails
+    def store_error(op: str) -> None:
+        get().store_errors.labels(op).inc()
+
+    @staticmethod
+    @never_fails
+    def outage_ridden(seconds: float) -> None:
+        get().store_outage.observe(seconds)
 
 
 @never_fails

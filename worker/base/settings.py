@@ -94,6 +94,9 @@ class Settings(BaseSettings):
     handoff_grace_s: float = Field(15.0, gt=0)
     #: re-dispatches of one lost handoff before the reaper stops the turn (loudly)
     max_redispatches: int = Field(3, ge=0)
+    #: seconds every ledger operation rides out an unreachable Redis (a restart, a failover)
+    #: before the run gives up and stops cleanly (CONTRACT §7.13); the API never waits it out
+    store_outage_s: float = Field(30.0, ge=0)
     #: seconds between reaper sweeps on each worker
     reaper_interval_s: float = Field(2.0, gt=0)
     #: seconds an unacknowledged message stays invisible before Redis redelivers it; must exceed

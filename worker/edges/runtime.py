@@ -20,6 +20,7 @@ from redis.retry import Retry
 
 from ledger.cache import EventCache
 from ledger.store import Client, Ledger
+from worker.base import metrics
 from worker.base.clock import Clock, Ids, RandomIds, SystemClock
 from worker.base.errors import TurnCancelled
 from worker.base.failpoints import OFF, Failpoints
@@ -145,10 +146,19 @@ class Runtime:
     ids: Ids
     #: the Celery app to dispatch with (a worker's own); None: one built from the settings
     celery: Celery | None = None
+    #: seconds the ledger rides out an unreachable Redis; None: ``DRES_STORE_OUTAGE_S`` (a
+    #: worker's runs). The API passes a short one: it answers 503 instead of waiting.
+    store_outage_s: float | None = None
 
     @classmethod
-    def from_settings(cls, settings: Settings, celery: Celery | None = None) -> Runtime:
-        return cls(settings, SystemClock(), RandomIds(), celery)
+    def from_settings(
+        cls,
+        settings: Settings,
+        celery: Celery | None = None,
+        *,
+        store_outage_s: float | None = None,
+    ) -> Runtime:
+        return cls(settings, SystemClock(), RandomIds(), celery, store_outage_s)
 
     @cached_property
     def redis(self) -> Client:
@@ -156,7 +166,13 @@ class Runtime:
 
     @cached_property
     def ledger(self) -> Ledger:
-        return Ledger(self.redis, finished_ttl_s=self.settings.finished_ttl_s)
+        outage_s = self.store_outage_s
+        return Ledger(
+            self.redis,
+            finished_ttl_s=self.settings.finished_ttl_s,
+            outage_s=self.settings.store_outage_s if outage_s is None else outage_s,
+            listener=metrics.StoreMetrics(),
+        )
 
     @cached_property
     def events(self) -> EventCache:

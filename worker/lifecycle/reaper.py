@@ -16,11 +16,12 @@ Every action is an atomic step of the turn's state machine, so every worker may 
 from __future__ import annotations
 
 import threading
+import time
 
 import structlog
 
-from ledger.errors import CorruptTurn, TransitionRefused, UnknownTurn
-from ledger.store import MetaValue
+from ledger.errors import CorruptTurn, LedgerUnavailable, TransitionRefused, UnknownTurn
+from ledger.store import STORE_ERRORS, MetaValue
 from ledger.turn import Step, StopCode, TurnMeta, TurnStatus
 from worker.base import metrics
 from worker.base.forks import no_fork
@@ -46,7 +47,12 @@ class Reaper:
         """Look at every due turn once; returns what was done to each."""
         self._queued, self._queued_read = None, False
         now_ms = self.lifecycle.ms()
-        return {turn_id: self.check(turn_id, now_ms) for turn_id in self.store.due(now_ms, BATCH)}
+        try:
+            due = self.store.due(now_ms, BATCH)
+            return {turn_id: self.check(turn_id, now_ms) for turn_id in due}
+        except (*STORE_ERRORS, LedgerUnavailable):
+            self.store.ledger.note_unreachable()  # live runs get a full lease after it
+            raise
 
     def check(self, turn_id: str, now_ms: int) -> str:
         with structlog.contextvars.bound_contextvars(turn_id=turn_id):
@@ -71,8 +77,20 @@ class Reaper:
             if meta.lease_until > now_ms:
                 self.store.watch(turn_id, meta.lease_until)
                 return "alive"
+            calm = self._calm_for()
+            if calm < self.settings.lease_s:
+                # This process could not reach Redis a moment ago: an outage that every worker
+                # saw (a restart, a failover) kept every live run from renewing its lease too.
+                # Each gets a full lease after the outage to renew before any is taken for dead.
+                self.store.watch(turn_id, self.lifecycle.ms(self.settings.lease_s - calm))
+                return "alive"
             return self.lifecycle.take_over(meta, "lease expired: the run's worker died").reason
         return self._pending(meta)
+
+    def _calm_for(self) -> float:
+        """Seconds since this process last failed to reach the ledger's Redis (inf: never)."""
+        last = self.store.ledger.last_error_at
+        return float("inf") if last is None else time.monotonic() - last
 
     def _pending(self, meta: TurnMeta) -> str:
         grace = self.settings.handoff_grace_s
