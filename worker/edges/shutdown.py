@@ -6,6 +6,12 @@ Here the main process, as the shutdown begins, nudges each pool child (``SIGUSR2
 running a chunk raises ``Shutdown`` at its next safe point (never between a tool's side effect and
 its ``tool_done``) and hands the turn to its next chunk as a soft limit would: recorded, then sent,
 so another worker picks it up while this one exits. An idle child only notes the nudge.
+
+Each child also takes Celery's soft limit only while a task runs in it (``task_prerun`` to
+``task_postrun``): a late one, for a job that ended while the main process could not read its
+result (a broker reconnect holds its event loop), is dropped instead of raised into the child's
+pool loop, where it garbles the result pipe and takes the whole worker down
+(``worker.engine.tools.guard``).
 """
 
 from __future__ import annotations
@@ -21,8 +27,18 @@ from worker.engine.tools.guard import NUDGE, DeferSignals
 
 
 def _arm_child(**_: Any) -> None:
-    """In each new pool child: the nudge must never reach the default action (which kills)."""
+    """In each new pool child: the nudge must never reach the default action (which kills), and
+    a soft limit counts only while a task runs."""
     DeferSignals().arm()
+    DeferSignals.tasks_only()
+
+
+def _task_started(**_: Any) -> None:
+    DeferSignals.task_started()
+
+
+def _task_ended(**_: Any) -> None:
+    DeferSignals.task_ended()
 
 
 def _pool_pids(worker: Any) -> list[int]:
@@ -48,5 +64,7 @@ def hand_over_on_shutdown() -> None:
                     os.kill(pid, NUDGE)
 
     signals.worker_process_init.connect(_arm_child, weak=False)
+    signals.task_prerun.connect(_task_started, weak=False)
+    signals.task_postrun.connect(_task_ended, weak=False)
     signals.worker_init.connect(remember, weak=False)
     signals.worker_shutting_down.connect(nudge_children, weak=False)

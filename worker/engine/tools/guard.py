@@ -65,8 +65,24 @@ class _Trap:
         self.stops_seen = 0
         #: a shutdown nudge came: a run that starts now hands over at once
         self.draining = False
+        #: a Celery pool child: the soft limit is Celery's only while one of its tasks runs
+        #: (``DeferSignals.tasks_only``); ``in_task`` says whether one does
+        self.tasks_only = False
+        self.in_task = True
+        #: soft limits that reached this process while no task ran, and were dropped
+        self.stale_soft_limits = 0
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if signum == SOFT_LIMIT and self.tasks_only and not self.in_task and not self.running:
+            # A late soft limit of a task that already ended. The pool's main process times a
+            # job until it reads its result; while its event loop is held up (a broker
+            # reconnect: Celery's consumer retries in that loop) a job can end unread, and its
+            # timer then fires at a child that is idle or writing a result. Celery's handler
+            # would raise SoftTimeLimitExceeded there: mid-write it garbles the result pipe and
+            # the main process dies of an UnpicklingError ("Unrecoverable error"), seen after a
+            # Redis restart with Celery 5.7.0 / billiard 4.2. No task runs: nothing to limit.
+            self.stale_soft_limits += 1
+            return
         interrupt = self.interrupt(signum)
         if interrupt is None:
             self.forward_signal(signum, frame)
@@ -127,6 +143,20 @@ class DeferSignals:
         self._active: list[bool] = []
         #: monotonic time this run's Stop nudge was sent (None: not sent)
         self._stop_sent_at: float | None = None
+
+    @staticmethod
+    def tasks_only() -> None:
+        """In a Celery pool child: from now on a soft limit counts only between
+        ``task_started`` and ``task_ended`` (one that arrives outside is dropped)."""
+        _TRAP.tasks_only, _TRAP.in_task = True, False
+
+    @staticmethod
+    def task_started() -> None:
+        _TRAP.in_task = True
+
+    @staticmethod
+    def task_ended() -> None:
+        _TRAP.in_task = False
 
     @property
     def armed(self) -> bool:
