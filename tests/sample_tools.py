@@ -82,3 +82,27 @@ def write_signalled(label: str, *, ctx: ToolContext) -> dict[str, Any]:
     _effect(ctx, label=label)
     os.kill(os.getpid(), signal.SIGUSR1)
     return {"written": label}
+
+
+#: the file ``outside_write`` appends its effects to (an environment variable of the worker):
+#: a store outside the ledger's Redis, which the store-fault tests take down
+OUTSIDE_EFFECTS = "TEST_OUTSIDE_EFFECTS"
+
+
+def outside_effects(path: str) -> list[dict[str, Any]]:
+    try:
+        with open(path) as f:
+            return [json.loads(line) for line in f if line.strip()]
+    except FileNotFoundError:
+        return []
+
+
+@tool
+def outside_write(label: str, seconds: float, *, ctx: ToolContext) -> dict[str, Any]:
+    """A write whose effect lands in a file at once, then ``seconds`` of work: it can finish
+    while the ledger's Redis is away."""
+    row = {"tool": ctx.tool, "key": ctx.idempotency_key, "label": label}
+    with open(os.environ[OUTSIDE_EFFECTS], "a") as f:
+        f.write(json.dumps(row) + "\n")
+    time.sleep(seconds)
+    return {"written": label}
