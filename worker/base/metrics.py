@@ -25,7 +25,7 @@ from ledger.events import Event, RunEnded, RunStarted
 from ledger.turn import StopCode
 
 if TYPE_CHECKING:
-    from prometheus_client import Counter, Histogram
+    from prometheus_client import Counter, Gauge, Histogram
 
 log = structlog.get_logger("dres.metrics")
 P = ParamSpec("P")
@@ -69,6 +69,7 @@ class Metrics:
     chunk_duration: Histogram
     reaper_actions: Counter
     ledger_append: Histogram
+    store_eviction_allowed: Gauge
     #: ``tool_calls``' two series of every tool call that ran, resolved once (the hot path)
     ran: Counter
     errored: Counter
@@ -77,7 +78,7 @@ class Metrics:
 @cache
 def get() -> Metrics:
     """This process's metrics, made (and registered) on the first call."""
-    from prometheus_client import Counter, Histogram
+    from prometheus_client import Counter, Gauge, Histogram
 
     tool_calls = Counter(
         "dres_tool_calls_total",
@@ -117,6 +118,13 @@ def get() -> Metrics:
             "dres_ledger_append_seconds",
             "Seconds one fenced append of a run's events to its turn's stream took",
             buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5),
+        ),
+        store_eviction_allowed=Gauge(
+            "dres_store_eviction_allowed",
+            "1 for each Redis this process started on although its maxmemory-policy may evict "
+            "dres's keys (DRES_ALLOW_EVICTION=1), by store (ledger, broker) and policy",
+            ["store", "policy"],
+            multiprocess_mode="max",  # set by the main process at start, never by the pool
         ),
         ran=tool_calls.labels("ran"),
         errored=tool_calls.labels("error"),
@@ -166,6 +174,13 @@ def tool_blocked(reason: str) -> None:
 @never_fails
 def turn_ended(status: str, code: str = "") -> None:
     get().turns_ended.labels(status, code).inc()
+
+
+@never_fails
+def eviction_allowed(store: str, policy: str) -> None:
+    """This process started on a ``store`` Redis (ledger, broker) whose ``maxmemory-policy`` is
+    ``policy``, not ``noeviction``, because DRES_ALLOW_EVICTION=1 let it."""
+    get().store_eviction_allowed.labels(store, policy).set(1)
 
 
 @never_fails
