@@ -25,7 +25,7 @@ from ledger.events import Event, RunEnded, RunStarted
 from ledger.turn import StopCode
 
 if TYPE_CHECKING:
-    from prometheus_client import Counter, Histogram
+    from prometheus_client import Counter, Gauge, Histogram
 
 log = structlog.get_logger("dres.metrics")
 P = ParamSpec("P")
@@ -71,6 +71,7 @@ class Metrics:
     ledger_append: Histogram
     store_errors: Counter
     store_outage: Histogram
+    store_eviction_allowed: Gauge
     #: ``tool_calls``' two series of every tool call that ran, resolved once (the hot path)
     ran: Counter
     errored: Counter
@@ -79,7 +80,7 @@ class Metrics:
 @cache
 def get() -> Metrics:
     """This process's metrics, made (and registered) on the first call."""
-    from prometheus_client import Counter, Histogram
+    from prometheus_client import Counter, Gauge, Histogram
 
     tool_calls = Counter(
         "dres_tool_calls_total",
@@ -130,6 +131,13 @@ def get() -> Metrics:
             "dres_store_outage_seconds",
             "Seconds an operation rode out an unreachable Redis before it succeeded",
             buckets=(0.05, 0.1, 0.25, 0.5, 1, 2, 5, 10, 20, 30, 60),
+        ),
+        store_eviction_allowed=Gauge(
+            "dres_store_eviction_allowed",
+            "1 for each Redis this process started on although its maxmemory-policy may evict "
+            "dres's keys (DRES_ALLOW_EVICTION=1), by store (ledger, broker) and policy",
+            ["store", "policy"],
+            multiprocess_mode="max",  # set by the main process at start, never by the pool
         ),
         ran=tool_calls.labels("ran"),
         errored=tool_calls.labels("error"),
@@ -194,6 +202,13 @@ class StoreMetrics:
     @never_fails
     def outage_ridden(seconds: float) -> None:
         get().store_outage.observe(seconds)
+
+
+@never_fails
+def eviction_allowed(store: str, policy: str) -> None:
+    """This process started on a ``store`` Redis (ledger, broker) whose ``maxmemory-policy`` is
+    ``policy``, not ``noeviction``, because DRES_ALLOW_EVICTION=1 let it."""
+    get().store_eviction_allowed.labels(store, policy).set(1)
 
 
 @never_fails

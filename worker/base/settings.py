@@ -125,6 +125,8 @@ class Settings(BaseSettings):
     agents: str = "{}"
     #: the ledger's Redis (``redis_url``) is a Redis Cluster; the broker is then a plain Redis
     redis_cluster: bool = False
+    #: start even when a Redis's ``maxmemory-policy`` is not ``noeviction`` (a warning instead)
+    allow_eviction: bool = False
     #: a worker serves Prometheus metrics on this port (all its pool processes together)
     metrics_port: int | None = Field(None, ge=1, le=65535)
     #: ``console`` (for a person) or ``json`` (one object per line)

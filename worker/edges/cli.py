@@ -57,11 +57,13 @@ def cmd_api(args: argparse.Namespace, extra: list[str]) -> int:
     from worker.base.logging import configure_logging_for
     from worker.base.settings import load_settings
     from worker.edges.api import create_api
+    from worker.edges.store_policy import check_stores
 
     settings = load_settings()
     if not _loopback(args.host) and not settings.api_token:
         raise ConfigError(f"refusing to serve on {args.host} without DRES_API_TOKEN set")
     configure_logging_for(settings)
+    check_stores(settings)
     uvicorn.run(create_api(settings), host=args.host, port=args.port, log_config=None)
     return 0
 

@@ -14,6 +14,7 @@ from worker.base.logging import configure_logging_for
 from worker.base.settings import load_settings
 from worker.edges.runtime import Runtime
 from worker.edges.shutdown import hand_over_on_shutdown
+from worker.edges.store_policy import check_stores
 from worker.edges.worker_metrics import WorkerMetrics
 from worker.engine.models import preload_sdks
 from worker.lifecycle.reaper import ReaperThread
@@ -71,6 +72,7 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     app = runtime.app
     hand_over_on_shutdown()
     load_before_fork(runtime)
+    check_stores(settings)  # after the checks that need no Redis; its gauge after prepare()
 
     def keep_dres_logging(**_: Any) -> None:
         # A receiver here makes Celery add no handler of its own (its task logger's would print
