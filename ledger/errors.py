@@ -6,6 +6,12 @@ in ``worker.base.errors``): a caller that handles any error dres raises on purpo
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ledger.events import Event
+
 
 class DresBaseError(Exception):
     """The base of every error dres raises on purpose, the ledger's and the worker's."""
@@ -59,6 +65,20 @@ class UnknownTurn(LedgerError):
 
 class LedgerUnavailable(LedgerError):
     """Redis could not be reached after the configured retries."""
+
+
+class StoreFull(LedgerError):
+    """Redis refused a write for memory (``maxmemory`` reached under ``noeviction``): nothing of
+    it was written. ``unrecorded`` holds the events of a refused append, which the run's stop
+    records with its end (a step that may write under OOM), so none is lost silently."""
+
+    def __init__(self, what: str, unrecorded: Sequence[Event] = ()) -> None:
+        super().__init__(what)
+        self.what = what
+        self.unrecorded = list(unrecorded)
+
+    def __str__(self) -> str:
+        return f"redis is out of memory: {self.what}"
 
 
 class CorruptTurn(LedgerError):

@@ -31,7 +31,7 @@ from redis.cluster import RedisCluster
 
 from ledger import keys
 from ledger.codec import FIELD, Envelope, decode_entry, encode, text
-from ledger.errors import EventDecodeError, FencedOut, LedgerUnavailable, UnknownTurn
+from ledger.errors import EventDecodeError, FencedOut, LedgerUnavailable, StoreFull, UnknownTurn
 from ledger.events import Event
 from ledger.lease import Lease
 from ledger.turn import TurnMeta
@@ -181,6 +181,8 @@ class Ledger:
             started = time.monotonic()
             try:
                 added = self.client.xadd(stream, fields, id=sid, nomkstream=True)
+            except redis.exceptions.OutOfMemoryError as e:
+                raise StoreFull(f"append to turn {lease.turn_id}", [event]) from e
             except redis.ResponseError as e:
                 if "equal or smaller" not in str(e):
                     raise
@@ -239,6 +241,8 @@ class Ledger:
                 args += [sid, payload]
             try:
                 self.retry(partial(self._append_batch_script, keys=turn_keys, args=args), "append")
+            except StoreFull as e:
+                raise StoreFull(e.what, batch) from e
             except redis.ResponseError as e:
                 if str(e).startswith("BEHIND"):
                     # Our sequence lags the stream (an append of ours landed unseen, or the
@@ -259,7 +263,8 @@ class Ledger:
 
         Every command and script here is safe to repeat (fenced; events skipped when already at
         their id; a claim by run id), so one cut off with its connection — which may or may not
-        have run — may be sent again. Past the window: ``LedgerUnavailable``.
+        have run — may be sent again. Past the window: ``LedgerUnavailable``. A write Redis
+        refuses for memory: ``StoreFull``, at once (waiting would not free any).
         """
         outage = _Outage(self.outage_s)
         while True:
@@ -270,6 +275,8 @@ class Ledger:
                 self._failed(op)
                 outage.wait(started, e, op)
                 continue
+            except redis.exceptions.OutOfMemoryError as e:
+                raise StoreFull(op) from e
             self._ridden(outage)
             return result
 

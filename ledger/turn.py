@@ -47,6 +47,8 @@ class StopCode(StrEnum):
     NO_PROGRESS = "no_progress"
     JOURNAL_UNREADABLE = "journal_unreadable"
     LOOP_LIMIT = "loop_limit"
+    #: Redis refused a write for memory (maxmemory under noeviction): Continue once it has room
+    STORE_FULL = "store_full"
 
     @classmethod
     def of(cls, code: str) -> StopCode:

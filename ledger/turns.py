@@ -36,6 +36,12 @@ _CLAIMED = target(Step.CLAIM) or TurnStatus.RUNNING
 EXPIRE, PERSIST, KEEP = "expire", "persist", "keep"
 
 
+def _no_script_flags(error: redis.ResponseError) -> bool:
+    """A script's ``#!lua flags=...`` line refused by a server that cannot read it."""
+    text = str(error).lower()
+    return "shebang" in text or "compil" in text or "unexpected symbol near '#'" in text
+
+
 class TurnStore:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
@@ -43,6 +49,11 @@ class TurnStore:
         self._create = self.client.register_script(script("create.lua"))
         self._claim = self.client.register_script(script("claim.lua"))
         self._transition = self.client.register_script(script("transition.lua"))
+        #: the same step, allowed to write while Redis is out of memory (Redis >= 7: the script's
+        #: flags): only a run's end, so a turn whose append was refused for memory still ends
+        self._transition_oom = self.client.register_script(
+            "#!lua flags=allow-oom\n" + script("transition.lua")
+        )
 
     # -- creating ----------------------------------------------------------------------------
 
@@ -211,14 +222,17 @@ class TurnStore:
         events: Sequence[Event] = (),
         fields: Mapping[str, MetaValue] | None = None,
         expiry: str = KEEP,
+        allow_oom: bool = False,
     ) -> int:
         """Carry out ``step`` if the table allows it from the turn's status and every ``expect``
         field holds its value (``""``: unset); write ``events`` under a new epoch and set
         ``fields``, atomically. Returns the turn's epoch after the step.
 
         ``expiry``: ``EXPIRE`` gives the turn's keys the finished-turn expiry, ``PERSIST`` takes
-        it away (a stopped turn continued). Raises ``TransitionRefused`` (the turn is in another
-        status, or changed since it was read) and ``UnknownTurn``.
+        it away (a stopped turn continued). ``allow_oom``: the step may write while Redis is at
+        ``maxmemory`` (a turn's end after ``StoreFull``; a few small writes). Raises
+        ``TransitionRefused`` (the turn is in another status, or changed since it was read),
+        ``UnknownTurn`` and ``StoreFull``.
         """
         to = target(step)
         return self._step(
@@ -230,6 +244,7 @@ class TurnStore:
             events,
             fields,
             expiry,
+            allow_oom,
         )
 
     def mark(self, turn_id: str, **fields: MetaValue) -> None:
@@ -265,6 +280,7 @@ class TurnStore:
         events: Sequence[Event],
         fields: Mapping[str, MetaValue] | None,
         expiry: str,
+        allow_oom: bool = False,
     ) -> int:
         ttl = {EXPIRE: self.ledger.finished_ttl_s, PERSIST: -1, KEEP: 0}[expiry]
         args: list[MetaValue] = [str(step or "mark"), to, ttl, len(allowed)]
@@ -277,8 +293,16 @@ class TurnStore:
         for name, value in (fields or {}).items():
             args += [name, value]
         turn_keys = keys.turn_keys(turn_id)
+        step_script = self._transition_oom if allow_oom else self._transition
         try:
-            return int(self.ledger.retry(lambda: self._transition(keys=turn_keys, args=args)))
+            try:
+                return int(self.ledger.retry(lambda: step_script(keys=turn_keys, args=args)))
+            except redis.ResponseError as e:
+                if not (allow_oom and _no_script_flags(e)):
+                    raise
+                # A Redis before 7 (or fakeredis) cannot read the flags: the plain step, which
+                # writes only when there is memory for it
+                return int(self.ledger.retry(lambda: self._transition(keys=turn_keys, args=args)))
         except redis.ResponseError as e:
             reply = str(e)
             if reply.startswith("NOTURN"):

@@ -171,3 +171,35 @@ def test_a_restart_during_a_foreground_and_a_background_turn_loses_neither(
         for written in (label, f"{label}2"):
             assert len(effects_of(effects_file, written)) == 1, f"{written} ran once"
     assert worker.alive()
+
+
+def test_a_full_redis_stops_the_running_turn_with_store_full_and_continue_completes_it(
+    runtime: Runtime,
+    long_worker: Callable[..., WorkerProcess],
+    script: Callable[..., str],
+    effects_file: str,
+) -> None:
+    """At ``maxmemory`` under ``noeviction`` the write's ``tool_done`` is refused: the turn
+    stops with ``store_full`` (Continue available, never automatic), the refused ``tool_done``
+    recorded by the stop itself; once memory is freed Continue completes it, the write once."""
+    worker = long_worker()
+    model = script([write("a", 1.0), write("b", 0.0), DONE], on_resume="restart")
+    turn = enqueue(runtime, "write a then b", model=model)
+    started_writing(runtime, turn.turn_id, effects_file, "a")
+    runtime.redis.config_set("maxmemory", 1)  # every write refused from now on
+    try:
+        events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what="the stop")
+        [stop] = of(events, "turn_ended")
+        assert (stop.status, stop.code, stop.can_continue) == ("stopped", "store_full", True)
+        [done] = of(events, "tool_done", tool="outside_write")
+        assert done.is_error is False, "the write's result was recorded with the stop"
+        refused = runtime.lifecycle.continue_turn(turn.turn_id, auto=True)
+        assert not refused.ok, "a store_full stop is never continued automatically"
+    finally:
+        runtime.redis.config_set("maxmemory", 0)
+
+    assert runtime.lifecycle.continue_turn(turn.turn_id, auto=False).ok
+    events = wait_for(runtime.ledger, turn.turn_id, ended("completed"), timeout=AFTER_S)
+    assert len(effects_of(effects_file, "a")) == 1, "the recorded write did not run again"
+    assert len(effects_of(effects_file, "b")) == 1
+    assert worker.alive()

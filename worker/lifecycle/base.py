@@ -74,10 +74,17 @@ class LifecycleBase:
     # -- ending a turn -----------------------------------------------------------------------
 
     def close(
-        self, turn_id: str, step: Step, expect: Mapping[str, MetaValue], events: Sequence[Event]
+        self,
+        turn_id: str,
+        step: Step,
+        expect: Mapping[str, MetaValue],
+        events: Sequence[Event],
+        *,
+        allow_oom: bool = False,
     ) -> None:
         """End the turn with ``events``, the last of which is its ``turn_ended``, in one step of
-        the state machine; its keys then expire and the reaper stops looking at it."""
+        the state machine; its keys then expire and the reaper stops looking at it.
+        ``allow_oom``: the step may write while Redis is out of memory (a ``store_full`` stop)."""
         ended = events[-1]
         assert isinstance(ended, TurnEnded), "a turn is closed by its turn_ended"
         self.store.transition(
@@ -87,6 +94,7 @@ class LifecycleBase:
             events=events,
             fields={"code": ended.code, "next_run": ""},
             expiry=EXPIRE,
+            allow_oom=allow_oom,
         )
         metrics.turn_ended(ended.status, ended.code)
         self.store.unwatch(turn_id)

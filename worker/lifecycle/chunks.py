@@ -8,7 +8,7 @@ from __future__ import annotations
 import redis
 import structlog
 
-from ledger.errors import FencedOut, LedgerError, TransitionRefused
+from ledger.errors import FencedOut, LedgerError, StoreFull, TransitionRefused
 from ledger.store import MetaValue
 from ledger.turn import Step, StopCode, TurnStatus
 from worker.base import metrics
@@ -88,6 +88,8 @@ class ChunkPath(LifecycleBase):
         except FencedOut as e:
             log.warning("another run holds the turn; this one stops writing", error=str(e))
             return "fenced-out"
+        except StoreFull as e:
+            return self.stop_full(run, e)
         except (LedgerError, redis.ConnectionError, redis.TimeoutError):
             # Redis is unreachable: nothing can be recorded; the lease runs out, the reaper acts
             raise
@@ -110,6 +112,27 @@ class ChunkPath(LifecycleBase):
         if self.cache is not None and step == Step.COMPLETE:
             self.cache.forget(run.turn_id)
         return f"{ended.status}: {ended.code}" if ended.code else ended.status
+
+    def stop_full(self, run: RunContext, error: StoreFull) -> str:
+        """Redis refused a write for memory: the turn stops with ``store_full`` (Continue once
+        memory frees; never continued automatically). The refused events (a ``tool_done`` whose
+        effect ran, text) go into the stop's own step, which may write at ``maxmemory``: a
+        recorded effect is never lost silently."""
+        detail = str(error)
+        log.error("redis refused a write for memory; the turn stops", error=detail)
+        ended = self.turn_ended(run, TurnStatus.STOPPED, StopCode.STORE_FULL, detail)
+        ran = self.run_ended(run, "error", detail)
+        events = [*error.unrecorded, ran, ended]
+        try:
+            self.close(run.turn_id, Step.STOP, self.store.holder(run.lease), events, allow_oom=True)
+        except TransitionRefused as e:
+            log.info("the turn moved on before its store_full stop", why=str(e))
+            return "ended"
+        except LedgerError:
+            # not even the stop could be written: the lease runs out, the reaper acts
+            log.exception("could not record the store_full stop")
+            return "failed"
+        return f"stopped: {StopCode.STORE_FULL}"
 
     def stop_now(self, run: RunContext) -> str:
         stopped = RunResult("stopped", StopCode.CANCELLED, "Stop requested", "stopped")
