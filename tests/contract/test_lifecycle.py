@@ -571,3 +571,62 @@ def test_a_soft_limit_landing_right_after_the_turns_end_cannot_hand_it_over(
     assert h.messages.sent == []
     refused = "soft limit after the run's turn moved on; nothing to hand over"
     assert refused in [entry["event"] for entry in logs]
+
+
+class Ticks:
+    """A monotonic clock the test moves by hand (the reaper's clock of outages)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def claimed_then_expired(h: Harness) -> None:
+    h.start([SEND, DONE], mode="background")
+    assert h.pending
+    assert h.lifecycle.claim(h.turn_id, h.pending) is not None
+    h.clock.t += h.settings.lease_s + 1  # the lease ran out, unrenewed
+
+
+def test_after_an_outage_it_saw_the_reaper_gives_a_live_run_a_full_lease_before_taking_it(
+    h: Harness,
+) -> None:
+    """A restart that every worker saw kept every heartbeat from renewing: the reaper of a
+    process that failed to reach Redis waits a lease after that before it takes any run over."""
+    claimed_then_expired(h)
+    ticks = Ticks()
+    reaper = Reaper(h.lifecycle, monotonic=ticks)
+    h.lifecycle.store.ledger.last_error_at = ticks.now - 0.5  # a command failed just now
+
+    assert reaper.sweep() == {h.turn_id: "alive"}
+    waited_ms = (due_at(h.client, h.turn_id) or 0) - h.lifecycle.ms()
+    assert abs(waited_ms - (h.settings.lease_s - 0.5) * 1000) < 5
+
+    ticks.now += h.settings.lease_s
+    h.clock.t += h.settings.lease_s  # the turn is due again
+    assert reaper.sweep() == {h.turn_id: "resumed"}
+
+
+def test_a_sweep_that_redis_answered_only_after_a_stall_counts_as_an_outage(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A paused Redis (SIGSTOP) fails no command, it answers late: the heartbeats waited as
+    long as the reaper's read, so no lease that ran out meanwhile is taken for dead yet."""
+    claimed_then_expired(h)
+    ticks = Ticks()
+    reaper = Reaper(h.lifecycle, monotonic=ticks)
+    due = reaper.store.due
+
+    def stalled(now_ms: int, count: int) -> list[str]:
+        ticks.now += h.settings.heartbeat_s + 1  # Redis answered only after a stall
+        return due(now_ms, count)
+
+    monkeypatch.setattr(reaper.store, "due", stalled)
+    assert reaper.sweep() == {h.turn_id: "alive"}
+
+    monkeypatch.setattr(reaper.store, "due", due)
+    ticks.now += h.settings.lease_s
+    h.clock.t += h.settings.lease_s  # the turn is due again
+    assert reaper.sweep() == {h.turn_id: "resumed"}

@@ -8,6 +8,8 @@ fakeredis cannot do this: every fault here is a real server's.
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -202,4 +204,33 @@ def test_a_full_redis_stops_the_running_turn_with_store_full_and_continue_comple
     events = wait_for(runtime.ledger, turn.turn_id, ended("completed"), timeout=AFTER_S)
     assert len(effects_of(effects_file, "a")) == 1, "the recorded write did not run again"
     assert len(effects_of(effects_file, "b")) == 1
+    assert worker.alive()
+
+
+def test_a_paused_redis_is_ridden_out_by_the_running_run_without_a_takeover(
+    runtime: Runtime,
+    store: RedisServer,
+    long_worker: Callable[..., WorkerProcess],
+    script: Callable[..., str],
+    effects_file: str,
+) -> None:
+    """SIGSTOP for longer than the lease (a partition stand-in), then SIGCONT: every command
+    waits instead of failing, the heartbeat cannot renew meanwhile, and the run goes on: its
+    write recorded once, no takeover. (Which of the heartbeat and the reaper speaks first after
+    SIGCONT is a race here; tests/contract/test_lifecycle.py pins the reaper's side.)"""
+    worker = long_worker()
+    model = script([write("a", 1.0), DONE], on_resume="restart")
+    turn = enqueue(runtime, "write a", mode="background", model=model)
+    started_writing(runtime, turn.turn_id, effects_file, "a")
+    assert store.process is not None
+    os.kill(store.process.pid, signal.SIGSTOP)
+    try:
+        time.sleep(3.0)  # the pause itself (the lease is 2 s), not a wait for state
+    finally:
+        os.kill(store.process.pid, signal.SIGCONT)
+
+    events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what="turn end")
+    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+    assert len(of(events, "run_started")) == 1, f"a live run was taken over:\n{show(events)}"
+    assert len(effects_of(effects_file, "a")) == 1
     assert worker.alive()

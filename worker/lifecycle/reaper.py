@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 
 import structlog
 
@@ -34,8 +35,14 @@ BATCH = 100
 
 
 class Reaper:
-    def __init__(self, lifecycle: Lifecycle) -> None:
+    def __init__(
+        self, lifecycle: Lifecycle, monotonic: Callable[[], float] = time.monotonic
+    ) -> None:
         self.lifecycle = lifecycle
+        #: the clock of outages (the ledger's ``last_error_at`` is on it too)
+        self.monotonic = monotonic
+        #: when a sweep's first read came back only after a stall (None: never)
+        self._stalled_at: float | None = None
         self.store = lifecycle.store
         self.settings = lifecycle.settings
         self.clock = lifecycle.clock
@@ -48,7 +55,13 @@ class Reaper:
         self._queued, self._queued_read = None, False
         now_ms = self.lifecycle.ms()
         try:
+            started = self.monotonic()
             due = self.store.due(now_ms, BATCH)
+            if self.monotonic() - started > self.settings.heartbeat_s:
+                # Redis answered, but only after a stall (a paused server, a partition that
+                # healed): the heartbeats waited as long, so it counts as an outage
+                self._stalled_at = self.monotonic()
+                now_ms = self.lifecycle.ms()
             return {turn_id: self.check(turn_id, now_ms) for turn_id in due}
         except (*STORE_ERRORS, LedgerUnavailable):
             self.store.ledger.note_unreachable()  # live runs get a full lease after it
@@ -88,9 +101,10 @@ class Reaper:
         return self._pending(meta)
 
     def _calm_for(self) -> float:
-        """Seconds since this process last failed to reach the ledger's Redis (inf: never)."""
-        last = self.store.ledger.last_error_at
-        return float("inf") if last is None else time.monotonic() - last
+        """Seconds since this process last failed to reach the ledger's Redis, or this reaper
+        saw it answer only after a stall (inf: neither)."""
+        seen = [t for t in (self.store.ledger.last_error_at, self._stalled_at) if t is not None]
+        return self.monotonic() - max(seen) if seen else float("inf")
 
     def _pending(self, meta: TurnMeta) -> str:
         grace = self.settings.handoff_grace_s
