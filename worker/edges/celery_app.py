@@ -10,6 +10,8 @@ Durable chunk settings (see shared/research/celery-redis-facts.md):
 - one visibility timeout, set everywhere Celery reads it and above every hard limit, so a
   running chunk is never delivered to a second worker; unacked messages of a dead worker are
   restored every ``unacked_restore_interval`` seconds instead of every ~100;
+- kombu's Redis transport with one fix (``worker.edges.broker``): a consumer whose broker
+  restarted while it held unacknowledged messages reconnects instead of stopping the worker;
 - two queues, foreground and background, and a chunk task name per mode whose time limits come
   from the settings of the worker that runs it (task annotations), never from the message: the
   process that sent a chunk (the API, another worker) does not decide how long it may run.
@@ -24,6 +26,7 @@ from celery import Celery, signals
 from kombu.entity import Queue
 
 from worker.base.settings import Settings
+from worker.edges.broker import TRANSPORT
 
 #: the chunk task's registered names, per mode (dispatch goes by name: worker never imports tasks)
 CHUNK_TASK = "dres.run_chunk"
@@ -72,6 +75,9 @@ def create_app(settings: Settings) -> Celery:
         task_default_queue=settings.foreground_queue,
         task_queues=(Queue(settings.foreground_queue), Queue(settings.background_queue)),
     )
+    if settings.broker.split("://", 1)[0] in {"redis", "rediss"}:
+        # kombu's Redis transport with a fix that keeps a worker up through a Redis restart
+        app.conf.broker_transport = TRANSPORT
     app.conf.dres_settings = settings
     return app
 
