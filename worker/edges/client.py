@@ -5,14 +5,16 @@ chunk's message), and follow a turn until it ends, continuing a time-limit stop 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import redis
 import structlog
+from redis.backoff import ExponentialBackoff
 
 from ledger.codec import Envelope
-from ledger.errors import LedgerError
+from ledger.errors import LedgerError, LedgerUnavailable
 from ledger.events import Event
+from worker.base.clock import Clock
 from worker.base.errors import InvalidInput
 from worker.base.settings import get_settings
 from worker.edges.conversation import Context, conversation_context
@@ -25,6 +27,12 @@ log = structlog.get_logger("dres.client")
 MODES = ("foreground", "background")
 #: milliseconds each live read of a followed turn waits for news before it looks at the status
 FOLLOW_BLOCK_MS = 250
+#: seconds a follower rides out an unreachable Redis (a restart, an outage) before it gives up
+FOLLOW_OUTAGE_S = 120.0
+#: seconds between its attempts to reach Redis again: the first, doubling up to the last
+FOLLOW_BACKOFF_S = (0.2, 5.0)
+#: what an unreachable Redis raises (``LedgerUnavailable``: the ledger's retries were spent)
+STORE_DOWN = (redis.ConnectionError, redis.TimeoutError, LedgerUnavailable)
 
 
 def enqueue(
@@ -100,12 +108,41 @@ def enqueue_turn(
     ).turn_id
 
 
+class Patience:
+    """How long a follower waits for an unreachable Redis: attempts further and further apart
+    (``FOLLOW_BACKOFF_S``), until ``budget_s`` of outage in a row; the clock is the seam."""
+
+    def __init__(self, clock: Clock, budget_s: float) -> None:
+        self.clock = clock
+        self.budget_s = budget_s
+        first, cap = FOLLOW_BACKOFF_S
+        self.backoff = ExponentialBackoff(cap=cap, base=first / 2)
+        self.failures = 0
+        self.since: float | None = None
+
+    def reached(self) -> None:
+        """Redis answered: the next outage starts afresh."""
+        self.failures, self.since = 0, None
+
+    def wait(self, error: Exception) -> None:
+        """Sleep before the next attempt; raise ``error`` once the budget is spent."""
+        now = self.clock.now()
+        if self.since is None:
+            self.since = now
+        if now - self.since >= self.budget_s:
+            raise error
+        self.failures += 1
+        self.clock.sleep(min(self.backoff.compute(self.failures), self.budget_s))
+
+
 def follow(
     runtime: Runtime,
     turn_id: str,
     *,
     auto_continue: bool = True,
     block_ms: int = FOLLOW_BLOCK_MS,
+    outage_s: float = FOLLOW_OUTAGE_S,
+    on_outage: Callable[[Exception], None] | None = None,
 ) -> Iterator[list[Envelope]]:
     """The turn's events in batches, from its start, then live, until it ends.
 
@@ -113,20 +150,36 @@ def follow(
     ``turn_ended`` is the end only when nothing follows it: a Continue goes on in the same
     stream. With ``auto_continue``, a time-limit stop (crash, lost hand-off, chunk limit) of the
     conversation's newest turn is continued with ``auto=True`` while the turn's count allows.
+
+    Redis lost on the way (a restart, an outage) is waited for, up to ``outage_s`` in a row, and
+    the turn is followed on after the last event yielded, none twice; ``on_outage`` is told of
+    each outage's first error. Redis out of reach at the start is an error at once.
     """
     ledger = runtime.ledger
     ledger.meta(turn_id)  # an unknown turn is an error before anything is yielded
     last: str | None = None
-    for batch in ledger.tail(turn_id, block_ms=block_ms):
-        if batch:
-            last = batch[-1].stream_id
-        yield batch
-        meta = ledger.meta(turn_id)
-        if not meta.ended or ledger.last_id(turn_id) != last:
-            continue
-        if auto_continue and _continued_on_its_own(runtime, turn_id):
-            continue
-        return
+    patience = Patience(runtime.clock, outage_s)
+    while True:
+        try:
+            for batch in ledger.tail(turn_id, last or "0-0", block_ms=block_ms):
+                patience.reached()
+                if batch:
+                    last = batch[-1].stream_id
+                yield batch
+                if _ended(runtime, turn_id, last, auto_continue):
+                    return
+        except STORE_DOWN as e:
+            if patience.since is None and on_outage is not None:
+                on_outage(e)
+            patience.wait(e)
+
+
+def _ended(runtime: Runtime, turn_id: str, last: str | None, auto_continue: bool) -> bool:
+    """The turn ended with the event ``last`` and does not go on (by this client's Continue)."""
+    meta = runtime.ledger.meta(turn_id)
+    if not meta.ended or runtime.ledger.last_id(turn_id) != last:
+        return False
+    return not (auto_continue and _continued_on_its_own(runtime, turn_id))
 
 
 def _continued_on_its_own(runtime: Runtime, turn_id: str) -> bool:
