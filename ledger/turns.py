@@ -54,6 +54,7 @@ class TurnStore:
         self._transition_oom = self.client.register_script(
             "#!lua flags=allow-oom\n" + script("transition.lua")
         )
+        self._withdraw = self.client.register_script(script("withdraw.lua"))
 
     # -- creating ----------------------------------------------------------------------------
 
@@ -90,6 +91,23 @@ class TurnStore:
         if int(created):
             self.list_in_conversation(event.turn_id, event.conversation_id)
         return bool(int(created))
+
+    def withdraw(self, turn_id: str, conversation_id: str) -> bool:
+        """Take back a turn whose creation did not finish (its first chunk could not be sent):
+        while it is still as ``create`` left it (queued at epoch 0), its keys, its entry in its
+        conversation's list and its reaper's index entry go. Returns False, changing nothing,
+        when the turn went on (a run claimed it, Stop ended it).
+
+        Deletes only, so it works on a Redis out of memory. One attempt, no retry: a creation
+        that failed is being answered already, and a turn a failed withdrawal leaves is one
+        a crash between creating and sending leaves, which the reaper dispatches.
+        """
+        turn_keys = keys.turn_keys(turn_id)
+        if not int(self._withdraw(keys=turn_keys, args=[TurnStatus.QUEUED.value])):
+            return False
+        self.client.lrem(keys.conversation_turns(conversation_id), 0, turn_id)
+        self.unwatch(turn_id)
+        return True
 
     def list_in_conversation(self, turn_id: str, conversation_id: str) -> None:
         """Add the turn to its conversation's list once (idempotent), then mark it listed."""

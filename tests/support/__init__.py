@@ -11,7 +11,7 @@ it (nor pytest).
   ``subprocess_env``, ``stop_all``, the tests' ``DRES_ENV``
 - ``waiting``: ``poll``, ``wait_until``, ``wait_for`` (on a turn's ledger) and its predicates
 - ``scripts``: ``write_script`` (the one writer of script files), ``script_writer``, the steps
-- ``turns``: ``crashed_stop``, ``close_runtime``, ``together``
+- ``turns``: ``crashed_stop``, ``say``, ``close_runtime``, ``together``
 - ``backends``: ``Backend``, the ledger tests' Redis backends (fakeredis, redis-server, cluster)
 - ``redis_cluster``: ``LocalCluster``, a private three-master Redis Cluster (tests and the bench)
 - ``providers``: ``fake_provider`` (a local server speaking the Anthropic and OpenAI streaming
@@ -51,7 +51,7 @@ from tests.support.scripts import (
     think,
     write_script,
 )
-from tests.support.turns import close_runtime, crashed_stop, together
+from tests.support.turns import close_runtime, crashed_stop, say, together
 from tests.support.waiting import (
     POLL_S,
     UNACKED,
@@ -97,6 +97,7 @@ __all__ = [
     "having",
     "of",
     "poll",
+    "say",
     "script_writer",
     "send",
     "show",

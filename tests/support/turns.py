@@ -6,10 +6,11 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from ledger.events import ToolStart
+from ledger.events import Text, ToolStart
 from ledger.signature import input_signature
 from tests.support.scripts import EMAIL
 from worker.edges.runtime import Runtime
+from worker.engine.recorder import RunContext, make_event
 
 
 def crashed_stop(
@@ -47,6 +48,13 @@ def crashed_stop(
     outcome = rt.lifecycle.take_over(rt.ledger.meta(turn.turn_id), "lease expired (test)")
     assert outcome.ok and outcome.reason == "stopped: crashed", outcome
     return turn.turn_id
+
+
+def say(rt: Runtime, run: RunContext, *lines: str) -> None:
+    """The run (claimed by the test, which plays it: no worker) appends a ``text`` per line."""
+    for line in lines:
+        event = make_event(Text, rt.clock, rt.ids, run.turn_id, run.run_id, run.chunk, text=line)
+        rt.ledger.append(event, lease=run.lease)
 
 
 def close_runtime(rt: Runtime) -> None:

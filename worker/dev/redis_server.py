@@ -115,7 +115,19 @@ class RedisServer:
             os.kill(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
 
+    def pause(self) -> None:
+        """SIGSTOP the server (a hung Redis): its port still takes connections, nothing is
+        answered until ``resume()``."""
+        if self.process and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server; harmless on a running one."""
+        if self.process and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)
+
     def stop(self) -> None:
+        self.resume()  # a paused server would not act on SIGTERM until resumed
         if self.process and self.process.poll() is None:
             self.process.terminate()
             try:

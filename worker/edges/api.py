@@ -2,7 +2,9 @@
 
 Writes (enqueue, Continue, Stop) go through the same ``Runtime`` as the CLI and the tasks, in
 FastAPI's thread pool; reads and the event stream use ``redis.asyncio``. A request that is
-rejected writes nothing to the ledger: every check runs before the first write.
+rejected writes nothing to the ledger: every check runs before the first write. Every Redis
+client here fails fast, so an unreachable or full store is answered at once with 503 or 507
+(``api_faults``) instead of being waited out.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import hashlib
 import hmac
 import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from typing import Annotated
 
 import redis
@@ -19,7 +21,6 @@ import redis.asyncio as aioredis
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
-from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -31,10 +32,13 @@ from ledger.journal import build_journal
 from ledger.turn import TurnMeta, continue_refusal
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
+from worker.edges.api_faults import add_fault_handlers, healthz
 from worker.edges.api_models import admit_model, check_allow_list
 from worker.edges.api_schemas import (
     ERRORS,
+    HEALTH_ERRORS,
     ID,
+    WRITE_ERRORS,
     Accepted,
     ContinueRequest,
     JournalOut,
@@ -46,7 +50,7 @@ from worker.edges.api_schemas import (
 from worker.edges.client import enqueue
 from worker.edges.metrics_http import serve_metrics
 from worker.edges.page import router as page_router
-from worker.edges.runtime import Runtime, ledger_reader
+from worker.edges.runtime import API_STORE_TIMEOUT_S, Runtime, ledger_reader
 from worker.edges.sse import SSE_KEEPALIVE_S, STREAM_ID, event_stream
 
 #: bytes: the largest request body accepted
@@ -67,17 +71,20 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     )
     check_allow_list(settings)  # a bad DRES_MODELS fails at start
     api.state.settings = settings
-    api.state.rt = runtime or Runtime.from_settings(settings)
-    api.state.reader = ledger_reader(settings, socket_timeout=SSE_KEEPALIVE_S + 30)
+    api.state.rt = runtime or Runtime.for_api(settings)
+    api.state.reader = ledger_reader(settings, socket_timeout=API_STORE_TIMEOUT_S)
+    # the event streams' XREAD BLOCK waits up to SSE_KEEPALIVE_S for news
+    api.state.tail = ledger_reader(settings, socket_timeout=SSE_KEEPALIVE_S + 30)
     api.add_middleware(BodyLimit)
     api.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
     api.add_exception_handler(RequestValidationError, invalid)  # type: ignore[arg-type]
     api.add_exception_handler(UnknownTurn, unknown)  # type: ignore[arg-type]
     api.add_exception_handler(CorruptTurn, corrupt)  # type: ignore[arg-type]
     api.add_exception_handler(ConfigError, bad_config)  # type: ignore[arg-type]
+    add_fault_handlers(api)
     api.include_router(router)
     api.include_router(page_router)
-    api.add_api_route("/healthz", healthz, methods=["GET"])
+    api.add_api_route("/healthz", healthz, methods=["GET"], responses=HEALTH_ERRORS)
     # behind the token when one is set (Prometheus scrapes with a bearer token); Prometheus text,
     # not JSON, so not in the OpenAPI schema
     api.add_api_route(
@@ -95,6 +102,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     yield
     await api.state.reader.aclose()
+    await api.state.tail.aclose()
 
 
 async def authorize(
@@ -187,7 +195,7 @@ async def meta_of(reader: aioredis.Redis, turn_id: str) -> TurnMeta:
     return TurnMeta.from_hash(turn_id, raw)
 
 
-@router.post("", status_code=202, response_model=TurnCreated)
+@router.post("", status_code=202, response_model=TurnCreated, responses=WRITE_ERRORS)
 def create_turn(
     rt: RT,
     body: TurnRequest,
@@ -222,8 +230,11 @@ def create_turn(
             turn_id=turn_id,
         )
     except BaseException:
-        if not rt.redis.exists(keys.turn_meta(turn_id)):
-            rt.redis.delete(key)  # no turn was made: the key must not answer for one
+        # No turn was made (or it was taken back): the key must not answer for one. Redis may be
+        # gone: then the key stays, and a repeat answers for the turn if it was made after all.
+        with suppress(redis.RedisError):
+            if not rt.redis.exists(keys.turn_meta(turn_id)):
+                rt.redis.delete(key)
         raise
     return _created(turn.turn_id, turn.conversation_id)
 
@@ -276,13 +287,15 @@ async def events(
         raise HTTPException(400, f"not a stream id: {start!r} (expected like 3-14)")
     await meta_of(reader, turn_id)
     return StreamingResponse(
-        event_stream(reader, request, turn_id, start),
+        event_stream(request.app.state.tail, request, turn_id, start),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
-@router.post("/{turn_id}/continue", status_code=202, response_model=Accepted)
+@router.post(
+    "/{turn_id}/continue", status_code=202, response_model=Accepted, responses=WRITE_ERRORS
+)
 def continue_turn(rt: RT, turn_id: TurnId, body: ContinueRequest) -> Accepted:
     outcome = rt.lifecycle.continue_turn(turn_id, auto=body.auto)
     if not outcome.ok:
@@ -290,7 +303,7 @@ def continue_turn(rt: RT, turn_id: TurnId, body: ContinueRequest) -> Accepted:
     return Accepted(turn_id=turn_id, detail=outcome.reason, run_id=outcome.run_id)
 
 
-@router.post("/{turn_id}/stop", status_code=202, response_model=Accepted)
+@router.post("/{turn_id}/stop", status_code=202, response_model=Accepted, responses=WRITE_ERRORS)
 def stop_turn(rt: RT, turn_id: TurnId) -> Accepted:
     outcome = rt.lifecycle.stop(turn_id)
     if not outcome.ok:
@@ -298,27 +311,7 @@ def stop_turn(rt: RT, turn_id: TurnId) -> Accepted:
     return Accepted(turn_id=turn_id, detail=outcome.reason)
 
 
-async def healthz(request: Request) -> JSONResponse:
-    """Redis and broker reachability."""
-    checks = {"redis": "ok", "broker": "ok"}
-    try:
-        await reader_of(request).ping()
-    except redis.RedisError as e:
-        checks["redis"] = f"unreachable: {e}"
-    try:
-        await run_in_threadpool(_broker_ping, runtime_of(request))
-    except Exception as e:  # kombu raises many kinds; any of them means unreachable
-        checks["broker"] = f"unreachable: {e}"
-    ok = all(v == "ok" for v in checks.values())
-    return JSONResponse(checks, 200 if ok else 503)
-
-
 def _created(turn_id: str, conversation_id: str) -> TurnCreated:
     return TurnCreated(
         turn_id=turn_id, conversation_id=conversation_id, events_url=f"/v1/turns/{turn_id}/events"
     )
-
-
-def _broker_ping(rt: Runtime) -> None:
-    with rt.app.connection_for_write() as connection:
-        connection.ensure_connection(max_retries=1, timeout=2)

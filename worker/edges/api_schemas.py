@@ -83,8 +83,36 @@ class ErrorOut(BaseModel):
     detail: str
 
 
+RETRY_AFTER = {
+    "Retry-After": {
+        "description": "seconds to wait before trying again",
+        "schema": {"type": "integer"},
+    }
+}
+#: every route's errors; 503: the ledger's Redis or the broker is unreachable (CONTRACT §7.13)
 ERRORS: dict[int | str, dict[str, Any]] = {
-    code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 422)
+    **{code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 422)},
+    503: {
+        "model": ErrorOut,
+        "description": "The ledger's Redis or the broker is unreachable; `detail` names which",
+        "headers": RETRY_AFTER,
+    },
+}
+#: /healthz's: its 503 body is its checks (``redis``, ``broker``) and a ``detail``
+HEALTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    503: {
+        "description": "`redis` (the ledger's) or `broker` is `unreachable: …`; `detail` names "
+        "which",
+        "headers": RETRY_AFTER,
+    },
+}
+#: the writes' errors besides ``ERRORS``
+WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+    507: {
+        "model": ErrorOut,
+        "description": "The ledger's Redis or the broker is out of memory (`maxmemory` under "
+        "`noeviction`) and refuses writes; `detail` names which",
+    },
 }
 
 

@@ -42,13 +42,34 @@ def chunk_task(mode: str) -> str:
 UNACKED_RESTORE_INTERVAL_S = 5
 
 
-def create_app(settings: Settings) -> Celery:
+#: how often a process that fails fast (the API) sends a chunk message again after a failed
+#: attempt, at once: a connection a broker restart left in the pool is replaced, an outage is not
+#: waited out (Celery's default is 3 retries, up to a second apart)
+FAIL_FAST_PUBLISH_RETRIES = 1
+
+
+def create_app(settings: Settings, *, publish_timeout_s: float | None = None) -> Celery:
+    """The app. ``publish_timeout_s`` (the API's): each broker command, connecting included,
+    may take that long, and a publish is retried once at once, so an unreachable or hung broker
+    fails a send within a few of them; None (a worker's): no socket timeout, Celery's retries."""
     vt = settings.visibility_timeout
-    transport = {
+    transport: dict[str, Any] = {
         "visibility_timeout": vt,
         "unacked_restore_interval": UNACKED_RESTORE_INTERVAL_S,
         "unacked_restore_throttle": 1,
     }
+    fail_fast: dict[str, Any] = {}
+    if publish_timeout_s is not None:
+        transport |= {
+            "socket_timeout": publish_timeout_s,
+            "socket_connect_timeout": publish_timeout_s,
+        }
+        fail_fast["task_publish_retry_policy"] = {
+            "max_retries": FAIL_FAST_PUBLISH_RETRIES,
+            "interval_start": 0,
+            "interval_step": 0,
+            "interval_max": 0,
+        }
     extra = [name.strip() for name in settings.celery_include.split(",") if name.strip()]
     app = Celery("dres", broker=settings.broker, include=["tasks.chunks", *extra])
     app.conf.update(
@@ -74,6 +95,7 @@ def create_app(settings: Settings) -> Celery:
         },
         task_default_queue=settings.foreground_queue,
         task_queues=(Queue(settings.foreground_queue), Queue(settings.background_queue)),
+        **fail_fast,
     )
     if settings.broker.split("://", 1)[0] in {"redis", "rediss"}:
         # kombu's Redis transport with a fix that keeps a worker up through a Redis restart

@@ -30,9 +30,10 @@ def _fail(message: str) -> int:
 
 def _runtime() -> Runtime:
     from worker.base.settings import load_settings
-    from worker.edges.runtime import Runtime
+    from worker.edges.runtime import API_STORE_OUTAGE_S, Runtime
 
-    return Runtime.from_settings(load_settings())
+    # a person's command says at once that Redis is unreachable (exit 2), as the API answers 503
+    return Runtime.from_settings(load_settings(), store_outage_s=API_STORE_OUTAGE_S)
 
 
 def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:

@@ -11,10 +11,13 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, cast
 
+import kombu.exceptions
 import redis
 import redis.asyncio as aioredis
+import structlog
 from celery import Celery
-from redis.backoff import ExponentialBackoff
+from redis.asyncio.retry import Retry as AsyncRetry
+from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
@@ -35,8 +38,19 @@ from worker.lifecycle.dispatch import run_ids, task_id
 from worker.lifecycle.heartbeat import Heartbeat
 from worker.lifecycle.reaper import Reaper
 
+log = structlog.get_logger("dres.dispatch")
+
 #: seconds: Redis socket timeouts of the worker's ledger client
 SOCKET_TIMEOUT_S = 30
+#: seconds: Redis connect timeout of a ledger client (a worker's)
+CONNECT_TIMEOUT_S = 5
+#: seconds a Redis command of the API (the ledger's or the broker's) may take, connecting
+#: included, before the store counts as unreachable: the API answers 503 at once instead of
+#: riding an outage out as a worker does (CONTRACT §7.13), also when Redis hangs (SIGSTOP)
+API_STORE_TIMEOUT_S = 0.5
+#: seconds the API's ledger operations (and a person's CLI command) ride out an unreachable
+#: Redis before they give up: they answer 503 (exit 2) instead of waiting DRES_STORE_OUTAGE_S
+API_STORE_OUTAGE_S = 1.0
 #: retries of a cluster client's command while a master restarts or fails over (CLUSTERDOWN,
 #: a refused connection), backing off up to a second: about ten seconds in all
 CLUSTER_RETRIES = 12
@@ -46,38 +60,68 @@ def _cluster_retry() -> Retry:
     return Retry(ExponentialBackoff(cap=1.0, base=0.05), CLUSTER_RETRIES)
 
 
-def ledger_client(settings: Settings, socket_timeout: float = SOCKET_TIMEOUT_S) -> Client:
+def _reconnect_once() -> Retry:
+    """The API's retry of a command: once, at once, on a broken connection only (one a Redis
+    restart left in the pool), never on a timeout: a hung Redis costs one timeout, not
+    redis-py's default ten attempts."""
+    return Retry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
+
+
+def _reconnect_once_async() -> AsyncRetry:
+    return AsyncRetry(NoBackoff(), 1, supported_errors=(redis.ConnectionError,))
+
+
+def ledger_client(
+    settings: Settings,
+    socket_timeout: float = SOCKET_TIMEOUT_S,
+    *,
+    fail_fast: bool = False,
+) -> Client:
     """The ledger's Redis (``DRES_REDIS_URL``): a ``RedisCluster`` with ``DRES_REDIS_CLUSTER=1``
-    (the URL names any node), else one server. The broker is never this client (Celery's own)."""
+    (the URL names any node), else one server. The broker is never this client (Celery's own).
+
+    ``fail_fast`` (the API's): connecting takes at most ``socket_timeout`` too, and a command is
+    tried again only on a broken connection. A cluster client keeps its retries through a
+    failover either way.
+    """
+    connect_timeout = min(socket_timeout, CONNECT_TIMEOUT_S) if fail_fast else CONNECT_TIMEOUT_S
     if settings.redis_cluster:
         return RedisCluster.from_url(
             settings.redis_url,
             socket_timeout=socket_timeout,
-            socket_connect_timeout=5,
+            socket_connect_timeout=connect_timeout,
             retry=_cluster_retry(),
         )
+    extra: dict[str, Any] = {"retry": _reconnect_once()} if fail_fast else {}
     return redis.Redis.from_url(
         settings.redis_url,
         socket_timeout=socket_timeout,
-        socket_connect_timeout=5,
+        socket_connect_timeout=connect_timeout,
         health_check_interval=30,
+        **extra,
     )
 
 
-def ledger_reader(settings: Settings, socket_timeout: float) -> aioredis.Redis:
+def ledger_reader(
+    settings: Settings, socket_timeout: float, connect_timeout: float = API_STORE_TIMEOUT_S
+) -> aioredis.Redis:
     """The API's async reader of the ledger's Redis; with ``DRES_REDIS_CLUSTER=1`` a
     ``redis.asyncio.cluster.RedisCluster``, which answers every command the API sends (each names
-    one key, or one turn's keys) as one server would, hence the one type here."""
+    one key, or one turn's keys) as one server would, hence the one type here. A command is
+    tried again only on a broken connection (one server), as the API's ``ledger_client``."""
     if settings.redis_cluster:
         cluster: Any = aioredis.RedisCluster.from_url(
             settings.redis_url,
             socket_timeout=socket_timeout,
-            socket_connect_timeout=5,
+            socket_connect_timeout=connect_timeout,
             retry=_cluster_retry(),
         )
         return cast(aioredis.Redis, cluster)
     return aioredis.Redis.from_url(
-        settings.redis_url, socket_timeout=socket_timeout, socket_connect_timeout=5
+        settings.redis_url,
+        socket_timeout=socket_timeout,
+        socket_connect_timeout=connect_timeout,
+        retry=_reconnect_once_async(),
     )
 
 
@@ -118,7 +162,12 @@ class CeleryDispatcher:
         )
 
     def revoke(self, turn_id: str, run_id: str) -> None:
-        self.app.control.revoke(task_id(turn_id, run_id))
+        """Best effort (``Dispatcher``): the claim of a revoked run is refused anyway, so a broker
+        out of reach costs a worker one look at a stale message, not a Stop its answer."""
+        try:
+            self.app.control.revoke(task_id(turn_id, run_id))
+        except kombu.exceptions.OperationalError as e:
+            log.warning("could not revoke a stopped run's message", run_id=run_id, error=str(e))
 
     def queued_runs(self) -> set[str] | None:
         """Run ids in the chunk queues or held unacknowledged (kombu's Redis transport)."""
@@ -149,6 +198,9 @@ class Runtime:
     #: seconds the ledger rides out an unreachable Redis; None: ``DRES_STORE_OUTAGE_S`` (a
     #: worker's runs). The API passes a short one: it answers 503 instead of waiting.
     store_outage_s: float | None = None
+    #: seconds a Redis command (ledger or broker) may take before the store counts as
+    #: unreachable, failing fast (the API's); None: a worker's patience
+    store_timeout_s: float | None = None
 
     @classmethod
     def from_settings(
@@ -160,9 +212,23 @@ class Runtime:
     ) -> Runtime:
         return cls(settings, SystemClock(), RandomIds(), celery, store_outage_s)
 
+    @classmethod
+    def for_api(cls, settings: Settings) -> Runtime:
+        """The API's: its Redis commands and chunk messages fail within about a second while
+        the store is unreachable, and the API answers 503 (CONTRACT §7.13)."""
+        return cls(
+            settings,
+            SystemClock(),
+            RandomIds(),
+            store_outage_s=API_STORE_OUTAGE_S,
+            store_timeout_s=API_STORE_TIMEOUT_S,
+        )
+
     @cached_property
     def redis(self) -> Client:
-        return ledger_client(self.settings)
+        if self.store_timeout_s is None:
+            return ledger_client(self.settings)
+        return ledger_client(self.settings, self.store_timeout_s, fail_fast=True)
 
     @cached_property
     def ledger(self) -> Ledger:
@@ -185,7 +251,7 @@ class Runtime:
 
     @cached_property
     def app(self) -> Celery:
-        return self.celery or create_app(self.settings)
+        return self.celery or create_app(self.settings, publish_timeout_s=self.store_timeout_s)
 
     @cached_property
     def lifecycle(self) -> Lifecycle:

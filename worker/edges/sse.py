@@ -3,7 +3,8 @@
 Each event goes out with its stream id as the SSE ``id``, so a client that reconnects with
 ``Last-Event-ID`` (or ``?after=``) gets exactly what it missed. The stream closes once the turn
 has ended and nothing follows in its stream: a stopped turn that is continued goes on in the same
-stream, after its earlier ``turn_ended``.
+stream, after its earlier ``turn_ended``. It also closes, cleanly, when Redis cannot be reached:
+the client reconnects with ``Last-Event-ID`` and is answered 503 until Redis is back.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import re
 from collections.abc import AsyncIterator
 from typing import Any
 
+import redis
 import redis.asyncio as aioredis
 import structlog
 from starlette.requests import Request
@@ -50,7 +52,18 @@ def _stream_pos(stream_id: str) -> tuple[int, int]:
 async def event_stream(
     reader: aioredis.Redis, request: Request, turn_id: str, start: str
 ) -> AsyncIterator[bytes]:
-    """Replay after ``start``, then follow live; close after ``turn_ended``."""
+    """Replay after ``start``, then follow live; close after ``turn_ended``, or when Redis
+    cannot be reached (the client resumes after the last id it got)."""
+    try:
+        async for message in _follow(reader, request, turn_id, start):
+            yield message
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        log.warning("event stream closed: Redis is unreachable", turn_id=turn_id, error=str(e))
+
+
+async def _follow(
+    reader: aioredis.Redis, request: Request, turn_id: str, start: str
+) -> AsyncIterator[bytes]:
     stream = keys.turn_events(turn_id)
     last = start
     block: int | None = None  # the first read replays without waiting

@@ -4,20 +4,22 @@ By default the turn as a person reads it: the answer's text joined as it streams
 tool call once its state is known (and, for a blocked or refused call, the call it matched),
 "Resuming…" where a run picks the turn up again, and a status line. ``--events`` prints every
 event instead, one line each with its stream id. Either way a time-limit stop is continued on
-its own (``--no-auto-continue`` turns that off), through ``worker.edges.client.follow``.
+its own (``--no-auto-continue`` turns that off), through ``worker.edges.client.follow``, which
+also rides out a Redis restart or outage (saying so on stderr) and goes on where it was.
 """
 
 from __future__ import annotations
 
 import itertools
 import sys
+from contextlib import suppress
 from typing import Any, TextIO
 
 from ledger.codec import Envelope
 from ledger.events import Event, RunEnded, RunStarted, Text, ToolBlocked, ToolDone, ToolStart
 from ledger.note import shown
 from ledger.turn import TurnMeta
-from worker.edges.client import follow
+from worker.edges.client import FOLLOW_OUTAGE_S, STORE_DOWN, follow
 from worker.edges.runtime import Runtime
 
 SPINNER = "|/-\\"
@@ -143,6 +145,7 @@ def watch(
     events: bool = False,
     auto_continue: bool = True,
     out: TextIO = sys.stdout,
+    err: TextIO = sys.stderr,
 ) -> str:
     """Show the turn (replay, then live) until it ends; return its final status."""
     view: RawView | PersonView = RawView(out) if events else PersonView(out)
@@ -150,20 +153,26 @@ def watch(
     spin = itertools.cycle(SPINNER)
     spinning = False  # a status line is on screen (a terminal only), to be wiped before output
     meta: TurnMeta | None = None
-    for batch in follow(runtime, turn_id, auto_continue=auto_continue):
+
+    def outage(error: Exception) -> None:
+        err.write(f"Redis is unreachable ({error}); trying again for up to {FOLLOW_OUTAGE_S:g} s\n")
+        err.flush()
+
+    for batch in follow(runtime, turn_id, auto_continue=auto_continue, on_outage=outage):
         if spinning and (batch or not live):
             out.write("\r\x1b[K")
             spinning = False
         for envelope in batch:
             view.show(envelope)
-        meta = runtime.ledger.meta(turn_id)
-        if live and not meta.ended and not view.mid_line:
+        with suppress(*STORE_DOWN):  # the status line waits; ``follow`` rides the outage out
+            meta = runtime.ledger.meta(turn_id)
+        if live and meta is not None and not meta.ended and not view.mid_line:
             out.write(f"\r\x1b[K{next(spin)} {LABELS.get(meta.status, meta.status)}…")
             spinning = True
         out.flush()
     if spinning:
         out.write("\r\x1b[K")
-    meta = meta or runtime.ledger.meta(turn_id)
+    meta = runtime.ledger.meta(turn_id)  # as ``follow`` saw it end
     view.flush_line()
     why = f" ({meta.code})" if meta.code else ""
     auto = f", continued automatically {meta.auto_continues}x" if meta.auto_continues else ""

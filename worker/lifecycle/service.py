@@ -62,5 +62,11 @@ class Lifecycle(ChunkPath, Control):
         self.store.create(event, first_run=run_id, look_at_ms=look_at, fields=fields)
         return NewTurn(turn_id, conversation_id, run_id)
 
+    def withdraw(self, turn_id: str, conversation_id: str) -> bool:
+        """Take back a turn whose creation failed part way (its first chunk could not be sent,
+        or Redis refused a write after the turn was recorded), so that a failed request leaves
+        no turn that runs later; False when the turn went on (claimed, stopped) and stays."""
+        return self.store.withdraw(turn_id, conversation_id)
+
 
 __all__ = ["Lifecycle", "NewTurn", "Outcome"]

@@ -12,6 +12,13 @@ const ENDED = new Set(["completed", "stopped"]);
 const AUTO_DELAY_MS = 1500;
 // ms between looks at a live turn's status (the events say most; this catches the rest)
 const REFRESH_MS = 2000;
+// answers that mean "not now": the server or its store (Redis, the broker) is out of reach
+const TRANSIENT = new Set([502, 503, 504]);
+// ms before a turn's stream is tried again while out of reach: the first, doubling up to the
+// last, or longer when the server's Retry-After says so
+const RETRY_MS = [500, 10000];
+// ms out of reach in a row after which the page stops following a turn (a reload tries again)
+const GIVE_UP_MS = 10 * 60 * 1000;
 const STORE_KEY = "dres.conversations";
 const TOKEN_KEY = "dres.token";
 // what a person reads beside the status word (the word itself is CONTRACT §10's)
@@ -164,6 +171,11 @@ class Turn {
     this.following = false;
     this.autoTimer = null;
     this.userStopped = false;
+    this.failures = 0; // attempts in a row that could not reach the turn's events
+    this.failingSince = null;
+    this.notice = ""; // the "reconnecting" line this turn shows, cleared once reached
+    this.gaveUp = false;
+    this.endSeen = false;
     this.build();
   }
 
@@ -207,6 +219,7 @@ class Turn {
   apply(id, event) {
     if (!after(id, this.lastId)) return;
     this.lastId = id;
+    this.endSeen = event.type === "turn_ended"; // nothing after it yet: the stream is read out
     this.events.push({ id, event });
     const handler = this[`on_${event.type}`];
     if (handler) handler.call(this, event, id);
@@ -463,15 +476,18 @@ class Turn {
   }
 
   // Follow the turn's events until it ends; a dropped stream resumes after the last event seen.
+  // The end is an ended status with its turn_ended read: a status that ended while the stream
+  // was cut (an outage) still has events to read.
   async follow() {
     if (this.following) return;
     this.following = true;
+    this.gaveUp = false;
     const timer = setInterval(() => this.refresh(), REFRESH_MS);
     try {
       for (;;) {
         await this.readStream();
         await this.refresh();
-        if (ENDED.has(this.status)) break;
+        if ((ENDED.has(this.status) && this.endSeen) || this.gaveUp) break;
         await sleep(300);
       }
     } finally {
@@ -486,16 +502,19 @@ class Turn {
     try {
       response = await fetch(`/v1/turns/${encodeURIComponent(this.id)}/events`, { headers: headers(extra) });
     } catch {
-      await sleep(1000); // the server is out of reach: try again from the last event
-      return;
+      return this.retryLater("the server cannot be reached");
     }
     if (response.status === 401) return askToken();
     if (!response.ok) {
       const data = await response.json().catch(() => ({}));
-      showError(`Events of ${this.id}: ${data.detail || response.status}`);
+      const why = data.detail || `HTTP ${response.status}`;
+      if (TRANSIENT.has(response.status)) return this.retryLater(why, response.headers.get("Retry-After"));
+      showError(`Events of ${this.id}: ${why}`);
       this.status = "stopped";
+      this.gaveUp = true;
       return;
     }
+    this.reached();
     const reader = response.body.pipeThrough(new TextDecoderStream()).getReader();
     let buffer = "";
     try {
@@ -512,6 +531,31 @@ class Turn {
     } catch {
       // a dropped connection: the caller reconnects with Last-Event-ID
     }
+  }
+
+  // The events are out of reach (the server, or its Redis or broker, 503): wait, longer each
+  // time, then the caller tries again from the last event; after GIVE_UP_MS in a row, stop.
+  async retryLater(why, retryAfter) {
+    const now = Date.now();
+    this.failingSince ??= now;
+    if (now - this.failingSince > GIVE_UP_MS) {
+      this.notice = "";
+      showError(`Events of ${this.id}: ${why} — gave up after ${GIVE_UP_MS / 60000} minutes; reload to try again`);
+      this.gaveUp = true;
+      return;
+    }
+    this.notice = `${why} — reconnecting…`;
+    showError(this.notice);
+    const wait = Math.min(RETRY_MS[1], RETRY_MS[0] * 2 ** this.failures);
+    this.failures += 1;
+    await sleep(Math.max(wait, (Number(retryAfter) || 0) * 1000));
+  }
+
+  reached() {
+    if (this.notice && $("error").textContent === this.notice) showError("");
+    this.notice = "";
+    this.failures = 0;
+    this.failingSince = null;
   }
 
   message(block) {
