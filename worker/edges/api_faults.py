@@ -26,7 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
-from ledger.errors import LedgerUnavailable
+from ledger.errors import LedgerUnavailable, StoreFull
 from worker.base.settings import Settings
 from worker.edges.runtime import Runtime
 
@@ -72,7 +72,9 @@ async def ledger_unreachable(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def ledger_full(request: Request, exc: Exception) -> JSONResponse:
-    return out_of_memory(ledger_name(_settings(request)), exc)
+    # StoreFull (the ledger's word for it) carries redis-py's OutOfMemoryError as its cause
+    cause = exc.__cause__ if isinstance(exc, StoreFull) and exc.__cause__ else exc
+    return out_of_memory(ledger_name(_settings(request)), cause)
 
 
 async def broker_failed(request: Request, exc: Exception) -> JSONResponse:
@@ -87,7 +89,8 @@ async def broker_failed(request: Request, exc: Exception) -> JSONResponse:
 def add_fault_handlers(api: FastAPI) -> None:
     for unreachable_error in (redis.ConnectionError, redis.TimeoutError, LedgerUnavailable):
         api.add_exception_handler(unreachable_error, ledger_unreachable)
-    api.add_exception_handler(redis.exceptions.OutOfMemoryError, ledger_full)
+    for full_error in (redis.exceptions.OutOfMemoryError, StoreFull):
+        api.add_exception_handler(full_error, ledger_full)
     api.add_exception_handler(kombu.exceptions.OperationalError, broker_failed)
 
 
