@@ -234,3 +234,33 @@ def test_a_paused_redis_is_ridden_out_by_the_running_run_without_a_takeover(
     assert len(of(events, "run_started")) == 1, f"a live run was taken over:\n{show(events)}"
     assert len(effects_of(effects_file, "a")) == 1
     assert worker.alive()
+
+
+def test_a_run_that_outlasts_its_outage_window_gives_up_and_its_turn_resumes_without_a_repeat(
+    runtime: Runtime,
+    store: RedisServer,
+    start_worker: StartWorker,
+    effects_file: str,
+    script: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Beyond ``DRES_STORE_OUTAGE_S`` the run gives up without writing; once Redis is back the
+    reaper resumes the background turn, whose write is now an interrupted one: the guard refuses
+    to run it blind again, and the turn completes with one effect."""
+    for name, value in LONG_CHUNKS.items():
+        monkeypatch.setenv(name, value)
+    overrides = {**LONG_CHUNKS, "DRES_STORE_OUTAGE_S": "1", OUTSIDE_EFFECTS: effects_file}
+    worker = start_worker(overrides=overrides)
+    model = script([write("a", 2.0), DONE], on_resume="restart")
+    turn = enqueue(runtime, "write a", mode="background", model=model)
+    started_writing(runtime, turn.turn_id, effects_file, "a")
+
+    restart(store, 4.0)  # the write ends 1 s in, its record gives up 1 s later
+
+    events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what="turn end")
+    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+    assert not of(events, "tool_done", tool="outside_write"), show(events)
+    assert [e.reason for e in of(events, "tool_blocked")] == ["interrupted"], show(events)
+    assert len(of(events, "run_started")) == 2, show(events)
+    assert len(effects_of(effects_file, "a")) == 1, "the interrupted write never ran again"
+    assert worker.alive()
