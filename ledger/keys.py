@@ -32,6 +32,12 @@ def turn_keys(turn_id: str) -> tuple[str, str]:
     return turn_events(turn_id), turn_meta(turn_id)
 
 
+def turn_durable(turn_id: str) -> str:
+    """String, short-lived: the write a durability confirmation makes on its own connection so
+    that its ``WAIT``/``WAITAOF`` covers the turn's record (``ledger.durability``)."""
+    return f"{PREFIX}:turn:{_tag(turn_id)}:durable"
+
+
 def conversation_turns(conversation_id: str) -> str:
     """List of the conversation's turn ids, oldest first."""
     return f"{PREFIX}:conv:{_tag(conversation_id)}:turns"

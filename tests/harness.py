@@ -96,6 +96,8 @@ class Harness:
     ids: SeqIds = field(default_factory=SeqIds)
     requests: list[ModelRequest] = field(default_factory=list)
     results: list[TurnEnded] = field(default_factory=list)
+    #: confirms a write's records (``ledger.durability.Confirms``): DRES_DURABILITY above ack
+    durable: Any = None
 
     def __post_init__(self) -> None:
         self.ledger = Ledger(self.client)
@@ -121,6 +123,7 @@ class Harness:
             ids=self.ids,
             interrupts=(SimulatedSoftLimit,),
             tool_redis=self.client,
+            durable=self.durable,
         )
 
     def script(self, steps: list[dict[str, Any]], on_resume: str = "continue") -> str:

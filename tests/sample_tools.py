@@ -6,6 +6,7 @@ import json
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from worker.tools import Reconciliation, ToolContext, tool
@@ -105,4 +106,21 @@ def outside_write(label: str, seconds: float, *, ctx: ToolContext) -> dict[str, 
     with open(os.environ[OUTSIDE_EFFECTS], "a") as f:
         f.write(json.dumps(row) + "\n")
     time.sleep(seconds)
+    return {"written": label}
+
+
+#: the directory of the ledger's Redis's AOF files (an environment variable of the worker)
+AOF_DIR = "TEST_AOF_DIR"
+
+
+@tool
+def aof_witness(label: str, *, ctx: ToolContext) -> dict[str, Any]:
+    """A write whose effect notes whether the ledger's AOF files already hold this call's
+    ``tool_start`` (its call id) when the effect runs; the note goes where ``outside_write``'s
+    effects go."""
+    aof = b"".join(p.read_bytes() for p in sorted(Path(os.environ[AOF_DIR]).rglob("*.aof")))
+    row = {"tool": ctx.tool, "label": label, "call_id": ctx.call_id}
+    row["start_in_aof"] = ctx.call_id.encode() in aof
+    with open(os.environ[OUTSIDE_EFFECTS], "a") as f:
+        f.write(json.dumps(row) + "\n")
     return {"written": label}

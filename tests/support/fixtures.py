@@ -38,6 +38,7 @@ from tests.support.processes import (
     subprocess_env,
 )
 from tests.support.redis_cluster import LocalCluster
+from tests.support.redis_durability import ReplicatedRedis
 from tests.support.scripts import Script, script_writer
 from tests.support.turns import close_runtime
 from worker.base.settings import Settings, load_settings
@@ -51,7 +52,7 @@ StartWorker = Callable[..., WorkerProcess]
 # -- Redis --------------------------------------------------------------------------------------
 
 
-S = TypeVar("S", RedisServer, LocalCluster)
+S = TypeVar("S", RedisServer, LocalCluster, ReplicatedRedis)
 
 
 def started(start: Callable[[], S], what: str) -> Iterator[S]:

@@ -6,6 +6,7 @@ import re
 
 import pytest
 
+from bench.durability_bench import LevelRow
 from bench.ledger_bench import Row, misses, table_lines
 from bench.pickup_bench import PickupPlan, Trial, pickup_rows
 
@@ -85,3 +86,9 @@ def test_a_new_report_keeps_the_sections_written_by_hand_and_replaces_its_own() 
         "## Details\n\nnew\n"
     )
     assert keep_written_sections(new, "") == new
+
+
+def test_a_durability_rows_wording_names_its_level_against_ack() -> None:
+    row = LevelRow("tool call at replica", "ms", [1.0, 1.2], [0.5, 0.4], extra={"level": "replica"})
+    assert row.ratio == pytest.approx(2.5)
+    assert row.wording == "replica slower by 2.50x"

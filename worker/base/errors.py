@@ -34,6 +34,11 @@ class JournalUnreadable(DresError):
     """A resumed run could not read its turn's ledger, so it must not run writes blind."""
 
 
+class Unconfirmed(DresError):
+    """A write's record could not be confirmed as ``DRES_DURABILITY`` asks: the run ends as a
+    transport error does, and resumes (CONTRACT §7.13)."""
+
+
 class TurnCancelled(Interrupt):
     """Stop was requested for the turn; the run ends at this safe point."""
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from ledger.durability import Durability, Level
 from worker.base.errors import ConfigError
 
 DEMO_TOOLS = "worker.dev.demo_tools"
@@ -97,6 +98,14 @@ class Settings(BaseSettings):
     #: seconds every ledger operation rides out an unreachable Redis (a restart, a failover)
     #: before the run gives up and stops cleanly (CONTRACT §7.13); the API never waits it out
     store_outage_s: float = Field(30.0, ge=0)
+    #: what confirms a write tool's ``tool_start`` before its effect runs, and its ``tool_done``
+    #: before the turn goes on (CONTRACT §7.13): ``ack`` (Redis's answer, nothing more),
+    #: ``replica`` (``WAIT 1``), ``fsync`` (``WAITAOF 1 0``: the primary's AOF on disk),
+    #: ``replica+fsync`` (``WAITAOF 1 1``); anything but ``ack`` is checked against the server
+    #: at worker start
+    durability: Level = "ack"
+    #: seconds one such confirmation may wait for the replica or the fsync
+    durability_timeout_s: float = Field(1.0, gt=0)
     #: seconds between reaper sweeps on each worker
     reaper_interval_s: float = Field(2.0, gt=0)
     #: seconds an unacknowledged message stays invisible before Redis redelivers it; must exceed
@@ -188,6 +197,11 @@ class Settings(BaseSettings):
     def heartbeat_s(self) -> float:
         """Seconds between a running run's lease renewals: three chances before it runs out."""
         return self.lease_s / 3
+
+    @property
+    def write_durability(self) -> Durability:
+        """``DRES_DURABILITY`` and ``DRES_DURABILITY_TIMEOUT_S`` as one value."""
+        return Durability(self.durability, self.durability_timeout_s)
 
     @property
     def broker(self) -> str:

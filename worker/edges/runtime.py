@@ -22,6 +22,7 @@ from redis.cluster import RedisCluster
 from redis.retry import Retry
 
 from ledger.cache import EventCache
+from ledger.durability import Confirmer
 from ledger.store import Client, Ledger
 from worker.base import metrics
 from worker.base.clock import Clock, Ids, RandomIds, SystemClock
@@ -241,6 +242,12 @@ class Runtime:
         )
 
     @cached_property
+    def confirmer(self) -> Confirmer | None:
+        """Confirms a write's records as ``DRES_DURABILITY`` asks; None at ``ack``."""
+        durability = self.settings.write_durability
+        return Confirmer(self.ledger, durability) if durability.waits else None
+
+    @cached_property
     def events(self) -> EventCache:
         """The turns this process read lately: a turn's next chunk here reads only what is new."""
         return EventCache(self.ledger)
@@ -306,4 +313,5 @@ class Runtime:
             tool_redis=self.redis,
             failpoints=self.failpoints,
             cache=self.events,
+            durable=self.confirmer,
         )

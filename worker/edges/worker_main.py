@@ -12,6 +12,7 @@ from worker.base.errors import ConfigError
 from worker.base.forks import guard_forks
 from worker.base.logging import configure_logging_for
 from worker.base.settings import load_settings
+from worker.edges.durability_policy import check_durability
 from worker.edges.runtime import Runtime
 from worker.edges.shutdown import hand_over_on_shutdown
 from worker.edges.store_policy import check_stores
@@ -73,6 +74,7 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     hand_over_on_shutdown()
     load_before_fork(runtime)
     check_stores(settings)  # after the checks that need no Redis; its gauge after prepare()
+    check_durability(settings)
 
     def keep_dres_logging(**_: Any) -> None:
         # A receiver here makes Celery add no handler of its own (its task logger's would print

@@ -21,6 +21,7 @@ import redis
 import structlog
 
 from ledger.cache import EventCache, F
+from ledger.durability import Confirms
 from ledger.errors import LedgerError
 from ledger.events import (
     Event,
@@ -32,7 +33,7 @@ from ledger.journal import Journal, build_journal
 from ledger.note import NoteFold, journal_note
 from ledger.store import Ledger
 from worker.base.clock import Clock, Ids
-from worker.base.errors import JournalUnreadable, ModelError, TurnCancelled
+from worker.base.errors import JournalUnreadable, ModelError, TurnCancelled, Unconfirmed
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
 from worker.engine.history import Conversation
@@ -83,6 +84,7 @@ class AgentLoop:
         tool_redis: Any = None,
         failpoints: Failpoints = OFF,
         cache: EventCache | None = None,
+        durable: Confirms | None = None,
     ) -> None:
         self.ledger = ledger
         #: how a run reads its turn: through the process's cache when there is one
@@ -98,6 +100,8 @@ class AgentLoop:
         self.guard = guard or DeferSignals()
         self.tool_redis = tool_redis
         self.failpoints = failpoints
+        #: confirms a write's records as DRES_DURABILITY asks (None: ``ack``)
+        self.durable = durable
         self.tools = tuple(
             ToolSchema(s.name, s.description, s.schema) for s in registry.schemas().values()
         )
@@ -115,6 +119,7 @@ class AgentLoop:
             flush_s=self.settings.text_flush_ms / 1000,
             flush_chars=self.settings.text_flush_chars,
             guard=self.guard,
+            durable=self.durable,
         )
         self.guard.arm()
         try:
@@ -186,22 +191,31 @@ class AgentLoop:
             recorder.record(ModelStart, step=request.step, resume_step=request.resume_step)
             try:
                 calls = self._stream(recorder, model, request)
+                recorder.record(ModelDone, tool_calls=len(calls))
+                if not calls:
+                    return self._end(recorder, "completed", "completed")
+                if self._execute(recorder, executor, attempt, calls):
+                    continue
+                return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
             except ModelError as e:
-                resumed = self._after_model_error(recorder, e, transport_resumes)
-                if isinstance(resumed, RunResult):
-                    return resumed
-                transport_resumes += 1
-                attempt = Attempt.begin(
-                    None if self.settings.naive else build_journal(recorder.events)
-                )
-                continue
-            recorder.record(ModelDone, tool_calls=len(calls))
-            if not calls:
-                return self._end(recorder, "completed", "completed")
-            for call in calls:
-                if self.is_cancelled(recorder.run.turn_id):
-                    return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
-                executor.execute(attempt, call)
+                ended = self._after_model_error(recorder, e, transport_resumes)
+            except Unconfirmed as e:
+                # a write's record the store could not confirm (DRES_DURABILITY)
+                ended = self._after_transport_error(recorder, str(e), transport_resumes)
+            if ended is not None:
+                return ended
+            transport_resumes += 1
+            attempt = Attempt.begin(None if self.settings.naive else build_journal(recorder.events))
+
+    def _execute(
+        self, recorder: Recorder, executor: ToolExecutor, attempt: Attempt, calls: list[ToolCall]
+    ) -> bool:
+        """Run the step's calls in order; False when Stop was requested before one of them."""
+        for call in calls:
+            if self.is_cancelled(recorder.run.turn_id):
+                return False
+            executor.execute(attempt, call)
+        return True
 
     def _stream(
         self, recorder: Recorder, model: ChatModel, request: ModelRequest
@@ -227,11 +241,8 @@ class AgentLoop:
         """Resume in the same run (None) or end it (the result), by the error's kind."""
         run = recorder.run
         log.warning("model call failed", code=error.code, error=error.message)
-        if error.resumable and transport_resumes < self.settings.max_transport_resumes:
-            self._resume_in_run(recorder, "transport_error")
-            return None
         if error.resumable:
-            return self._end(recorder, "transport_error", "stopped", "transport_error", str(error))
+            return self._after_transport_error(recorder, str(error), transport_resumes)
         if error.code == "rate_limit":
             already = any(
                 isinstance(e, Resumed) and e.cause == "rate_limit" for e in recorder.events
@@ -242,6 +253,17 @@ class AgentLoop:
                 return None
             return self._end(recorder, "error", "stopped", "rate_limit", str(error))
         return self._end(recorder, "error", "stopped", error.code, str(error))
+
+    def _after_transport_error(
+        self, recorder: Recorder, detail: str, transport_resumes: int
+    ) -> RunResult | None:
+        """A transport error (a model call's, or a record the store could not confirm): resume
+        in the same run with the nudge and the note (None), or end it once the resumes are
+        spent."""
+        if transport_resumes < self.settings.max_transport_resumes:
+            self._resume_in_run(recorder, "transport_error")
+            return None
+        return self._end(recorder, "transport_error", "stopped", "transport_error", detail)
 
     def _resume_in_run(self, recorder: Recorder, cause: str) -> None:
         note = None

@@ -9,6 +9,10 @@ bound (``flush_chars``) become one ``text`` event. Whatever else the run records
 buffered text first, in the same append; a flusher thread of the run's own writes it when the
 window ends while the model pauses, so a watcher still sees it within the window. Every append of
 a run goes through one lock, so the events keep their order and the lease's sequence one writer.
+
+With ``DRES_DURABILITY`` above ``ack`` the recorder also confirms, when asked (``confirm``), that
+what the run wrote so far is on a replica or on disk (``ledger.durability``); nothing else it
+writes waits for that.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from ledger.durability import Confirmation, Confirms
 from ledger.events import Event, Text
 from ledger.lease import Lease
 from ledger.store import Ledger
@@ -105,6 +110,7 @@ class Recorder:
         flush_s: float = 0.0,
         flush_chars: int = 512,
         guard: AbstractContextManager[object] | None = None,
+        durable: Confirms | None = None,
     ) -> None:
         self.ledger = ledger
         self.run = run
@@ -121,6 +127,8 @@ class Recorder:
         #: the critical section a write of buffered text runs in (the loop's ``DeferSignals``):
         #: an interrupt waits until the text taken from the buffer is in the ledger
         self.guard = guard or nullcontext()
+        #: confirms records as DRES_DURABILITY asks; None at ``ack``: nothing to confirm
+        self.durable = durable
         # One lock for every append of the run; the flusher waits on its condition.
         self._lock = threading.RLock()
         self._wake = threading.Condition(self._lock)
@@ -180,6 +188,15 @@ class Recorder:
                     self._write(events)
             else:
                 self._write(events)
+
+    def confirm(self) -> Confirmation:
+        """Confirm what this run wrote so far (its newest record and all before it) as
+        ``DRES_DURABILITY`` asks: one attempt, whose answer the caller judges."""
+        if self.durable is None:
+            raise RuntimeError("nothing to confirm at DRES_DURABILITY=ack")
+        with self._lock:
+            newest = self.run.lease.last[1]
+        return self.durable.confirm(self.run.turn_id, newest)
 
     # -- streamed text ---------------------------------------------------------------------
 

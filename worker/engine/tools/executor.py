@@ -9,6 +9,10 @@ For each call the model makes, in order:
    ``tool_start`` and ``tool_done``, both recorded inside ``DeferSignals`` so a soft time limit
    never lands between the side effect and its record. What the decision says the attempt
    claims (a completed entry used up, an interrupted one settled) is applied here too.
+
+With ``DRES_DURABILITY`` above ``ack`` (the recorder's ``durable``) a write's ``tool_start`` is
+confirmed before its effect runs and its ``tool_done`` before the turn goes on
+(``worker.engine.tools.durable``); read-only tools and every other record confirm nothing.
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ from worker.engine.tools.calls import (
     prepare,
 )
 from worker.engine.tools.context import Reconciliation, ToolContext, idempotency_key
+from worker.engine.tools.durable import confirm_done, confirm_start
 from worker.engine.tools.guard import DeferSignals
 from worker.engine.tools.registry import Registry
 
@@ -87,6 +92,7 @@ class ToolExecutor:
 
     def _run(self, attempt: Attempt, call: PreparedCall, decision: Run) -> ToolOutcome:
         ctx = self._context(attempt, call)
+        durable = self.recorder.durable is not None and not call.spec.read_only
         self.failpoints.hit("tool.before_start")
         with self.guard:
             self.recorder.record(
@@ -97,6 +103,8 @@ class ToolExecutor:
                 signature=call.signature,
                 read_only=call.spec.read_only,
             )
+            if durable:
+                confirm_start(self.recorder, call.call_id, call.tool)
             try:
                 result = to_jsonable_python(call.spec.invoke(call.arguments, ctx), fallback=repr)
                 is_error = False
@@ -125,6 +133,8 @@ class ToolExecutor:
                 ]
             self.recorder.record_many(done)
             metrics.tool_ran(is_error=is_error)
+            if durable:
+                confirm_done(self.recorder, call.call_id, call.tool)
         self.failpoints.hit("tool.after_done")
         if not is_error:
             attempt.completed[(call.tool, call.signature)] += 1
