@@ -1,7 +1,8 @@
 """Start and stop a private redis-server process (for ``dres demo``, tests and benchmarks).
 
 The server binds loopback on a free port, keeps its data in its own directory with AOF on
-(``appendfsync everysec`` unless told otherwise) and no RDB snapshots, and is stopped by PID.
+(``appendfsync everysec`` unless told otherwise) and no RDB snapshots, and is stopped by PID
+(and, for the chaos runner, killed, paused and resumed by PID).
 """
 
 from __future__ import annotations
@@ -115,8 +116,19 @@ class RedisServer:
             os.kill(self.process.pid, signal.SIGKILL)
             self.process.wait(timeout=10)
 
+    def pause(self) -> None:
+        """SIGSTOP the server (a partition stand-in): connections stay open, nothing answers."""
+        if self.process and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGSTOP)
+
+    def resume(self) -> None:
+        """SIGCONT a paused server: it answers the commands that waited, in order."""
+        if self.process and self.process.poll() is None:
+            os.kill(self.process.pid, signal.SIGCONT)
+
     def stop(self) -> None:
         if self.process and self.process.poll() is None:
+            self.resume()  # a stopped process would hold SIGTERM until it runs again
             self.process.terminate()
             try:
                 self.process.wait(timeout=10)
