@@ -1,5 +1,6 @@
-"""``python -m chaos [--trials N] [--seed S] [--naive]``: run the chaos trials; exit 1 on any
-violation (with ``--naive``: on any but the duplicate effects naive resume is there to count)."""
+"""``python -m chaos [--trials N] [--seed S] [--naive] [--only ACTION ...]``: run the chaos
+trials; exit 1 on any violation (with ``--naive``: on any but the duplicate effects naive resume
+is there to count)."""
 
 from __future__ import annotations
 
@@ -17,5 +18,12 @@ if __name__ == "__main__":
         action="store_true",
         help="resume naively (the worker gets DRES_NAIVE=1) and count the duplicate effects",
     )
+    parser.add_argument(
+        "--only",
+        nargs="+",
+        default=(),
+        metavar="ACTION",
+        help="draw only the faults of these actions (redis_restart, redis_pause, kill_child, ...)",
+    )
     args = parser.parse_args()
-    sys.exit(main(args.trials, args.seed, naive=args.naive))
+    sys.exit(main(args.trials, args.seed, naive=args.naive, only=args.only))

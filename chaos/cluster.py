@@ -1,10 +1,11 @@
-"""The chaos runner's machines: a restartable redis-server and prefork worker, and a look into
-the broker that counts its messages per run."""
+"""The chaos runner's machines: a redis-server it can kill, restart and pause, a restartable
+prefork worker, and a look into the broker that counts its messages per run."""
 
 from __future__ import annotations
 
 import json
 import os
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,17 @@ DEFAULT = Profile()
 #: longer than the handoff grace; one re-dispatch allowed, so taking a queued message for a lost
 #: one would soon stop a turn ``handoff_lost``
 BACKLOG = Profile(concurrency=1, env=(("DRES_MAX_REDISPATCHES", "1"),))
+#: hard limits past the longest store fault (10 s paused, 4 s down, then Celery's reconnect): a
+#: chunk that waits out the outage inside a tool's record is not killed by its hard limit, so
+#: what is tried is the ride-out, not one more SIGKILL of the pool child (and the visibility
+#: timeout past them, as the worker requires)
+STORE = Profile(
+    env=(
+        ("DRES_HARD_LIMIT_S", "20"),
+        ("DRES_BG_HARD_LIMIT_S", "20"),
+        ("DRES_VISIBILITY_TIMEOUT_S", "25"),
+    )
+)
 
 
 @dataclass
@@ -100,9 +112,24 @@ class Cluster:
         self.worker = WorkerProcess.start(env, log, concurrency=wanted.concurrency, ready=False)
         self.worker.wait_ready(timeout=30)
 
-    def kill_redis(self) -> None:
+    def worker_alive(self) -> bool:
+        return self.worker is not None and self.worker.alive()
+
+    def restart_redis(self, down_s: float) -> None:
+        """SIGKILL redis-server (the ledger's and the broker's), keep it down ``down_s`` seconds,
+        start it again on the same port and directory: it reloads its AOF."""
         self.server.kill()
+        time.sleep(down_s)  # the outage itself
         self.server.start()
+
+    def pause_redis(self, for_s: float) -> None:
+        """SIGSTOP redis-server for ``for_s`` seconds, then SIGCONT (a partition stand-in: the
+        connections stay open, every command waits)."""
+        self.server.pause()
+        try:
+            time.sleep(for_s)  # the outage itself
+        finally:
+            self.server.resume()
 
     def terminate_worker(self) -> None:
         """SIGTERM the worker (a deploy): a warm shutdown; ``ensure_worker`` starts the next."""

@@ -158,6 +158,14 @@ def completed_despite_backlog(status: str, code: str) -> list[str]:
     return [f"a backlog left the turn {status!r}" + (f" ({code})" if code else "")]
 
 
+def worker_stayed(exits: int) -> list[str]:
+    """A store fault never takes a worker down (CONTRACT §7.13): it rides the outage out in the
+    same process (``exits``: times the worker process ended during the trial)."""
+    if not exits:
+        return []
+    return [f"the worker exited {exits} time(s) during a store fault"]
+
+
 def one_message_per_run(copies: Mapping[str, int]) -> list[str]:
     """The broker never held two messages for one run (``copies``: the most seen at once)."""
     return [f"the broker held {n} messages for {task}" for task, n in copies.items() if n > 1]

@@ -4,11 +4,16 @@ Each trial runs one turn of several write tools (one idempotent, one with ``iden
 ``restart``-mode model, and injects one fault at a random point: SIGKILL of the pool child or of
 the whole worker (before tool_start, between the side effect and tool_done, after tool_done,
 during the handoff to the next chunk), a soft limit inside a tool, a duplicated or dropped
-successor message, ``kill -9`` of redis-server with an AOF restart, or SIGTERM of the worker (a
-deploy). A ``backlog`` trial instead enqueues several foreground turns at once on a worker with
+successor message, SIGTERM of the worker (a deploy), or a fault of the store itself — the
+redis-server that is the ledger and the broker — killed with SIGKILL and restarted on its AOF
+after 0.5 to 4 s (``redis_restart``), or stopped with SIGSTOP for 1 to 10 s (``redis_pause``, a
+partition stand-in), either once the turn's stream holds a random number of events or exactly
+between a write's side effect and its tool_done, or during the hand-over to the next chunk.
+A ``backlog`` trial instead enqueues several foreground turns at once on a worker with
 one pool process, so each turn's next chunk waits in the queue well past the handoff grace: every
 turn must still complete, and the broker must never hold two messages for one run. Then it
-checks the invariants of ``chaos.invariants`` on every turn. A stopped foreground turn is
+checks the invariants of ``chaos.invariants`` on every turn (and after a store fault, that the
+worker rode it out in the same process). A stopped foreground turn is
 continued, as a person would, at most twice (a backlog turn never: it must not stop).
 
 ``naive=True`` runs the same trials on a worker started with ``DRES_NAIVE=1`` (no journal note,
@@ -21,22 +26,29 @@ import contextlib
 import random
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import redis
+from typing import Any, TypeVar
 
 from chaos import invariants
-from chaos.cluster import BACKLOG, DEFAULT, BrokerCensus, Cluster
+from chaos.cluster import BACKLOG, DEFAULT, STORE, BrokerCensus, Cluster, Profile
 from chaos.report import Outcome, TurnResult, naive_table, table
 from chaos.tools import read_effects
 from ledger import keys
+from ledger.errors import LedgerUnavailable
+from ledger.store import STORE_ERRORS
 from tests.support import write_script
 from worker.edges.client import enqueue
 
-#: (action, failpoint); the actions of ``RUNNER_FAULTS`` and ``backlog`` are the runner's own
+#: store faults: the action, and the range of its outage in seconds (down, or paused)
+STORE_FAULTS: dict[str, tuple[float, float]] = {
+    "redis_restart": (0.5, 4.0),
+    "redis_pause": (1.0, 10.0),
+}
+#: (action, failpoint), drawn with equal weights; the actions of ``RUNNER_FAULTS`` and
+#: ``backlog`` are the runner's own (at a failpoint, the runner strikes once the worker reports
+#: the point reached and waits there for the outage)
 FAULTS: list[tuple[str, str]] = [
     *[
         (action, point)
@@ -46,22 +58,31 @@ FAULTS: list[tuple[str, str]] = [
     ("soft_limit", "tool.after_effect"),
     ("duplicate", "chunk.handoff"),
     ("drop", "chunk.handoff"),
-    ("redis_kill", "-"),
     ("sigterm", "-"),
     ("backlog", "-"),
+    *[
+        (action, point)
+        for action in STORE_FAULTS
+        for point in ("-", "tool.after_effect", "chunk.handoff")
+    ],
 ]
-#: faults the runner makes once the (first) turn's stream holds a random number of events
-RUNNER_FAULTS: dict[str, Callable[[Cluster], None]] = {
-    "redis_kill": Cluster.kill_redis,
-    "sigterm": Cluster.terminate_worker,
+#: faults the runner makes itself, given the trial's outage in seconds: at point ``-`` once the
+#: (first) turn's stream holds a random number of events, else once the failpoint fired
+RUNNER_FAULTS: dict[str, Callable[[Cluster, float], None]] = {
+    "redis_restart": Cluster.restart_redis,
+    "redis_pause": Cluster.pause_redis,
+    "sigterm": lambda cluster, _: cluster.terminate_worker(),
 }
 #: turns a backlog trial enqueues at once: with one pool process, the last one's first chunk
 #: and every turn's second chunk wait behind several soft limits' worth of chunks
 BACKLOG_TURNS = 6
-#: seconds a trial's turns have to reach a terminal state
+#: seconds a trial's turns have to reach a terminal state (beyond a store fault's outage)
 BOUND_S = 40.0
+#: seconds the runner's own reads wait for a Redis that does not answer before the trial fails
+ANSWER_S = 60.0
 #: seconds between looks at the turns (and the broker) while a trial runs
 POLL_S = 0.05
+T = TypeVar("T")
 MESSAGE = "Send the launch email, charge 5, note it."
 #: the trials' scripted model, with ``on_resume="restart"``
 STEPS: list[dict[str, Any]] = [
@@ -92,9 +113,7 @@ class Watch:
 
     cluster: Cluster
     turn_ids: list[str]
-    action: str
-    #: events of the first turn's stream after which the runner's fault strikes (None: none)
-    kill_after: int | None
+    trial: Trial
     max_continues: int
     census: BrokerCensus | None = None
     fired: bool = False
@@ -105,20 +124,34 @@ class Watch:
         deadline = time.monotonic() + BOUND_S
         while len(self.done) < len(self.turn_ids) and time.monotonic() < deadline:
             self.cluster.ensure_worker()
-            # redis-server may be restarting (the redis_kill fault): look again
-            with contextlib.suppress(redis.ConnectionError, redis.TimeoutError):
+            # Redis may not answer yet (a store fault ends with redis-server still loading its
+            # AOF, or the worker's fault left it busy): look again
+            with contextlib.suppress(*STORE_ERRORS, LedgerUnavailable):
+                if self.strikes():
+                    deadline += self.trial.outage_s  # the outage is not the turn's time
+                    continue
                 self.look()
             time.sleep(POLL_S)
+
+    def strikes(self) -> bool:
+        """Make the runner's fault if its moment came (once); True if it did."""
+        trial = self.trial
+        if self.fired or trial.action not in RUNNER_FAULTS:
+            return False
+        client = self.cluster.runtime.redis
+        if trial.point == "-":
+            due = client.xlen(keys.turn_events(self.turn_ids[0])) >= (trial.kill_after or 0)
+        else:  # the worker reached the point and waits there for the outage
+            due = bool(client.hexists(keys.chaos_fault(), "fired"))
+        if due:
+            self.fired = True
+            RUNNER_FAULTS[trial.action](self.cluster, trial.outage_s)
+        return due
 
     def look(self) -> None:
         runtime = self.cluster.runtime
         if self.census is not None:
             self.census.look()
-        first = keys.turn_events(self.turn_ids[0])
-        if self.kill_after is not None and runtime.redis.xlen(first) >= self.kill_after:
-            self.kill_after, self.fired = None, True
-            RUNNER_FAULTS[self.action](self.cluster)
-            return
         for turn_id in self.turn_ids:
             if turn_id in self.done:
                 continue
@@ -153,18 +186,31 @@ class Trial:
     #: events of the first turn's stream after which the runner's own fault strikes
     kill_after: int | None
     naive: bool
+    #: seconds of a store fault's outage (redis-server down, or paused); 0 for other faults
+    outage_s: float = 0.0
 
     @classmethod
-    def draw(cls, rng: random.Random, naive: bool) -> Trial:
+    def draw(
+        cls, rng: random.Random, naive: bool, faults: Sequence[tuple[str, str]] = FAULTS
+    ) -> Trial:
         # The draws depend on the seed alone, never on an outcome: a naive run meets the same
         # faults in the same order.
-        action, point = rng.choice(FAULTS)
+        action, point = rng.choice(faults)
         mode = rng.choice(["background", "background", "foreground"])
         skip = rng.randrange(3) if point.startswith("tool.") else 0
-        kill_after = rng.randrange(3, 20) if action in RUNNER_FAULTS else None
+        kill_after = rng.randrange(3, 20) if action in RUNNER_FAULTS and point == "-" else None
+        outage_s = round(rng.uniform(*STORE_FAULTS[action]), 2) if action in STORE_FAULTS else 0.0
         if action == "backlog":
             mode = "foreground"  # a foreground turn is the one a lost handoff would stop
-        return cls(action, point, mode, skip, kill_after, naive)
+        return cls(action, point, mode, skip, kill_after, naive, outage_s)
+
+    @property
+    def store(self) -> bool:
+        return self.action in STORE_FAULTS
+
+    @property
+    def profile(self) -> Profile:
+        return BACKLOG if self.backlog else STORE if self.store else DEFAULT
 
     @property
     def backlog(self) -> bool:
@@ -181,13 +227,33 @@ class Trial:
         return f"{label}{where} ({self.mode})"
 
 
-def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
-    client = cluster.runtime.redis
+def answered(call: Callable[[], T]) -> T:
+    """``call()`` (a read or write of the runner's own), sent again until Redis answers: a
+    worker's fault may leave it loading its AOF or busy a moment longer. Past ``ANSWER_S``
+    the error is the trial's."""
+    deadline = time.monotonic() + ANSWER_S
+    while True:
+        try:
+            return call()
+        except (*STORE_ERRORS, LedgerUnavailable):
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(POLL_S)
+
+
+def arm(client: Any, trial: Trial) -> None:
+    """Arm the trial's failpoint fault (none at point ``-``) for the worker's ``Failpoints``."""
     client.delete(keys.chaos_fault())
     if trial.point != "-":
         armed: dict[str, str | int] = {"point": trial.point, "action": trial.action}
         client.hset(keys.chaos_fault(), mapping={**armed, "skip": trial.skip, "hits": 0})
-    cluster.ensure_worker(BACKLOG if trial.backlog else DEFAULT)
+
+
+def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
+    client = cluster.runtime.redis
+    answered(lambda: arm(client, trial))
+    cluster.ensure_worker(trial.profile)
+    restarts = cluster.restarts
     started = time.monotonic()
     turn_ids = [
         enqueue(cluster.runtime, MESSAGE, mode=trial.mode, model=script).turn_id
@@ -196,20 +262,24 @@ def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
     watch = Watch(
         cluster,
         turn_ids,
-        trial.action,
-        trial.kill_after,
+        trial,
         max_continues=0 if trial.backlog else 2,
         census=cluster.census() if trial.backlog else None,
     )
     watch.run()
-    fired = trial.backlog or watch.fired or client.hget(keys.chaos_fault(), "fired") is not None
-    client.delete(keys.chaos_fault())
+    point_fired = answered(lambda: client.hget(keys.chaos_fault(), "fired")) is not None
+    # a store fault at a failpoint fired when the runner struck, not when the point was reached
+    fired = trial.backlog or watch.fired or (point_fired and trial.action not in RUNNER_FAULTS)
+    answered(lambda: client.delete(keys.chaos_fault()))
     outcome = Outcome(trial.fault, [], 0.0, fired)
     for index, turn_id in enumerate(turn_ids):
         prefix = f"turn {index + 1}: " if len(turn_ids) > 1 else ""
         judge(cluster, trial, watch, outcome, turn_id, prefix)
     if watch.census is not None:
         outcome.violations += invariants.one_message_per_run(watch.census.most)
+    if trial.store:
+        exits = cluster.restarts - restarts + (not cluster.worker_alive())
+        outcome.violations += invariants.worker_stayed(exits)
     outcome.seconds = time.monotonic() - started
     return outcome
 
@@ -220,9 +290,9 @@ def judge(
     """Check one ended turn's invariants into ``outcome``; in a naive run the duplicate-effect
     ones go to its notes, since naive resume is expected to break them."""
     ledger = cluster.runtime.ledger
-    meta = ledger.meta(turn_id)
-    envelopes = ledger.read_turn(turn_id)
-    effects = read_effects(cluster.runtime.redis, turn_id)
+    meta = answered(lambda: ledger.meta(turn_id))
+    envelopes = answered(lambda: ledger.read_turn(turn_id))
+    effects = answered(lambda: read_effects(cluster.runtime.redis, turn_id))
     status, code = str(meta.status), meta.code
     end = invariants.last_turn_ended([env.event for env in envelopes])
     soft_limit = trial.action == "soft_limit"
@@ -248,7 +318,13 @@ def judge(
     )
 
 
-def run(trials: int, seed: int, naive: bool = False) -> tuple[list[Outcome], Cluster]:
+def run(
+    trials: int, seed: int, naive: bool = False, only: Collection[str] = ()
+) -> tuple[list[Outcome], Cluster]:
+    """Run the trials; ``only``: draw just the faults of these actions (all when empty)."""
+    faults = [fault for fault in FAULTS if not only or fault[0] in only]
+    if not faults:
+        raise ValueError(f"no fault has one of the actions {sorted(only)}")
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="dres-chaos-"))
     script = write_script(tmp / "script.json", STEPS, on_resume="restart")
@@ -256,7 +332,7 @@ def run(trials: int, seed: int, naive: bool = False) -> tuple[list[Outcome], Clu
     outcomes = []
     try:
         for index in range(trials):
-            outcome = run_trial(cluster, Trial.draw(rng, naive), script)
+            outcome = run_trial(cluster, Trial.draw(rng, naive, faults), script)
             outcomes.append(outcome)
             mark = "VIOLATION" if outcome.violations else "ok"
             if naive:
@@ -275,11 +351,11 @@ def run(trials: int, seed: int, naive: bool = False) -> tuple[list[Outcome], Clu
     return outcomes, cluster
 
 
-def main(trials: int, seed: int, naive: bool = False) -> int:
+def main(trials: int, seed: int, naive: bool = False, only: Collection[str] = ()) -> int:
     """Run the trials and print the tables; 1 if any invariant broke (in a naive run: any but
     the duplicate-effect ones, which naive resume is expected to break)."""
     started = time.monotonic()
-    outcomes, cluster = run(trials, seed, naive)
+    outcomes, cluster = run(trials, seed, naive, only)
     print()
     print(table(outcomes))
     if naive:

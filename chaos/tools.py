@@ -6,14 +6,42 @@
 - ``chaos_note``: a plain write;
 - ``chaos_read``: read-only.
 Every effect row carries the call's ``call_id`` so it can be traced to its ``tool_start``.
+
+The effects live in the trial's redis-server, which the store faults take away. A call's effect
+is one script, keyed by the call's id, that the tool sends again until Redis answers (for up to
+``OUTAGE_S``): a command cut off with its connection may have run, and sent again it must not
+log a second effect that the tool itself caused. So an effect lands exactly when the tool
+returns, and every extra effect row is one more call, which is what the invariants count.
 """
 
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
+from ledger.store import STORE_ERRORS
 from worker.tools import ToolContext, tool
+
+#: seconds a tool keeps sending its effect while Redis is away (the ledger's outage window)
+OUTAGE_S = 30.0
+#: seconds between two sends of an effect while Redis is away
+RETRY_S = 0.1
+#: logs a call's effect once: KEYS = the turn's marks (call id -> applied), effects, applied keys;
+#: ARGV = call id, the row's JSON, an idempotency key to apply once ('' for none), the amount
+EFFECT_LUA = """
+local seen = redis.call('HGET', KEYS[1], ARGV[1])
+if seen then return seen end
+local row = cjson.decode(ARGV[2])
+local applied = '1'
+if ARGV[3] ~= '' then
+  applied = tostring(redis.call('HSETNX', KEYS[3], ARGV[3], ARGV[4]))
+  row['applied'] = applied == '1'
+end
+redis.call('RPUSH', KEYS[2], cjson.encode(row))
+redis.call('HSET', KEYS[1], ARGV[1], applied)
+return applied
+"""
 
 
 def effects_key(turn_id: str) -> str:
@@ -24,14 +52,34 @@ def applied_key(turn_id: str) -> str:
     return f"chaos:applied:{turn_id}"
 
 
+def marks_key(turn_id: str) -> str:
+    return f"chaos:marks:{turn_id}"
+
+
 def read_effects(client: Any, turn_id: str) -> list[dict[str, Any]]:
     """The effect rows the tools logged for ``turn_id``, oldest first (the runner's read)."""
     return [json.loads(row) for row in client.lrange(effects_key(turn_id), 0, -1)]
 
 
-def _record(ctx: ToolContext, **data: Any) -> None:
+def _record(ctx: ToolContext, apply: tuple[str, int] | None = None, **data: Any) -> bool:
+    """Log this call's effect once; with ``apply`` (idempotency key, amount), apply the key
+    once too. True if this call applied it (always True without ``apply``)."""
     row = {"tool": ctx.tool, "call_id": ctx.call_id, "key": ctx.idempotency_key, **data}
-    ctx.redis.rpush(effects_key(ctx.turn_id), json.dumps(row, sort_keys=True))
+    turn = ctx.turn_id
+    effect = ctx.redis.register_script(EFFECT_LUA)
+    key, amount = apply or ("", 0)
+    args = [ctx.call_id, json.dumps(row, sort_keys=True), key, amount]
+    deadline = time.monotonic() + OUTAGE_S
+    while True:
+        try:
+            applied = effect(
+                keys=[marks_key(turn), effects_key(turn), applied_key(turn)], args=args
+            )
+            return str(int(applied)) == "1"
+        except STORE_ERRORS:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(RETRY_S)
 
 
 @tool(identity=["to", "subject"])
@@ -44,8 +92,7 @@ def chaos_send(to: str, subject: str, body: str, *, ctx: ToolContext) -> dict[st
 @tool(idempotent=True)
 def chaos_charge(amount: int, *, ctx: ToolContext) -> dict[str, Any]:
     """Charge once per idempotency key; every attempt is logged."""
-    first = ctx.redis.hsetnx(applied_key(ctx.turn_id), ctx.idempotency_key, amount)
-    _record(ctx, amount=amount, applied=bool(first))
+    _record(ctx, (ctx.idempotency_key, amount), amount=amount)
     return {"charged": amount, "key": ctx.idempotency_key}
 
 

@@ -264,3 +264,28 @@ def test_a_run_that_outlasts_its_outage_window_gives_up_and_its_turn_resumes_wit
     assert len(of(events, "run_started")) == 2, show(events)
     assert len(effects_of(effects_file, "a")) == 1, "the interrupted write never ran again"
     assert worker.alive()
+
+
+def test_a_worker_with_a_free_slot_stays_up_through_a_restart_while_a_chunk_runs(
+    runtime: Runtime,
+    store: RedisServer,
+    long_worker: Callable[..., WorkerProcess],
+    script: Callable[..., str],
+    effects_file: str,
+) -> None:
+    """A pool slot is free, so the consumer is waiting in BRPOP when Redis goes, while a
+    chunk's message is unacknowledged: the case kombu's close path used to die on."""
+    worker = long_worker(concurrency=2)
+    model = script([write("a", 3.0), DONE], on_resume="restart")
+    turn = enqueue(runtime, "write a", mode="background", model=model)
+    started_writing(runtime, turn.turn_id, effects_file, "a")
+
+    restart(store, 2.0)
+
+    events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what="turn end")
+    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+    assert len(effects_of(effects_file, "a")) == 1, "the write ran once"
+    after = enqueue(runtime, "write b", mode="background", model=script([write("b", 0.0), DONE]))
+    events = wait_for(runtime.ledger, after.turn_id, ended(), timeout=AFTER_S, what="next turn")
+    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+    assert worker.alive(), "the worker exited after the restart"

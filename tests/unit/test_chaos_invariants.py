@@ -217,6 +217,11 @@ def test_a_backlog_that_stopped_a_turn_is_a_violation_naming_the_code() -> None:
     ]
 
 
+def test_a_worker_that_exited_during_a_store_fault_is_a_violation() -> None:
+    assert invariants.worker_stayed(0) == []
+    assert invariants.worker_stayed(1) == ["the worker exited 1 time(s) during a store fault"]
+
+
 def test_two_broker_messages_for_one_run_are_a_violation() -> None:
     assert invariants.one_message_per_run({"t1:r1": 1, "t1:r2": 1}) == []
     assert invariants.one_message_per_run({"t1:r1": 1, "t1:r2": 2}) == [

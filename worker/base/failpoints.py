@@ -1,4 +1,5 @@
-"""Failpoints: named places where the chaos runner injects a crash, a soft limit or a lost message.
+"""Failpoints: named places where the chaos runner injects a crash, a soft limit, a lost message or
+a store fault.
 
 Off unless the worker runs with ``DRES_FAILPOINTS=1``; then each ``hit(name)`` asks Redis whether
 the one fault armed for this trial (``dres:chaos:fault``: point, action, skip) fires here now.
@@ -6,17 +7,36 @@ The fault fires once, on the (skip + 1)-th hit of its point. Actions:
 - ``kill_child``: SIGKILL this process (a pool child killed mid-task);
 - ``kill_worker``: SIGKILL the whole worker's process group;
 - ``soft_limit``: SIGUSR1 to this process, as Celery's soft time limit is delivered;
+- ``redis_restart``, ``redis_pause``: the runner takes redis-server away once it sees ``fired``;
+  this process waits here until Redis stops answering (at most ``OUTAGE_WAIT_S``), so that what
+  follows the point — a ``tool_done`` after a write's effect, a hand-over's message — meets the
+  outage;
 - anything else (``drop``, ``duplicate``) is returned for the caller to act on.
+A failpoint that cannot reach Redis (a store fault under way) does not fire: its read is the
+runner's business, never a new failure of the worker's.
 """
 
 from __future__ import annotations
 
 import os
 import signal
+import time
 from typing import Any
+
+import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 from ledger import keys
 from ledger.codec import text
+from ledger.store import STORE_ERRORS
+
+#: the actions whose fault the runner makes on Redis itself
+STORE_ACTIONS = frozenset({"redis_restart", "redis_pause"})
+#: seconds a store fault's point waits for Redis to stop answering before it goes on anyway
+OUTAGE_WAIT_S = 5.0
+#: seconds a probe of Redis may take before Redis counts as not answering (a paused server)
+PROBE_S = 0.2
 
 
 class Failpoints:
@@ -27,6 +47,22 @@ class Failpoints:
     def hit(self, point: str) -> str | None:
         if self.redis is None:
             return None
+        try:
+            action = self._fires(point)
+        except STORE_ERRORS:
+            return None
+        if action == "kill_child":
+            os.kill(os.getpid(), signal.SIGKILL)
+        elif action == "kill_worker":
+            os.killpg(os.getpgid(0), signal.SIGKILL)
+        elif action == "soft_limit":
+            os.kill(os.getpid(), signal.SIGUSR1)
+        elif action in STORE_ACTIONS:
+            self._await_outage()
+        return action
+
+    def _fires(self, point: str) -> str | None:
+        """The armed action if it fires at this hit of ``point`` (recorded as ``fired``)."""
         key = keys.chaos_fault()
         armed = self.redis.hget(key, "point")
         if armed is None or text(armed) != point:
@@ -37,13 +73,31 @@ class Failpoints:
             return None
         action = text(self.redis.hget(key, "action") or b"")
         self.redis.hset(key, "fired", point)
-        if action == "kill_child":
-            os.kill(os.getpid(), signal.SIGKILL)
-        elif action == "kill_worker":
-            os.killpg(os.getpgid(0), signal.SIGKILL)
-        elif action == "soft_limit":
-            os.kill(os.getpid(), signal.SIGUSR1)
         return action
+
+    def _await_outage(self) -> None:
+        """Probe Redis on a connection of its own, with a short timeout and no retry, until it
+        stops answering: refused (killed) or silent (paused)."""
+        pool = self.redis.connection_pool
+        kwargs = {
+            **pool.connection_kwargs,
+            "socket_timeout": PROBE_S,
+            "socket_connect_timeout": PROBE_S,
+            "retry": Retry(NoBackoff(), 0),
+        }
+        probe = redis.Redis(
+            connection_pool=redis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+        )
+        deadline = time.monotonic() + OUTAGE_WAIT_S
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    probe.ping()
+                except STORE_ERRORS:
+                    return
+                time.sleep(0.01)
+        finally:
+            probe.connection_pool.disconnect()
 
 
 OFF = Failpoints()

@@ -1,7 +1,8 @@
 """Start and stop a private redis-server process (for ``dres demo``, tests and benchmarks).
 
 The server binds loopback on a free port, keeps its data in its own directory with AOF on
-(``appendfsync everysec`` unless told otherwise) and no RDB snapshots, and is stopped by PID.
+(``appendfsync everysec`` unless told otherwise) and no RDB snapshots, and is stopped by PID
+(and, for the chaos runner, killed, paused and resumed by PID).
 """
 
 from __future__ import annotations

@@ -1,19 +1,28 @@
-"""dres's Celery broker transport: kombu's Redis transport, with one fix for a Redis restart.
+"""Celery's Redis transport for ``redis://`` brokers, with a workaround for a kombu bug that
+takes a worker down after a Redis restart (CONTRACT §7.13: a worker rides a restart out in the
+same process).
 
-kombu's Redis channel builds a new client from its connection's parameters whenever it needs
-one. After a lost broker connection Celery collects and closes that connection, which sets the
-transport's ``client`` to None; a channel closed after that (a consumer's, with messages
-delivered and not acknowledged) tries to put those messages back through a new client, and
-``Channel._connparams`` fails with ``AttributeError: 'NoneType' object has no attribute
-'hostname'``. ``kombu.common.ignore_errors`` swallows connection and channel errors only, so
-the ``AttributeError`` escapes the consumer's reconnect and the worker stops ("Unrecoverable
-error"): kombu#970 (kombu 4.2.2) and the line of "worker stops after a Redis restart" reports
-after it (celery#8030, #8091, #9054, #10205, #10302); seen here with Celery 5.7.0 / kombu 5.7.0.
+Seen with kombu 5.7.0, Celery 5.7.0 and redis-py 8.2.0; the same path failed in kombu 4.2.2
+(celery/kombu#970), and "worker stops after a Redis restart" reports go on (celery/celery#10205
+on 5.5.0, #10302 on 5.6.3). When the broker connection is lost while the consumer waits in
+BRPOP (a pool slot is free) and a message is unacknowledged (a chunk runs), Celery's
+``Consumer.on_connection_error_after_connected`` first ``collect()``s the connection: closing
+its channel fails at the pending BRPOP's read, and the transport is then cut from its connection
+(``transport.client = None``). ``connection.close()`` closes the channel again, which restores
+the unacknowledged message and for that builds a client from the transport's connection:
+``conninfo.hostname`` on ``None``. kombu's ``ignore_errors`` only swallows connection errors, so
+the ``AttributeError`` ends the consumer ("Unrecoverable error") and the worker shuts down once
+its running chunks end.
 
-Here the channel of a connection that is gone raises a ``redis.ConnectionError`` instead: the
-consumer treats it as the connection loss it is and reconnects. The messages it could not put
-back stay in the broker's unacked hash, from which kombu restores them once their visibility
-timeout passes (and dres's reaper re-sends a chunk message that is nowhere): none is lost.
+Here a channel whose transport was cut from its connection raises ``redis.ConnectionError``
+instead, the error kombu expects of a broker it cannot reach. The message stays in kombu's
+unacked index in Redis, which restores it after the visibility timeout; a second delivery of a
+run does nothing (CONTRACT §7.7). Tests: ``tests/integration/test_store_faults.py`` (a worker with
+a free pool slot stays up through a restart while a chunk runs) fails without this, and
+``tests/integration/test_broker_transport_kombu.py`` shows the path on kombu's own transport.
+
+``rediss://`` and other schemes keep kombu's own transport: kombu keys its TLS defaults off the
+``rediss`` alias, which a transport named by its class path would lose.
 """
 
 from __future__ import annotations
@@ -23,19 +32,17 @@ from typing import Any
 import redis
 from kombu.transport import redis as kombu_redis
 
-#: the transport's name for Celery's ``broker_transport`` setting
-TRANSPORT = "worker.edges.broker:Transport"
+#: the transport's class path, for Celery's ``broker_transport``
+TRANSPORT = f"{__name__}:Transport"
+#: URL schemes this transport serves
+SCHEMES = frozenset({"redis"})
 
 
 class Channel(kombu_redis.Channel):
     def _connparams(self, asynchronous: bool = False) -> Any:
-        connection = self.connection
-        if connection is None or connection.client is None:
-            raise redis.ConnectionError(
-                "the broker connection is closed: unacknowledged messages stay in Redis and "
-                "are restored after their visibility timeout"
-            )
-        return super()._connparams(asynchronous)  # type: ignore[no-untyped-call]
+        if self.connection is None or self.connection.client is None:
+            raise redis.ConnectionError("the broker connection is closed (kombu cut its transport)")
+        return super()._connparams(asynchronous=asynchronous)
 
 
 class Transport(kombu_redis.Transport):

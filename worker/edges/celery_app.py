@@ -10,8 +10,8 @@ Durable chunk settings (see shared/research/celery-redis-facts.md):
 - one visibility timeout, set everywhere Celery reads it and above every hard limit, so a
   running chunk is never delivered to a second worker; unacked messages of a dead worker are
   restored every ``unacked_restore_interval`` seconds instead of every ~100;
-- kombu's Redis transport with one fix (``worker.edges.broker``): a consumer whose broker
-  restarted while it held unacknowledged messages reconnects instead of stopping the worker;
+- the Redis transport of ``worker.edges.broker``, whose channel does not take the worker down
+  when the broker connection is lost while a chunk runs (a kombu bug);
 - two queues, foreground and background, and a chunk task name per mode whose time limits come
   from the settings of the worker that runs it (task annotations), never from the message: the
   process that sent a chunk (the API, another worker) does not decide how long it may run.
@@ -20,13 +20,14 @@ Durable chunk settings (see shared/research/celery-redis-facts.md):
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import urlparse
 
 import structlog
 from celery import Celery, signals
 from kombu.entity import Queue
 
 from worker.base.settings import Settings
-from worker.edges.broker import TRANSPORT
+from worker.edges import broker
 
 #: the chunk task's registered names, per mode (dispatch goes by name: worker never imports tasks)
 CHUNK_TASK = "dres.run_chunk"
@@ -97,9 +98,8 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
         task_queues=(Queue(settings.foreground_queue), Queue(settings.background_queue)),
         **fail_fast,
     )
-    if settings.broker.split("://", 1)[0] in {"redis", "rediss"}:
-        # kombu's Redis transport with a fix that keeps a worker up through a Redis restart
-        app.conf.broker_transport = TRANSPORT
+    if urlparse(settings.broker).scheme in broker.SCHEMES:
+        app.conf.broker_transport = broker.TRANSPORT  # a kombu bug's workaround
     app.conf.dres_settings = settings
     return app
 

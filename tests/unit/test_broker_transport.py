@@ -1,0 +1,26 @@
+"""A ``redis://`` broker goes through ``worker.edges.broker``'s transport (a kombu bug's
+workaround); other schemes keep kombu's own. The workaround itself is tested on a real server in
+``tests/integration/test_store_faults.py``."""
+
+from __future__ import annotations
+
+import pytest
+from kombu.transport import redis as kombu_redis
+
+from worker.base.settings import load_settings
+from worker.edges import broker
+from worker.edges.celery_app import create_app
+
+
+def test_a_redis_broker_uses_the_transport_that_survives_a_lost_connection() -> None:
+    app = create_app(load_settings(redis_url="redis://127.0.0.1:9/0", broker_url=""))
+    with app.connection_for_write() as connection:
+        assert connection.transport_cls == broker.TRANSPORT
+        assert issubclass(connection.get_transport_cls(), kombu_redis.Transport)
+
+
+@pytest.mark.parametrize("url", ["rediss://127.0.0.1:9/0", "memory://"])
+def test_other_brokers_keep_kombus_transport(url: str) -> None:
+    app = create_app(load_settings(redis_url="redis://127.0.0.1:9/0", broker_url=url))
+    with app.connection_for_write() as connection:
+        assert connection.transport_cls == url.split(":")[0]
