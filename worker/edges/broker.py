@@ -14,6 +14,10 @@ Here the channel of a connection that is gone raises a ``redis.ConnectionError``
 consumer treats it as the connection loss it is and reconnects. The messages it could not put
 back stay in the broker's unacked hash, from which kombu restores them once their visibility
 timeout passes (and dres's reaper re-sends a chunk message that is nowhere): none is lost.
+
+kombu's ``SentinelChannel`` (a ``sentinel://`` broker, ``DRES_REDIS_SENTINELS``) is a Redis
+``Channel`` with the same ``_connparams``, and the same escape (seen with kombu 5.7.0):
+``SentinelTransport`` carries the same guard.
 """
 
 from __future__ import annotations
@@ -25,9 +29,12 @@ from kombu.transport import redis as kombu_redis
 
 #: the transport's name for Celery's ``broker_transport`` setting
 TRANSPORT = "worker.edges.broker:Transport"
+#: the same for a ``sentinel://`` broker: kombu's ``SentinelChannel`` is a Redis ``Channel`` and
+#: builds its clients through the same ``_connparams``, so it has the same hazard
+SENTINEL_TRANSPORT = "worker.edges.broker:SentinelTransport"
 
 
-class Channel(kombu_redis.Channel):
+class _ClosedConnectionGuard(kombu_redis.Channel):
     def _connparams(self, asynchronous: bool = False) -> Any:
         connection = self.connection
         if connection is None or connection.client is None:
@@ -38,5 +45,17 @@ class Channel(kombu_redis.Channel):
         return super()._connparams(asynchronous)  # type: ignore[no-untyped-call]
 
 
+class Channel(_ClosedConnectionGuard):
+    pass
+
+
+class SentinelChannel(_ClosedConnectionGuard, kombu_redis.SentinelChannel):
+    pass
+
+
 class Transport(kombu_redis.Transport):
     Channel = Channel
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    Channel = SentinelChannel
