@@ -49,8 +49,11 @@ DEFAULT_OUTAGE_S = 30.0
 #: failure up to the cap (DBOS backs off the same way, with no limit)
 BACKOFF_FIRST_S = 0.05
 BACKOFF_CAP_S = 1.0
-#: what "Redis could not be reached" looks like to redis-py: the command may or may not have run
-STORE_ERRORS = (redis.ConnectionError, redis.TimeoutError)
+#: what "Redis could not be reached" looks like to redis-py: the command may or may not have run.
+#: A replica's ``READONLY`` refusal too: the server there was demoted in a failover (a Sentinel
+#: client turns it into a ``ConnectionError`` itself, a plain one does not), and the write did
+#: not run there, so it is sent again, to the new master once the client finds it
+STORE_ERRORS = (redis.ConnectionError, redis.TimeoutError, redis.exceptions.ReadOnlyError)
 #: refused appends in a row (another writer's id taken under ours) before an append gives up
 _REFUSALS = 4
 #: events per script call of a batch append (bounds the script's argument count)
@@ -183,6 +186,10 @@ class Ledger:
                 added = self.client.xadd(stream, fields, id=sid, nomkstream=True)
             except redis.exceptions.OutOfMemoryError as e:
                 raise StoreFull(f"append to turn {lease.turn_id}", [event]) from e
+            except STORE_ERRORS as e:  # before ResponseError: READONLY is one
+                self._failed("append", e)
+                outage.wait(started, e, f"append to turn {lease.turn_id}")
+                continue
             except redis.ResponseError as e:
                 if "equal or smaller" not in str(e):
                     raise
@@ -191,10 +198,6 @@ class Ledger:
                     lease.last = (event.event_id, sid)
                     return sid
                 refusals += 1
-                continue
-            except STORE_ERRORS as e:
-                self._failed("append")
-                outage.wait(started, e, f"append to turn {lease.turn_id}")
                 continue
             self._ridden(outage)
             if added is None:
@@ -272,7 +275,7 @@ class Ledger:
             try:
                 result = call()
             except STORE_ERRORS as e:
-                self._failed(op)
+                self._failed(op, e)
                 outage.wait(started, e, op)
                 continue
             except redis.exceptions.OutOfMemoryError as e:
@@ -284,8 +287,12 @@ class Ledger:
         """Redis could not be reached just now (by this client, or by a caller's own command)."""
         self.last_error_at = time.monotonic()
 
-    def _failed(self, op: str) -> None:
+    def _failed(self, op: str, error: Exception) -> None:
         self.note_unreachable()
+        if isinstance(error, redis.exceptions.ReadOnlyError):
+            # a plain client's connections stay on the demoted server: connect afresh (a
+            # managed Redis's name resolves to the new master)
+            self.drop_idle_connections()
         if self.listener is not None:
             self.listener.store_error(op)
 

@@ -453,3 +453,33 @@ def test_a_claim_reads_the_stop_flag_in_its_own_step(client: redis.Redis) -> Non
             store.request_stop(turn_id)
         result = store.claim(turn_id, "r1", lease_until_ms=FAR, event_id=turn_id, ts=1.0)
         assert result.meta is not None and result.meta.stop_requested is stop
+
+
+def test_a_write_a_demoted_master_refused_as_read_only_is_sent_again_and_lands_once(
+    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After a failover the old master, now a replica, answers a write READONLY (a plain
+    client's connection stays on it; a Sentinel client's turns it into a ConnectionError): the
+    write did not run, so the append and the script are sent again, each landing once."""
+    ledger = Ledger(client)
+    lease = new_turn(ledger)
+    refusals: list[str] = []
+    for name, command in (("xadd", client.xadd), ("script", ledger._append_batch_script)):
+
+        def read_only_once(
+            *args: object, name: str = name, real: object = command, **kw: object
+        ) -> object:
+            if name not in refusals:
+                refusals.append(name)
+                raise redis.exceptions.ReadOnlyError("You can't write against a read only replica.")
+            return real(*args, **kw)  # type: ignore[operator]
+
+        if name == "xadd":
+            monkeypatch.setattr(client, "xadd", read_only_once)
+        else:
+            monkeypatch.setattr(ledger, "_append_batch_script", read_only_once)
+    ledger.append(text("one"), lease=lease)
+    ledger.append_many([text("two"), text("three")], lease=lease)
+    assert refusals == ["xadd", "script"]
+    texts = [e.text for e in ledger.events("t1") if e.type == "text"]
+    assert texts == ["one", "two", "three"]

@@ -19,6 +19,11 @@ import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 COMPOSE = ROOT / "compose.yaml"
+#: what the compose file's header sets for the ha profile: dres follows its Sentinels
+HA_VARIABLES = {
+    "DRES_REDIS_SENTINELS": "sentinel-1:26379,sentinel-2:26379,sentinel-3:26379",
+    "DRES_REDIS_MASTER": "dres",
+}
 
 _REFERENCE = re.compile(
     r"\$(?:(?P<escaped>\$)"

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from compose_support import COMPOSE, MissingVariable, interpolate, load, service
+from compose_support import COMPOSE, HA_VARIABLES, MissingVariable, interpolate, load, service
 
 #: the services every `docker compose up` starts, each with a healthcheck
 SERVICES = ("redis", "worker", "api")
@@ -72,9 +72,80 @@ def test_redis_7_keeps_an_append_only_file_synced_every_second_on_a_named_volume
     command = redis["command"]
     assert command[0] == "redis-server"
     options = dict(zip(command[1::2], command[2::2], strict=True))
-    assert options == {"--appendonly": "yes", "--appendfsync": "everysec"}
+    assert options == {
+        "--appendonly": "yes",
+        "--appendfsync": "everysec",
+        "--replica-announce-ip": "redis",  # its name, should the ha profile demote it
+    }
     volume, _, target = redis["volumes"][0].partition(":")
     assert volume in compose["volumes"] and target == "/data"
+
+
+#: the ha profile's services
+HA = ("redis-replica", "sentinel-1", "sentinel-2", "sentinel-3")
+
+
+def sentinel_conf(compose: dict[str, Any]) -> list[str]:
+    return str(compose["configs"]["sentinel-conf"]["content"]).splitlines()
+
+
+def test_the_ha_profile_adds_a_durable_replica_of_redis_and_three_sentinels(
+    compose: dict[str, Any],
+) -> None:
+    services = compose["services"]
+    assert [n for n, s in services.items() if s.get("profiles") == ["ha"]] == list(HA)
+    replica = services["redis-replica"]["command"]
+    at = replica.index("--replicaof")
+    assert replica[at + 1 : at + 3] == ["redis", "6379"]
+    rest = replica[1:at] + replica[at + 3 :]
+    options = dict(zip(rest[::2], rest[1::2], strict=True))
+    assert options == {
+        "--appendonly": "yes",
+        "--appendfsync": "everysec",
+        "--replica-announce-ip": "redis-replica",
+    }
+    for name in HA:
+        assert services[name]["healthcheck"]["test"][0] == "CMD", name
+        assert services[name]["depends_on"] == {"redis": {"condition": "service_healthy"}}
+
+
+def test_each_sentinel_keeps_its_own_writable_copy_of_the_sentinel_conf(
+    compose: dict[str, Any],
+) -> None:
+    """A Sentinel rewrites its config file: a shared or read-only one would not do."""
+    volumes = []
+    for name in HA[1:]:
+        sentinel = compose["services"][name]
+        [config] = sentinel["configs"]
+        assert config["source"] == "sentinel-conf"
+        script = sentinel["command"][-1]
+        assert f"cp {config['target']} /data/sentinel.conf" in script
+        assert "redis-server /data/sentinel.conf --sentinel" in script
+        volume, _, target = sentinel["volumes"][0].partition(":")
+        assert target == "/data" and volume in compose["volumes"]
+        volumes.append(volume)
+    assert len(set(volumes)) == 3, "one volume each"
+
+
+def test_the_sentinels_monitor_redis_as_the_master_dres_is_told_of(
+    compose: dict[str, Any],
+) -> None:
+    conf = sentinel_conf(compose)
+    assert "port 26379" in conf
+    [monitor] = [line.split() for line in conf if line.startswith("sentinel monitor ")]
+    name, host, port, quorum = monitor[2:]
+    assert (name, host, port) == (HA_VARIABLES["DRES_REDIS_MASTER"], "redis", "6379")
+    assert 1 < int(quorum) <= len(HA) - 1, "a majority of the three sentinels"
+    assert "sentinel resolve-hostnames yes" in conf
+    header = COMPOSE.read_text()
+    assert all(f"{name}={value}" in header for name, value in HA_VARIABLES.items())
+    listed = HA_VARIABLES["DRES_REDIS_SENTINELS"].split(",")
+    assert [entry.split(":")[0] for entry in listed] == list(HA[1:])
+    for name in ("worker", "api"):
+        env = service(name, {"DRES_API_TOKEN": "t", **HA_VARIABLES}).environment
+        assert {k: env[k] for k in HA_VARIABLES} == HA_VARIABLES, name
+        plain = service(name, {"DRES_API_TOKEN": "t"}).environment
+        assert plain["DRES_REDIS_SENTINELS"] == plain["DRES_REDIS_MASTER"] == "", name
 
 
 def test_every_service_has_a_healthcheck_and_dres_waits_for_a_healthy_redis(

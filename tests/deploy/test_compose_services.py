@@ -12,6 +12,9 @@ What stands in for Docker, and why:
 - the shell's variables are a dict: ``DRES_API_TOKEN`` (compose requires it), ``DRES_MODELS``
   listing this test's scripted model, and ``WORKER_CONCURRENCY=1`` (one pool process, fewer
   forks on a shared two-core machine). Every other value is compose's own, time limits included.
+- under the ha profile, the sentinel-N services are three sentinels here run with compose's own
+  ``sentinel-conf`` (its ``redis 6379`` a private primary, with a replica), and the variables
+  add the header's ``DRES_REDIS_SENTINELS`` and ``DRES_REDIS_MASTER``, their names this host's.
 """
 
 from __future__ import annotations
@@ -19,13 +22,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from compose_support import Service, service
+from compose_support import HA_VARIABLES, Service, load, service
 
 from ledger.store import Ledger
 from tests.support import (
@@ -40,6 +44,8 @@ from tests.support import (
     subprocess_env,
     wait_until,
 )
+from tests.support.fixtures import started as rig_started
+from tests.support.redis_sentinel import LocalSentinel
 from worker.dev.redis_server import free_port
 
 TOKEN = "compose-test-token"
@@ -79,20 +85,34 @@ def started(tmp_path: Path) -> Iterator[list[DresProcess]]:
         print(f"--- {process.name} ---\n{process.log()[-6000:]}")
 
 
-def worker_service(variables: Mapping[str, str], redis_url: str) -> tuple[Service, dict[str, str]]:
+def worker_service(
+    variables: Mapping[str, str], here: Callable[[Mapping[str, str]], dict[str, str]]
+) -> tuple[Service, dict[str, str]]:
+    """The worker service and its environment on this host (``here`` maps compose's names)."""
     worker = service("worker", variables)
-    env = on_this_host(worker.environment, redis_url)
+    env = here(worker.environment)
     env["DRES_METRICS_PORT"] = str(free_port())
     return worker, subprocess_env(env)
 
 
-def test_the_api_service_enqueues_and_the_worker_service_completes_the_turn(
-    redis_url: str, ledger: Ledger, script: Script, tmp_path: Path, started: list[DresProcess]
-) -> None:
-    model = script([send("ada@x.io", "Launch"), {"text": "Sent."}])
-    variables = {"DRES_API_TOKEN": TOKEN, "DRES_MODELS": model, "WORKER_CONCURRENCY": "1"}
+@dataclass
+class Deployment:
+    """The worker and api services running here, both ready and healthy."""
 
-    worker, worker_env = worker_service(variables, redis_url)
+    worker: WorkerProcess
+    #: the worker's environment (its metrics port among it)
+    worker_env: dict[str, str]
+    api: ApiProcess
+
+
+def deploy(
+    variables: Mapping[str, str],
+    here: Callable[[Mapping[str, str]], dict[str, str]],
+    tmp_path: Path,
+    started: list[DresProcess],
+) -> Deployment:
+    """Start the worker and api services as compose would, then run their healthchecks."""
+    worker, worker_env = worker_service(variables, here)
     assert worker.command[0] == "worker"
     worker_process = WorkerProcess.launch(worker.command, worker_env, tmp_path / "worker.log")
     started.append(worker_process)
@@ -101,7 +121,7 @@ def test_the_api_service_enqueues_and_the_worker_service_completes_the_turn(
     port = str(free_port())
     command = [port if arg == CONTAINER_PORT else arg for arg in api.command]
     assert command != api.command, "the api's command names no --port 8000"
-    api_env = subprocess_env(on_this_host(api.environment, redis_url))
+    api_env = subprocess_env(here(api.environment))
     api_process = ApiProcess.launch(
         command, api_env, tmp_path / "api.log", url=f"http://127.0.0.1:{port}"
     )
@@ -116,25 +136,41 @@ def test_the_api_service_enqueues_and_the_worker_service_completes_the_turn(
     ):
         done = run_healthcheck(check, env)
         assert done.returncode == 0, f"{name} healthcheck: {done.stdout}{done.stderr}"
+    return Deployment(worker_process, worker_env, api_process)
 
-    with httpx.Client(base_url=api_process.url, timeout=10) as http:
-        body = {"message": "Email Ada the launch notes", "model": model}
-        assert http.post("/v1/turns", json=body).status_code == 401
+
+def completed_turn(http: httpx.Client, model: str) -> str:
+    """POST a turn to the api service and wait until the worker service completed it."""
+    body = {"message": "Email Ada the launch notes", "model": model}
+    assert http.post("/v1/turns", json=body).status_code == 401
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    created = http.post("/v1/turns", json=body, headers=auth)
+    assert created.status_code == 202, created.text
+    turn_id: str = created.json()["turn_id"]
+
+    def completed() -> bool:
+        status = http.get(f"/v1/turns/{turn_id}", headers=auth).json()["status"]
+        assert status in {"queued", "running", "resuming", "completed"}, status
+        return status == "completed"
+
+    wait_until(completed, TURN_S, "the turn completed by the worker service")
+    return turn_id
+
+
+def test_the_api_service_enqueues_and_the_worker_service_completes_the_turn(
+    redis_url: str, ledger: Ledger, script: Script, tmp_path: Path, started: list[DresProcess]
+) -> None:
+    model = script([send("ada@x.io", "Launch"), {"text": "Sent."}])
+    variables = {"DRES_API_TOKEN": TOKEN, "DRES_MODELS": model, "WORKER_CONCURRENCY": "1"}
+    deployed = deploy(variables, lambda env: on_this_host(env, redis_url), tmp_path, started)
+
+    with httpx.Client(base_url=deployed.api.url, timeout=10) as http:
+        turn_id = completed_turn(http, model)
         auth = {"Authorization": f"Bearer {TOKEN}"}
-        created = http.post("/v1/turns", json=body, headers=auth)
-        assert created.status_code == 202, created.text
-        turn_id = created.json()["turn_id"]
-
-        def completed() -> bool:
-            status = http.get(f"/v1/turns/{turn_id}", headers=auth).json()["status"]
-            assert status in {"queued", "running", "resuming", "completed"}, status
-            return status == "completed"
-
-        wait_until(completed, TURN_S, "the turn completed by the worker service")
         assert "dres_turns" in http.get("/metrics", headers=auth).text
 
     # the worker serves its metrics on the port compose gives it (a free one here)
-    scrape = f"http://127.0.0.1:{worker_env['DRES_METRICS_PORT']}/metrics"
+    scrape = f"http://127.0.0.1:{deployed.worker_env['DRES_METRICS_PORT']}/metrics"
     ran = 'dres_tool_calls_total{outcome="ran"} 1.0'
     wait_until(lambda: ran in httpx.get(scrape, timeout=5).text, 10, "the worker's metrics")
 
@@ -144,12 +180,57 @@ def test_the_api_service_enqueues_and_the_worker_service_completes_the_turn(
     for process in started:
         for line in process.log().splitlines():
             assert isinstance(json.loads(line), dict), f"{process.name}: {line}"
-    assert TOKEN not in api_process.log(), "the token was logged"
+    assert TOKEN not in deployed.api.log(), "the token was logged"
+
+
+@pytest.fixture
+def ha_sentinels() -> Iterator[LocalSentinel]:
+    """The ha profile's Sentinels as compose configures them (``sentinel-conf``), the redis
+    service (``redis:6379`` there) a private primary here, with a replica beside it."""
+    conf = str(load()["configs"]["sentinel-conf"]["content"])
+
+    def here(primary: int) -> list[str]:
+        return conf.replace("redis 6379", f"127.0.0.1 {primary}").splitlines()
+
+    name = HA_VARIABLES["DRES_REDIS_MASTER"]
+    yield from rig_started(
+        lambda: LocalSentinel(name=name, conf=here).start(), "a primary, a replica, sentinels"
+    )
+
+
+def test_under_the_ha_profile_the_services_complete_a_turn_through_the_sentinels(
+    ha_sentinels: LocalSentinel, script: Script, tmp_path: Path, started: list[DresProcess]
+) -> None:
+    """The worker and api services with the header's DRES_REDIS_SENTINELS and
+    DRES_REDIS_MASTER, the sentinel-N services' names being this host's sentinels."""
+    sentinels = {
+        f"sentinel-{i + 1}:26379": f"127.0.0.1:{port}" for i, port in enumerate(ha_sentinels.ports)
+    }
+
+    def here(environment: Mapping[str, str]) -> dict[str, str]:
+        env = dict(environment)
+        for compose_name, local in sentinels.items():
+            env["DRES_REDIS_SENTINELS"] = env["DRES_REDIS_SENTINELS"].replace(compose_name, local)
+        return env
+
+    model = script([send("ada@x.io", "Launch"), {"text": "Sent."}])
+    variables = {
+        "DRES_API_TOKEN": TOKEN,
+        "DRES_MODELS": model,
+        "WORKER_CONCURRENCY": "1",
+        **HA_VARIABLES,
+    }
+    deployed = deploy(variables, here, tmp_path, started)
+    with httpx.Client(base_url=deployed.api.url, timeout=10) as http:
+        turn_id = completed_turn(http, model)
+    with ha_sentinels.master_client() as client:
+        events = Ledger(client).events(turn_id)
+    assert [e.tool for e in of(events, "tool_done")] == ["send_email"], "on the master"
 
 
 def test_the_worker_healthcheck_fails_when_its_worker_does_not_answer(redis_url: str) -> None:
     """The same check with no worker running: Docker would mark the container unhealthy."""
     variables = {"DRES_API_TOKEN": TOKEN}
-    worker, env = worker_service(variables, redis_url)
+    worker, env = worker_service(variables, lambda env: on_this_host(env, redis_url))
     done = run_healthcheck(worker.healthcheck, env)
     assert done.returncode != 0

@@ -3,10 +3,13 @@
 - ``redis_server``: a private real redis-server for the session (AOF on, a free port). A missing
   one skips the tests that need it locally, but fails the run under ``CI=true``.
 - ``redis_cluster``: a private three-master Redis Cluster for the session (``LocalCluster``);
-  skipped locally when it cannot start, a failure under ``CI=true``.
+  skipped locally when it cannot start, a failure under ``CI=true``. ``started`` does the same
+  for a test module's own (a ``LocalSentinel``, a redis-server it restarts).
 - ``backend``/``client``: the ledger tests' three backends: fakeredis, the real server and the
   cluster.
 - ``redis_url``, ``rdb``, ``ledger``: the real server, emptied (``flushall``) for this test.
+- ``store_env``: the DRES_* settings naming this test's Redis (``DRES_REDIS_URL``; a module may
+  override it, as the Sentinel tests do).
 - ``dres_env``, ``settings``, ``runtime``: the tests' dres settings (``DRES_ENV``) in this
   process's environment, the settings read from it, and dres wired in this process as an API
   process has it (ledger, lifecycle, dispatch).
@@ -39,6 +42,7 @@ from tests.support.processes import (
 )
 from tests.support.redis_cluster import LocalCluster
 from tests.support.redis_durability import ReplicatedRedis
+from tests.support.redis_sentinel import LocalSentinel
 from tests.support.scripts import Script, script_writer
 from tests.support.turns import close_runtime
 from worker.base.settings import Settings, load_settings
@@ -52,7 +56,7 @@ StartWorker = Callable[..., WorkerProcess]
 # -- Redis --------------------------------------------------------------------------------------
 
 
-S = TypeVar("S", RedisServer, LocalCluster, ReplicatedRedis)
+S = TypeVar("S", RedisServer, LocalCluster, ReplicatedRedis, LocalSentinel)
 
 
 def started(start: Callable[[], S], what: str) -> Iterator[S]:
@@ -136,13 +140,20 @@ def ledger(rdb: redis.Redis) -> Ledger:
 
 
 @pytest.fixture
-def dres_env(redis_url: str, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+def store_env(redis_url: str) -> dict[str, str]:
+    """The DRES_* settings that point dres at this test's Redis (the Sentinel tests override
+    it with their own set-up's)."""
+    return {"DRES_REDIS_URL": redis_url}
+
+
+@pytest.fixture
+def dres_env(store_env: dict[str, str], monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
     """The whole environment of this test's subprocesses; its DRES_* are set here too (for
     ``load_settings``), any other DRES_* removed."""
     for name in list(os.environ):
         if name.startswith("DRES_"):
             monkeypatch.delenv(name)
-    dres = {**DRES_ENV, "DRES_REDIS_URL": redis_url}
+    dres = {**DRES_ENV, **store_env}
     for name, value in dres.items():
         monkeypatch.setenv(name, value)
     return subprocess_env(dres, TESTS)

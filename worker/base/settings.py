@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from functools import lru_cache
 from typing import Literal
+from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
@@ -24,6 +25,19 @@ class AgentApp(BaseModel):
     url: str = Field(pattern=r"^https?://[^/\s]+")
     #: its DRES_API_TOKEN (sent as a bearer token); empty: none
     token: str = ""
+
+
+def parse_sentinels(raw: str) -> list[tuple[str, int]]:
+    """DRES_REDIS_SENTINELS's ``(host, port)`` pairs; a ``ValueError`` naming what is wrong."""
+    pairs = []
+    for entry in (part.strip() for part in raw.split(",")):
+        if not entry:
+            continue
+        host, _, port = entry.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{entry!r} is not host:port (e.g. 10.0.0.5:26379,10.0.0.6:26379)")
+        pairs.append((host.strip("[]"), int(port)))
+    return pairs
 
 
 def parse_agents(raw: str) -> dict[str, AgentApp]:
@@ -134,6 +148,14 @@ class Settings(BaseSettings):
     agents: str = "{}"
     #: the ledger's Redis (``redis_url``) is a Redis Cluster; the broker is then a plain Redis
     redis_cluster: bool = False
+    #: ``host:port,host:port`` of Redis Sentinels: the ledger, the broker and the result backend
+    #: use the master they name ``redis_master`` and follow its failovers; empty: no Sentinel
+    redis_sentinels: str = ""
+    #: the master's name the Sentinels monitor (``sentinel monitor NAME ...``)
+    redis_master: str = ""
+    #: the Sentinels' own password (their ``requirepass``), if they have one; the master's comes
+    #: from ``redis_url``'s userinfo, as its database does (its host is not used then)
+    redis_sentinel_password: str = ""
     #: start even when a Redis's ``maxmemory-policy`` is not ``noeviction`` (a warning instead)
     allow_eviction: bool = False
     #: a worker serves Prometheus metrics on this port (all its pool processes together)
@@ -152,6 +174,15 @@ class Settings(BaseSettings):
             parse_agents(raw)
         except ValueError as e:
             raise PydanticCustomError("dres_agents", str(e)) from None
+        return raw
+
+    @field_validator("redis_sentinels")
+    @classmethod
+    def _sentinels_parse(cls, raw: str) -> str:
+        try:
+            parse_sentinels(raw)
+        except ValueError as e:
+            raise PydanticCustomError("dres_sentinels", str(e)) from None
         return raw
 
     @model_validator(mode="after")
@@ -175,6 +206,32 @@ class Settings(BaseSettings):
                 "Celery's broker is a plain Redis, never the ledger's cluster"
             )
         return self
+
+    @model_validator(mode="after")
+    def _sentinels_name_a_master(self) -> Settings:
+        if bool(self.sentinels) != bool(self.redis_master.strip()):
+            raise ValueError(
+                "DRES_REDIS_SENTINELS and DRES_REDIS_MASTER go together: set both (the "
+                "Sentinels' host:port list and the master's name they monitor) or neither"
+            )
+        if self.sentinels and self.redis_cluster:
+            raise ValueError(
+                "DRES_REDIS_SENTINELS cannot be used with DRES_REDIS_CLUSTER=1: a Redis Cluster "
+                "fails its masters over itself"
+            )
+        if self.sentinels and urlsplit(self.redis_url).scheme != "redis":
+            raise ValueError(
+                "DRES_REDIS_URL must be a redis:// URL with DRES_REDIS_SENTINELS (only its "
+                "password and database are used); TLS through Sentinel is not supported"
+            )
+        if urlsplit(self.broker_url).scheme == "sentinel" and not self.redis_master.strip():
+            raise ValueError("a sentinel:// DRES_BROKER_URL needs DRES_REDIS_MASTER")
+        return self
+
+    @property
+    def sentinels(self) -> list[tuple[str, int]]:
+        """DRES_REDIS_SENTINELS's ``(host, port)`` pairs (validated); empty: no Sentinel."""
+        return parse_sentinels(self.redis_sentinels)
 
     @property
     def longest_hard_limit_s(self) -> float:
@@ -205,7 +262,18 @@ class Settings(BaseSettings):
 
     @property
     def broker(self) -> str:
-        return self.broker_url or self.redis_url
+        """Celery's broker URL: DRES_BROKER_URL; else the ledger's Redis, through its Sentinels
+        when they are set (``sentinel://h1:p1/0;sentinel://h2:p2/0``, the master's password and
+        database from DRES_REDIS_URL, its name a transport option: ``create_app``)."""
+        if self.broker_url:
+            return self.broker_url
+        if self.sentinels:
+            url = urlsplit(self.redis_url)
+            userinfo = url.netloc.rpartition("@")[0]
+            at = f"{userinfo}@" if userinfo else ""
+            path = url.path if url.path not in {"", "/"} else "/0"
+            return ";".join(f"sentinel://{at}{host}:{port}{path}" for host, port in self.sentinels)
+        return self.redis_url
 
     @property
     def tool_modules(self) -> list[str]:

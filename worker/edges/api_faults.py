@@ -42,12 +42,19 @@ def place(url: str) -> str:
     return f"{parts.hostname}:{parts.port or 6379}"
 
 
+def via_sentinels(settings: Settings) -> str:
+    sentinels = ",".join(f"{host}:{port}" for host, port in settings.sentinels)
+    return f"master {settings.redis_master} via Sentinels {sentinels}"
+
+
 def ledger_name(settings: Settings) -> str:
-    return f"the ledger's Redis ({place(settings.redis_url)})"
+    where = via_sentinels(settings) if settings.sentinels else place(settings.redis_url)
+    return f"the ledger's Redis ({where})"
 
 
 def broker_name(settings: Settings) -> str:
-    return f"the broker ({place(settings.broker)})"
+    sentinel = settings.broker.startswith("sentinel://")
+    return f"the broker ({via_sentinels(settings) if sentinel else place(settings.broker)})"
 
 
 def unreachable(detail: str, extra: Mapping[str, str] | None = None) -> JSONResponse:

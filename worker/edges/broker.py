@@ -23,6 +23,10 @@ a free pool slot stays up through a restart while a chunk runs) fails without th
 
 ``rediss://`` and other schemes keep kombu's own transport: kombu keys its TLS defaults off the
 ``rediss`` alias, which a transport named by its class path would lose.
+
+kombu's ``SentinelChannel`` (a ``sentinel://`` broker, ``DRES_REDIS_SENTINELS``) is a Redis
+``Channel`` with the same ``_connparams``, and the same escape (seen with kombu 5.7.0):
+``SentinelTransport`` carries the same guard.
 """
 
 from __future__ import annotations
@@ -36,14 +40,29 @@ from kombu.transport import redis as kombu_redis
 TRANSPORT = f"{__name__}:Transport"
 #: URL schemes this transport serves
 SCHEMES = frozenset({"redis"})
+#: the same for a ``sentinel://`` broker: kombu's ``SentinelChannel`` is a Redis ``Channel`` and
+#: builds its clients through the same ``_connparams``, so it has the same hazard
+SENTINEL_TRANSPORT = "worker.edges.broker:SentinelTransport"
 
 
-class Channel(kombu_redis.Channel):
+class _ClosedConnectionGuard(kombu_redis.Channel):
     def _connparams(self, asynchronous: bool = False) -> Any:
         if self.connection is None or self.connection.client is None:
             raise redis.ConnectionError("the broker connection is closed (kombu cut its transport)")
         return super()._connparams(asynchronous=asynchronous)
 
 
+class Channel(_ClosedConnectionGuard):
+    pass
+
+
+class SentinelChannel(_ClosedConnectionGuard, kombu_redis.SentinelChannel):
+    pass
+
+
 class Transport(kombu_redis.Transport):
     Channel = Channel
+
+
+class SentinelTransport(kombu_redis.SentinelTransport):
+    Channel = SentinelChannel

@@ -10,8 +10,10 @@ Durable chunk settings (see shared/research/celery-redis-facts.md):
 - one visibility timeout, set everywhere Celery reads it and above every hard limit, so a
   running chunk is never delivered to a second worker; unacked messages of a dead worker are
   restored every ``unacked_restore_interval`` seconds instead of every ~100;
-- the Redis transport of ``worker.edges.broker``, whose channel does not take the worker down
-  when the broker connection is lost while a chunk runs (a kombu bug);
+- kombu's Redis transport with one fix (``worker.edges.broker``): a consumer whose broker
+  restarted while it held unacknowledged messages reconnects instead of stopping the worker;
+  through Sentinel (``DRES_REDIS_SENTINELS``, ``sentinel://`` URLs) kombu's Sentinel transport
+  with the same fix, the master's name and the Sentinels' password in its transport options;
 - two queues, foreground and background, and a chunk task name per mode whose time limits come
   from the settings of the worker that runs it (task annotations), never from the message: the
   process that sent a chunk (the API, another worker) does not decide how long it may run.
@@ -20,7 +22,6 @@ Durable chunk settings (see shared/research/celery-redis-facts.md):
 from __future__ import annotations
 
 from typing import Any
-from urllib.parse import urlparse
 
 import structlog
 from celery import Celery, signals
@@ -28,6 +29,7 @@ from kombu.entity import Queue
 
 from worker.base.settings import Settings
 from worker.edges import broker
+from worker.edges.sentinel import SENTINEL_TIMEOUT_S
 
 #: the chunk task's registered names, per mode (dispatch goes by name: worker never imports tasks)
 CHUNK_TASK = "dres.run_chunk"
@@ -71,6 +73,14 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
             "interval_step": 0,
             "interval_max": 0,
         }
+    results: dict[str, Any] = {"visibility_timeout": vt}
+    scheme = settings.broker.split("://", 1)[0]
+    if scheme == "sentinel":
+        # the master the Sentinels name, for the broker and for a result backend set to the
+        # same sentinel:// URL (dres ignores results: none is configured here)
+        master = {"master_name": settings.redis_master}
+        transport |= master | {"sentinel_kwargs": _sentinel_kwargs(settings, publish_timeout_s)}
+        results |= master
     extra = [name.strip() for name in settings.celery_include.split(",") if name.strip()]
     app = Celery("dres", broker=settings.broker, include=["tasks.chunks", *extra])
     app.conf.update(
@@ -88,7 +98,7 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
         worker_cancel_long_running_tasks_on_connection_loss=True,
         broker_connection_retry_on_startup=True,
         broker_transport_options=transport,
-        result_backend_transport_options={"visibility_timeout": vt},
+        result_backend_transport_options=results,
         visibility_timeout=vt,
         task_annotations={
             CHUNK_TASK: _limits(settings, "foreground"),
@@ -98,10 +108,22 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
         task_queues=(Queue(settings.foreground_queue), Queue(settings.background_queue)),
         **fail_fast,
     )
-    if urlparse(settings.broker).scheme in broker.SCHEMES:
+    if scheme in broker.SCHEMES:
         app.conf.broker_transport = broker.TRANSPORT  # a kombu bug's workaround
+    elif scheme == "sentinel":
+        app.conf.broker_transport = broker.SENTINEL_TRANSPORT  # the same fix, through Sentinel
     app.conf.dres_settings = settings
     return app
+
+
+def _sentinel_kwargs(settings: Settings, timeout_s: float | None) -> dict[str, Any]:
+    """The options of kombu's clients of the Sentinels themselves (not of the master): their
+    password, and a timeout, so that one hung Sentinel costs a discovery a moment, not a hang."""
+    timeout = SENTINEL_TIMEOUT_S if timeout_s is None else min(timeout_s, SENTINEL_TIMEOUT_S)
+    options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
+    if settings.redis_sentinel_password:
+        options["password"] = settings.redis_sentinel_password
+    return options
 
 
 def _limits(settings: Settings, mode: str) -> dict[str, float]:

@@ -29,6 +29,7 @@ from worker.base.clock import Clock, Ids, RandomIds, SystemClock
 from worker.base.errors import TurnCancelled
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
+from worker.edges import sentinel
 from worker.edges.celery_app import chunk_task, create_app
 from worker.engine.loop import AgentLoop
 from worker.engine.models import Models
@@ -79,7 +80,9 @@ def ledger_client(
     fail_fast: bool = False,
 ) -> Client:
     """The ledger's Redis (``DRES_REDIS_URL``): a ``RedisCluster`` with ``DRES_REDIS_CLUSTER=1``
-    (the URL names any node), else one server. The broker is never this client (Celery's own).
+    (the URL names any node), the master its Sentinels name with ``DRES_REDIS_SENTINELS``
+    (``worker.edges.sentinel``: it follows failovers), else one server. The broker is never
+    this client (Celery's own).
 
     ``fail_fast`` (the API's): connecting takes at most ``socket_timeout`` too, and a command is
     tried again only on a broken connection. A cluster client keeps its retries through a
@@ -94,13 +97,15 @@ def ledger_client(
             retry=_cluster_retry(),
         )
     extra: dict[str, Any] = {"retry": _reconnect_once()} if fail_fast else {}
-    return redis.Redis.from_url(
-        settings.redis_url,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=connect_timeout,
-        health_check_interval=30,
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": connect_timeout,
+        "health_check_interval": 30,
         **extra,
-    )
+    }
+    if settings.sentinels:
+        return sentinel.master_client(settings, **options)
+    return redis.Redis.from_url(settings.redis_url, **options)
 
 
 def ledger_reader(
@@ -118,12 +123,14 @@ def ledger_reader(
             retry=_cluster_retry(),
         )
         return cast(aioredis.Redis, cluster)
-    return aioredis.Redis.from_url(
-        settings.redis_url,
-        socket_timeout=socket_timeout,
-        socket_connect_timeout=connect_timeout,
-        retry=_reconnect_once_async(),
-    )
+    options: dict[str, Any] = {
+        "socket_timeout": socket_timeout,
+        "socket_connect_timeout": connect_timeout,
+        "retry": _reconnect_once_async(),
+    }
+    if settings.sentinels:
+        return sentinel.master_reader(settings, **options)
+    return aioredis.Redis.from_url(settings.redis_url, **options)
 
 
 class CancellableClock:

@@ -8,9 +8,10 @@ the write it recorded. ``noeviction`` makes a full Redis refuse writes instead: 
 sees, not a silent loss.
 
 So ``dres worker`` and ``dres api`` read the policy of the ledger's Redis (every master of a
-cluster) and of the broker's (when it is another) before they serve, and stop with one line
-naming the store, the address and the fix, unless ``DRES_ALLOW_EVICTION=1``: then a warning and
-the gauge ``dres_store_eviction_allowed{store, policy}`` at 1. A Redis that will not say (a
+cluster; the master its Sentinels name now) and of the broker's (when it is another) before they
+serve, and stop with one line naming the store, the address and the fix, unless
+``DRES_ALLOW_EVICTION=1``: then a warning and the gauge ``dres_store_eviction_allowed{store,
+policy}`` at 1. A Redis that will not say (a
 managed service that refuses ``CONFIG``, or answers it empty) is trusted with a warning, as
 Sidekiq does; one that cannot be reached is not checked, with a warning: a worker may start
 while Redis is briefly away.
@@ -35,6 +36,7 @@ from redis.retry import Retry
 from worker.base import metrics
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
+from worker.edges import sentinel
 
 log = structlog.get_logger("dres.store")
 
@@ -131,14 +133,33 @@ def _read_cluster(url: str) -> list[Reading]:
         cluster.close()
 
 
+def _read_sentinel_master(settings: Settings) -> Reading:
+    """The policy of the master the Sentinels name now (the broker's too, when it follows them).
+    A replica promoted later is not read: give every node the same ``maxmemory-policy``."""
+    sentinels = ", ".join(f"{host}:{port}" for host, port in settings.sentinels)
+    where = f"master {settings.redis_master} via Sentinels {sentinels}"
+    client = sentinel.master_client(settings, **_quick())
+    try:
+        pool: Any = client.connection_pool
+        host, port = pool.get_master_address()
+        return read_policy("ledger", f"{host}:{port} ({where})", client)
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        return Reading("ledger", where, error=str(e), reached=False)
+    finally:
+        client.close()
+
+
 def read_stores(settings: Settings) -> list[Reading]:
-    """The ledger's Redis (each master of a cluster), then the broker's unless it is the same."""
+    """The ledger's Redis (each master of a cluster, the master its Sentinels name), then the
+    broker's unless it is the same."""
     if settings.redis_cluster:
         readings = _read_cluster(settings.redis_url)
+    elif settings.sentinels:
+        readings = [_read_sentinel_master(settings)]
     else:
         readings = [_read_url("ledger", settings.redis_url)]
     broker = settings.broker
-    if broker != settings.redis_url:
+    if settings.broker_url and broker != settings.redis_url:  # else the broker is the ledger's
         if urlsplit(broker).scheme in REDIS_SCHEMES:
             readings.append(_read_url("broker", broker))
         else:

@@ -1,0 +1,264 @@
+"""A private Redis Sentinel set-up on loopback, for the Sentinel tests (and the bench).
+
+A primary and a replica (``worker.dev.redis_server.RedisServer``: AOF on, own directories, free
+ports), and three sentinels, each ``redis-server CONFIG --sentinel`` with a config file of its own
+that it may rewrite (sentinels do, to remember what they learn), monitoring the primary under
+``MASTER`` with a quorum of 2, a 1 s ``down-after-milliseconds`` and a short failover timeout.
+With ``password`` the data nodes require it (``requirepass``, and ``masterauth`` so that either
+can replicate from the other after a failover) and the sentinels use it (``sentinel
+auth-pass``); with ``sentinel_password`` the sentinels require one of their own (``requirepass``,
+and ``sentinel sentinel-pass`` between them).
+
+Ready once every sentinel names the primary as the master, knows the two other sentinels and
+sees the replica with its link up. ``failover()`` runs ``SENTINEL FAILOVER`` and ``kill_master()``
+SIGKILLs the master; ``wait_master(other_than=...)`` waits until every sentinel names another.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import redis
+
+from worker.dev.redis_server import RedisServer, RedisServerError, free_port
+
+#: the master's name the sentinels monitor
+MASTER = "dres-master"
+#: seconds to wait for the set-up (or a failover) to settle
+READY_S = 30.0
+#: milliseconds of silence before a sentinel takes a node for down
+DOWN_AFTER_MS = 1000
+#: milliseconds a failover may take before the sentinels try another (and other timings)
+FAILOVER_TIMEOUT_MS = 5000
+#: sentinels that must agree a master is down before one fails it over
+QUORUM = 2
+POLL_S = 0.05
+
+
+class LocalSentinel:
+    def __init__(
+        self,
+        *,
+        sentinels: int = 3,
+        password: str = "",
+        sentinel_password: str = "",
+        name: str = MASTER,
+        conf: Callable[[int], list[str]] | None = None,
+    ) -> None:
+        """``conf``: the sentinels' own settings given the primary's port (``compose.yaml``'s,
+        say), instead of this rig's monitor, timings and passwords; each still gets its own
+        port, directory and log."""
+        self.binary = shutil.which("redis-server")
+        if not self.binary:
+            raise RedisServerError("redis-server is not installed (apt-get install redis-server)")
+        self.password = password
+        self.sentinel_password = sentinel_password
+        #: the master's name the sentinels monitor
+        self.name = name
+        self.conf = conf or self._conf
+        auth = ("--masterauth", password) if password else ()
+        primary = RedisServer(extra=auth)
+        replica = RedisServer(extra=(*auth, "--replicaof", "127.0.0.1", str(primary.port)))
+        #: the data nodes, the primary first; ``master`` says which one is the master now
+        self.nodes = [primary, replica]
+        self.dir = Path(tempfile.mkdtemp(prefix="dres-sentinel-"))
+        self.ports = [free_port() for _ in range(sentinels)]
+        self.sentinels: list[subprocess.Popen[bytes]] = []
+
+    # -- what dres is told --------------------------------------------------------------------
+
+    @property
+    def addresses(self) -> str:
+        """``DRES_REDIS_SENTINELS``: ``host:port,host:port,...``"""
+        return ",".join(f"127.0.0.1:{port}" for port in self.ports)
+
+    @property
+    def url(self) -> str:
+        """``DRES_REDIS_URL`` under Sentinel: only its password and database count."""
+        userinfo = f":{self.password}@" if self.password else ""
+        return f"redis://{userinfo}sentinel-finds-the-master/0"
+
+    def env(self) -> dict[str, str]:
+        """The DRES_* settings that point dres at this set-up."""
+        env = {
+            "DRES_REDIS_URL": self.url,
+            "DRES_REDIS_SENTINELS": self.addresses,
+            "DRES_REDIS_MASTER": self.name,
+        }
+        if self.sentinel_password:
+            env["DRES_REDIS_SENTINEL_PASSWORD"] = self.sentinel_password
+        return env
+
+    # -- starting and stopping ----------------------------------------------------------------
+
+    def start(self) -> LocalSentinel:
+        try:
+            for node in self.nodes:
+                node.start()
+                if self.password:
+                    with redis.Redis(port=node.port, socket_timeout=5) as client:
+                        client.config_set("requirepass", self.password)
+            for index, port in enumerate(self.ports):
+                self.sentinels.append(self._start_sentinel(index, port))
+            self.wait_master(self.nodes[0].port)
+        except BaseException:
+            self.cleanup()
+            raise
+        return self
+
+    def _conf(self, primary: int) -> list[str]:
+        name = self.name
+        lines = [
+            f"sentinel monitor {name} 127.0.0.1 {primary} {QUORUM}",
+            f"sentinel down-after-milliseconds {name} {DOWN_AFTER_MS}",
+            f"sentinel failover-timeout {name} {FAILOVER_TIMEOUT_MS}",
+            f"sentinel parallel-syncs {name} 1",
+        ]
+        if self.password:
+            lines.append(f"sentinel auth-pass {name} {self.password}")
+        if self.sentinel_password:
+            secret = self.sentinel_password
+            lines += [f"requirepass {secret}", f"sentinel sentinel-pass {secret}"]
+        return lines
+
+    def _start_sentinel(self, index: int, port: int) -> subprocess.Popen[bytes]:
+        home = self.dir / f"sentinel-{index}"
+        home.mkdir()
+        lines = [
+            *self.conf(self.nodes[0].port),
+            f"port {port}",  # after ``conf``: the last one counts
+            "bind 127.0.0.1",
+            "daemonize no",
+            f"dir {home}",
+            f"logfile {home / 'sentinel.log'}",
+        ]
+        config = home / "sentinel.conf"
+        config.write_text("\n".join(lines) + "\n")
+        process = subprocess.Popen(
+            [self.binary or "redis-server", str(config), "--sentinel"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + RedisServer.START_TIMEOUT_S
+        with self.sentinel(index) as client:
+            while True:
+                if process.poll() is not None:
+                    raise RedisServerError(
+                        f"redis-server --sentinel exited with {process.returncode}; "
+                        f"see {home / 'sentinel.log'}"
+                    )
+                try:
+                    if client.ping():
+                        return process
+                except redis.ConnectionError:
+                    if time.monotonic() > deadline:
+                        process.kill()
+                        raise RedisServerError(f"sentinel on {port} did not answer") from None
+                    time.sleep(POLL_S)
+
+    def cleanup(self) -> None:
+        for process in self.sentinels:
+            if process.poll() is None:
+                process.kill()
+                process.wait(timeout=10)
+        self.sentinels = []
+        for node in self.nodes:
+            node.cleanup()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def __enter__(self) -> LocalSentinel:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.cleanup()
+
+    # -- looking -------------------------------------------------------------------------------
+
+    @contextmanager
+    def sentinel(self, index: int) -> Iterator[redis.Redis]:
+        client = redis.Redis(
+            port=self.ports[index],
+            password=self.sentinel_password or None,
+            socket_timeout=2,
+            decode_responses=True,
+        )
+        try:
+            yield client
+        finally:
+            client.close()
+
+    def node(self, port: int) -> redis.Redis:
+        """A plain client of the data node on ``port`` (the caller closes it)."""
+        return redis.Redis(port=port, password=self.password or None, socket_timeout=10)
+
+    def master_client(self) -> redis.Redis:
+        """A plain client of the node every sentinel names the master now."""
+        return self.node(self.master_port())
+
+    def master_port(self) -> int:
+        with self.sentinel(0) as client:
+            state: Any = client.sentinel_master(self.name)
+        return int(state["port"])
+
+    def _settled(self, index: int, master: int | None, other_than: int | None) -> int | None:
+        """The master's port if sentinel ``index`` names a healthy master as wanted, knows the
+        other sentinels and sees a replica with its link up; else None."""
+        try:
+            with self.sentinel(index) as client:
+                state: Any = client.sentinel_master(self.name)
+                port = int(state["port"])
+                if (master is not None and port != master) or port == other_than:
+                    return None
+                if state["flags"] != "master" or state["num-other-sentinels"] < len(self.ports) - 1:
+                    return None
+                if other_than is not None:
+                    return port  # the old master may be dead: no replica to wait for
+                replicas: list[dict[str, Any]] = client.sentinel_slaves(self.name)
+        except redis.RedisError:
+            return None
+        up = [r for r in replicas if r["flags"] == "slave" and r["master-link-status"] == "ok"]
+        return port if up else None
+
+    def wait_master(
+        self, master: int | None = None, *, other_than: int | None = None, timeout: float = READY_S
+    ) -> int:
+        """Until every sentinel names the same healthy master (``master``, or any but
+        ``other_than``); its port."""
+        deadline = time.monotonic() + timeout
+        while True:
+            seen = {self._settled(i, master, other_than) for i in range(len(self.ports))}
+            if len(seen) == 1 and None not in seen:
+                return seen.pop() or 0
+            if time.monotonic() > deadline:
+                raise RedisServerError(f"the sentinels did not agree on a master in {timeout} s")
+            time.sleep(POLL_S)
+
+    # -- faults --------------------------------------------------------------------------------
+
+    def failover(self) -> int:
+        """``SENTINEL FAILOVER``: the replica is promoted while the master still runs (it is made
+        a replica seconds later). Returns the old master's port once the failover has started."""
+        old = self.master_port()
+        with self.sentinel(0) as client:
+            client.sentinel_failover(self.name)
+        return old
+
+    def kill_master(self) -> int:
+        """SIGKILL the master (a crash). Returns its port."""
+        old = self.master_port()
+        for node in self.nodes:
+            if node.port == old and node.process is not None:
+                os.kill(node.process.pid, signal.SIGKILL)
+                node.process.wait(timeout=10)
+                node.process = None
+        return old
