@@ -28,12 +28,13 @@ What stays: a write the master acknowledged and died before replicating (a crash
 lost with it; ``DRES_DURABILITY`` is what confirms a record before its effect runs.
 
 TLS: a ``rediss://`` DRES_REDIS_URL (``Settings.sentinel_tls``) gives every connection, to the
-master and to the Sentinels, the same TLS options: redis-py's pools then open
-``SentinelManagedSSLConnection``s (``ssl=True``), and the Sentinels' clients, the watch's
-included, are ``redis.Redis(..., ssl=True, ...)``. Sentinels and data nodes serve TLS together
-(``tls-port`` on each, ``tls-replication yes``), as a deployment with TLS on its data nodes
-does; the master's certificate must name the address the Sentinels give (an IP, mostly)
-unless ``ssl_check_hostname=false``.
+master and to the Sentinels, the same TLS options: the master's pools open redis-py's
+``SentinelManagedSSLConnection`` (``ssl=True`` in ``master_options``), and the Sentinels'
+clients, discovery's and the watch's, get ``ssl=True`` and the same ``ssl_*`` options
+(``sentinel_options``). Sentinels and data nodes serve TLS together (``tls-port`` on each,
+``tls-replication yes``), as a deployment with TLS on its data nodes does; the master's
+certificate must name the address the Sentinels give (an IP, mostly) unless
+``ssl_check_hostname=false``.
 """
 
 from __future__ import annotations
