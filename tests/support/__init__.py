@@ -14,7 +14,9 @@ it (nor pytest).
 - ``turns``: ``crashed_stop``, ``say``, ``close_runtime``, ``together``
 - ``backends``: ``Backend``, the ledger tests' Redis backends (fakeredis, redis-server, cluster)
 - ``redis_cluster``: ``LocalCluster``, a private three-master Redis Cluster (tests and the bench)
-- ``redis_sentinel``: ``LocalSentinel``, a private primary, replica and three sentinels
+- ``redis_sentinel``: ``LocalSentinel``, a private primary, replica and three sentinels (on TLS
+  only with ``tls=True``)
+- ``tls``: ``make_certificates``, a throw-away CA and certificate (openssl) for TLS-only servers
 - ``providers``: ``fake_provider`` (a local server speaking the Anthropic and OpenAI streaming
   formats, scripted per request), ``Reply``, ``Dialect``/``DIALECTS``, ``blackhole``
 """

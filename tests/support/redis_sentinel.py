@@ -7,7 +7,11 @@ that it may rewrite (sentinels do, to remember what they learn), monitoring the 
 With ``password`` the data nodes require it (``requirepass``, and ``masterauth`` so that either
 can replicate from the other after a failover) and the sentinels use it (``sentinel
 auth-pass``); with ``sentinel_password`` the sentinels require one of their own (``requirepass``,
-and ``sentinel sentinel-pass`` between them).
+and ``sentinel sentinel-pass`` between them). With ``tls`` every node and sentinel serves TLS
+only (``port 0``, ``tls-port``), replicates and monitors over TLS (``tls-replication yes``) and
+asks its clients for a certificate (``tls-auth-clients``' default): one CA and one certificate
+for all (``tests.support.tls``), which ``url`` names in its query and ``client_options`` gives
+this rig's own clients.
 
 Ready once every sentinel names the primary as the master, knows the two other sentinels and
 sees the replica with its link up. ``failover()`` runs ``SENTINEL FAILOVER`` and ``kill_master()``
@@ -26,9 +30,11 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import redis
 
+from tests.support.tls import Certificates, make_certificates
 from worker.dev.redis_server import RedisServer, RedisServerError, free_port
 
 #: the master's name the sentinels monitor
@@ -53,10 +59,11 @@ class LocalSentinel:
         sentinel_password: str = "",
         name: str = MASTER,
         conf: Callable[[int], list[str]] | None = None,
+        tls: bool = False,
     ) -> None:
         """``conf``: the sentinels' own settings given the primary's port (``compose.yaml``'s,
         say), instead of this rig's monitor, timings and passwords; each still gets its own
-        port, directory and log."""
+        port, directory and log. ``tls``: TLS only, everywhere (the module says how)."""
         self.binary = shutil.which("redis-server")
         if not self.binary:
             raise RedisServerError("redis-server is not installed (apt-get install redis-server)")
@@ -65,9 +72,13 @@ class LocalSentinel:
         #: the master's name the sentinels monitor
         self.name = name
         self.conf = conf or self._conf
+        #: the certificates of a TLS set-up (None: plain TCP)
+        self.tls: Certificates | None = None
+        if tls:
+            self.tls = make_certificates(Path(tempfile.mkdtemp(prefix="dres-sentinel-tls-")))
         auth = ("--masterauth", password) if password else ()
-        primary = RedisServer(extra=auth)
-        replica = RedisServer(extra=(*auth, "--replicaof", "127.0.0.1", str(primary.port)))
+        primary = self._node(auth)
+        replica = self._node((*auth, "--replicaof", "127.0.0.1", str(primary.port)))
         #: the data nodes, the primary first; ``master`` says which one is the master now
         self.nodes = [primary, replica]
         self.dir = Path(tempfile.mkdtemp(prefix="dres-sentinel-"))
@@ -83,9 +94,18 @@ class LocalSentinel:
 
     @property
     def url(self) -> str:
-        """``DRES_REDIS_URL`` under Sentinel: only its password and database count."""
+        """``DRES_REDIS_URL`` under Sentinel: only its password, database and, with TLS
+        (``rediss://``), its ``ssl_*`` options count."""
         userinfo = f":{self.password}@" if self.password else ""
-        return f"redis://{userinfo}sentinel-finds-the-master/0"
+        if self.tls is None:
+            return f"redis://{userinfo}sentinel-finds-the-master/0"
+        query = urlencode({k: v for k, v in self.client_options.items() if k != "ssl"})
+        return f"rediss://{userinfo}sentinel-finds-the-master/0?{query}"
+
+    @property
+    def client_options(self) -> dict[str, Any]:
+        """redis-py's options of a client of a node or a sentinel: none, or TLS's."""
+        return {} if self.tls is None else self.tls.client_options()
 
     def env(self) -> dict[str, str]:
         """The DRES_* settings that point dres at this set-up."""
@@ -105,7 +125,9 @@ class LocalSentinel:
             for node in self.nodes:
                 node.start()
                 if self.password:
-                    with redis.Redis(port=node.port, socket_timeout=5) as client:
+                    with redis.Redis(
+                        port=node.port, socket_timeout=5, **self.client_options
+                    ) as client:
                         client.config_set("requirepass", self.password)
             for index, port in enumerate(self.ports):
                 self.sentinels.append(self._start_sentinel(index, port))
@@ -114,6 +136,22 @@ class LocalSentinel:
             self.cleanup()
             raise
         return self
+
+    def _node(self, extra: tuple[str, ...]) -> RedisServer:
+        if self.tls is None:
+            return RedisServer(extra=extra)
+        port = free_port()
+        options = [("port", "0"), ("tls-port", str(port)), *self.tls.server_options()]
+        listen = tuple(arg for name, value in options for arg in (f"--{name}", value))
+        return RedisServer(port=port, extra=(*listen, *extra), client_options=self.client_options)
+
+    def _listen(self, port: int) -> list[str]:
+        """A sentinel's config lines for its port: plain, or TLS only (``tls-replication``:
+        TLS to the nodes it monitors and to the other sentinels too)."""
+        if self.tls is None:
+            return [f"port {port}"]
+        options = self.tls.server_options()
+        return ["port 0", f"tls-port {port}", *(f"{name} {value}" for name, value in options)]
 
     def _conf(self, primary: int) -> list[str]:
         name = self.name
@@ -135,7 +173,7 @@ class LocalSentinel:
         home.mkdir()
         lines = [
             *self.conf(self.nodes[0].port),
-            f"port {port}",  # after ``conf``: the last one counts
+            *self._listen(port),  # after ``conf``: the last one counts
             "bind 127.0.0.1",
             "daemonize no",
             f"dir {home}",
@@ -175,6 +213,8 @@ class LocalSentinel:
         for node in self.nodes:
             node.cleanup()
         shutil.rmtree(self.dir, ignore_errors=True)
+        if self.tls is not None:
+            shutil.rmtree(self.tls.ca.parent, ignore_errors=True)
 
     def __enter__(self) -> LocalSentinel:
         return self.start()
@@ -191,6 +231,7 @@ class LocalSentinel:
             password=self.sentinel_password or None,
             socket_timeout=2,
             decode_responses=True,
+            **self.client_options,
         )
         try:
             yield client
@@ -199,7 +240,9 @@ class LocalSentinel:
 
     def node(self, port: int) -> redis.Redis:
         """A plain client of the data node on ``port`` (the caller closes it)."""
-        return redis.Redis(port=port, password=self.password or None, socket_timeout=10)
+        return redis.Redis(
+            port=port, password=self.password or None, socket_timeout=10, **self.client_options
+        )
 
     def master_client(self) -> redis.Redis:
         """A plain client of the node every sentinel names the master now."""

@@ -1,20 +1,26 @@
 """Sentinel without servers (``DRES_REDIS_SENTINELS``, ``worker.edges.sentinel``): the settings
-and their one-line refusals, the URLs and options Celery gets, how discovery picks the master
-from the Sentinels' answers, and what the watch makes of their events. (On real sentinels:
-``tests/integration/test_sentinel.py``.)"""
+and their one-line refusals, the URLs and options Celery gets, TLS from a ``rediss://`` URL, how
+discovery picks the master from the Sentinels' answers, and what the watch makes of their
+events. (On real sentinels: ``tests/integration/test_sentinel.py``, with TLS
+``tests/integration/test_sentinel_tls.py``.)"""
 
 from __future__ import annotations
 
+import inspect
 import time
 from typing import Any
 
 import pytest
+import redis.asyncio.connection
+import redis.connection
+from redis.asyncio.sentinel import SentinelManagedSSLConnection as AsyncSentinelSSLConnection
+from redis.sentinel import SentinelManagedSSLConnection
 
 from worker.base.errors import ConfigError
-from worker.base.settings import load_settings
+from worker.base.settings import SENTINEL_TLS_OPTIONS, load_settings
 from worker.edges.broker import SENTINEL_TRANSPORT
 from worker.edges.celery_app import create_app
-from worker.edges.sentinel import master_options
+from worker.edges.sentinel import master_client, master_options, master_reader, watch_for
 from worker.edges.sentinel_watch import (
     ABORTED,
     FAILOVER_HOLD_S,
@@ -49,7 +55,30 @@ SENTINELS = {"redis_sentinels": "10.0.0.5:26379, 10.0.0.6:26380", "redis_master"
             {**SENTINELS, "redis_cluster": True, "broker_url": "redis://b:6379/0"},
             "cannot be used with DRES_REDIS_CLUSTER=1",
         ),
-        ({**SENTINELS, "redis_url": "rediss://r:6379/0"}, "DRES_REDIS_URL must be a redis:// URL"),
+        (
+            {**SENTINELS, "redis_url": "unix:///run/redis.sock"},
+            "DRES_REDIS_URL: must be a redis:// or rediss:// URL with DRES_REDIS_SENTINELS",
+        ),
+        (
+            {**SENTINELS, "redis_url": "redis://r/0?ssl_ca_certs=/etc/ca.crt"},
+            "DRES_REDIS_URL: ssl_ca_certs is a TLS option: use a rediss:// URL",
+        ),
+        (
+            {**SENTINELS, "redis_url": "rediss://r/0?ssl_validate_ocsp=true"},
+            "DRES_REDIS_URL: ssl_validate_ocsp cannot be used through Sentinel",
+        ),
+        (
+            {**SENTINELS, "redis_url": "rediss://r/0?socket_timeout=5"},
+            "DRES_REDIS_URL: socket_timeout is not used through Sentinel",
+        ),
+        (
+            {**SENTINELS, "redis_url": "rediss://r/0?ssl_cert_reqs=CERT_REQUIRED"},
+            "DRES_REDIS_URL: ssl_cert_reqs must be one of none, optional, required",
+        ),
+        (
+            {**SENTINELS, "redis_url": "rediss://r/0?ssl_min_version=tls13"},
+            "DRES_REDIS_URL: Invalid value for 'ssl_min_version'",
+        ),
         ({"broker_url": "sentinel://s1:26379"}, "a sentinel:// DRES_BROKER_URL needs"),
     ],
 )
@@ -88,6 +117,74 @@ def test_celery_gets_the_sentinel_transport_the_master_name_and_the_sentinels_pa
         assert app.conf.result_backend_transport_options["master_name"] == "main"
     finally:
         app.close()
+
+
+TLS_URL = (
+    "rediss://:pw@unused/1?ssl_ca_certs=/etc/dres/ca.crt&ssl_certfile=/etc/dres/client.crt"
+    "&ssl_keyfile=/etc/dres/client.key&ssl_check_hostname=false"
+)
+TLS = {
+    "ssl_ca_certs": "/etc/dres/ca.crt",
+    "ssl_certfile": "/etc/dres/client.crt",
+    "ssl_keyfile": "/etc/dres/client.key",
+    "ssl_check_hostname": False,
+}
+
+
+def test_a_rediss_url_means_tls_to_the_master_and_to_the_sentinels_with_its_options() -> None:
+    settings = load_settings(**SENTINELS, redis_url=TLS_URL, redis_sentinel_password="s3cret")
+    assert settings.sentinel_tls == {"ssl": True, **TLS}
+    assert master_options(settings) == {"db": 1, "password": "pw", "ssl": True, **TLS}
+    assert settings.broker == "sentinel://:pw@10.0.0.5:26379/1;sentinel://:pw@10.0.0.6:26380/1"
+    watch = watch_for(settings)
+    assert watch.kwargs == {
+        "socket_timeout": 1.0,
+        "socket_connect_timeout": 1.0,
+        "password": "s3cret",
+        "ssl": True,
+        **TLS,
+    }, "the watch's and discovery's clients of the Sentinels"
+    assert watch_for(load_settings(**SENTINELS, redis_sentinel_password="s3cret")) is not watch
+    client = master_client(settings)
+    assert client.connection_pool.connection_class is SentinelManagedSSLConnection
+    assert client.connection_pool.connection_kwargs["ssl_certfile"] == "/etc/dres/client.crt"
+    reader = master_reader(settings)
+    assert reader.connection_pool.connection_class is AsyncSentinelSSLConnection
+    client.close()
+
+
+def test_celery_gets_the_masters_tls_as_broker_use_ssl_and_the_sentinels_in_their_kwargs() -> None:
+    settings = load_settings(**SENTINELS, redis_url=TLS_URL)
+    app = create_app(settings)
+    try:
+        assert app.conf.broker_use_ssl == {"ssl_cert_reqs": "required", **TLS}
+        sentinels = app.conf.broker_transport_options["sentinel_kwargs"]
+        assert sentinels == {
+            "socket_timeout": 1.0,
+            "socket_connect_timeout": 1.0,
+            "ssl": True,
+            **TLS,
+        }
+    finally:
+        app.close()
+    bare = create_app(load_settings(**SENTINELS, redis_url="rediss://:pw@unused/0"))
+    plain = create_app(load_settings(**SENTINELS))
+    try:
+        assert bare.conf.broker_use_ssl == {"ssl_cert_reqs": "required"}, (
+            "not empty, which kombu would take for no TLS; redis-py's default check"
+        )
+        assert plain.conf.broker_use_ssl is False, "Celery's default: no TLS"
+    finally:
+        bare.close()
+        plain.close()
+
+
+def test_every_tls_option_dres_passes_through_sentinel_is_one_both_redis_clients_take() -> None:
+    """The workers' redis.Redis and the API's redis.asyncio.Redis open their TLS connections
+    with these keyword arguments; an option one of them lost would fail only at connect."""
+    for connection in (redis.connection.SSLConnection, redis.asyncio.connection.SSLConnection):
+        taken = set(inspect.signature(connection.__init__).parameters)
+        assert taken >= SENTINEL_TLS_OPTIONS, connection
 
 
 def state(port: int, epoch: int, flags: str = "master") -> dict[str, Any]:

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 from functools import lru_cache
-from typing import Literal
-from urllib.parse import urlsplit
+from typing import Any, Literal
+from urllib.parse import parse_qs, urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
+from redis.connection import parse_url
 
 from ledger.durability import Durability, Level
 from worker.base.errors import ConfigError
@@ -38,6 +39,66 @@ def parse_sentinels(raw: str) -> list[tuple[str, int]]:
             raise ValueError(f"{entry!r} is not host:port (e.g. 10.0.0.5:26379,10.0.0.6:26379)")
         pairs.append((host.strip("[]"), int(port)))
     return pairs
+
+
+#: the TLS options a ``rediss://`` DRES_REDIS_URL may carry in its query under Sentinel, for the
+#: master and the Sentinels alike: those both of redis-py's clients take (the workers'
+#: ``redis.Redis``, the API's ``redis.asyncio.Redis``: the latter has no OCSP options)
+SENTINEL_TLS_OPTIONS = frozenset(
+    {
+        "ssl_ca_certs",
+        "ssl_ca_data",
+        "ssl_ca_path",
+        "ssl_cert_reqs",
+        "ssl_certfile",
+        "ssl_check_hostname",
+        "ssl_ciphers",
+        "ssl_exclude_verify_flags",
+        "ssl_include_verify_flags",
+        "ssl_keyfile",
+        "ssl_min_version",
+        "ssl_password",
+    }
+)
+#: ``ssl_cert_reqs`` values redis-py knows (its default: ``required``)
+CERT_REQS = ("none", "optional", "required")
+
+
+def parse_sentinel_tls(url: str) -> dict[str, Any]:
+    """DRES_REDIS_URL's TLS options under Sentinel: none for ``redis://``; for ``rediss://``,
+    ``ssl=True`` and the ``ssl_*`` options of its query, read as redis-py's ``from_url`` reads
+    them, which dres gives the master's connections and the Sentinels' alike. A ``ValueError``
+    naming what cannot work: another scheme, a query option not used through Sentinel (only
+    the URL's password, database (its path) and TLS options are), a TLS option on
+    ``redis://``."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"redis", "rediss"}:
+        raise ValueError(
+            "must be a redis:// or rediss:// URL with DRES_REDIS_SENTINELS (only its password, "
+            "database and TLS options are used)"
+        )
+    for name in parse_qs(parts.query):
+        if name.startswith("ssl_") and name not in SENTINEL_TLS_OPTIONS:
+            raise ValueError(
+                f"{name} cannot be used through Sentinel: the API's client (redis.asyncio) has "
+                "no such option"
+            )
+        if name not in SENTINEL_TLS_OPTIONS:
+            raise ValueError(
+                f"{name} is not used through Sentinel: only the URL's password, database (its "
+                "path) and ssl_* options are"
+            )
+        if parts.scheme == "redis":
+            raise ValueError(f"{name} is a TLS option: use a rediss:// URL")
+    try:
+        parsed = parse_url(url)  # type: ignore[no-untyped-call]  # (unannotated)
+    except ValueError as e:
+        raise ValueError(str(e)) from None
+    if parsed.get("ssl_cert_reqs", "required") not in CERT_REQS:
+        raise ValueError(f"ssl_cert_reqs must be one of {', '.join(CERT_REQS)}")
+    if parts.scheme == "redis":
+        return {}
+    return {"ssl": True} | {k: v for k, v in parsed.items() if k in SENTINEL_TLS_OPTIONS}
 
 
 def parse_agents(raw: str) -> dict[str, AgentApp]:
@@ -154,7 +215,9 @@ class Settings(BaseSettings):
     #: the master's name the Sentinels monitor (``sentinel monitor NAME ...``)
     redis_master: str = ""
     #: the Sentinels' own password (their ``requirepass``), if they have one; the master's comes
-    #: from ``redis_url``'s userinfo, as its database does (its host is not used then)
+    #: from ``redis_url``'s userinfo, as its database does (its host is not used then), and a
+    #: ``rediss://`` ``redis_url`` means TLS to the master and to the Sentinels
+    #: (``sentinel_tls``)
     redis_sentinel_password: str = ""
     #: start even when a Redis's ``maxmemory-policy`` is not ``noeviction`` (a warning instead)
     allow_eviction: bool = False
@@ -219,11 +282,11 @@ class Settings(BaseSettings):
                 "DRES_REDIS_SENTINELS cannot be used with DRES_REDIS_CLUSTER=1: a Redis Cluster "
                 "fails its masters over itself"
             )
-        if self.sentinels and urlsplit(self.redis_url).scheme != "redis":
-            raise ValueError(
-                "DRES_REDIS_URL must be a redis:// URL with DRES_REDIS_SENTINELS (only its "
-                "password and database are used); TLS through Sentinel is not supported"
-            )
+        if self.sentinels:
+            try:
+                parse_sentinel_tls(self.redis_url)
+            except ValueError as e:
+                raise ValueError(f"DRES_REDIS_URL: {e}") from None
         if urlsplit(self.broker_url).scheme == "sentinel" and not self.redis_master.strip():
             raise ValueError("a sentinel:// DRES_BROKER_URL needs DRES_REDIS_MASTER")
         return self
@@ -232,6 +295,13 @@ class Settings(BaseSettings):
     def sentinels(self) -> list[tuple[str, int]]:
         """DRES_REDIS_SENTINELS's ``(host, port)`` pairs (validated); empty: no Sentinel."""
         return parse_sentinels(self.redis_sentinels)
+
+    @property
+    def sentinel_tls(self) -> dict[str, Any]:
+        """With DRES_REDIS_SENTINELS and a ``rediss://`` DRES_REDIS_URL, the TLS options of
+        every connection to the master and to the Sentinels (``ssl=True`` and the URL's
+        ``ssl_*`` options, redis-py's keyword arguments); else empty: no TLS."""
+        return parse_sentinel_tls(self.redis_url) if self.sentinels else {}
 
     @property
     def longest_hard_limit_s(self) -> float:

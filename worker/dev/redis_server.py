@@ -14,8 +14,9 @@ import socket
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -43,6 +44,7 @@ class RedisServer:
         appendfsync: str = "everysec",
         binary: str | None = None,
         extra: Sequence[str] = (),
+        client_options: Mapping[str, Any] | None = None,
     ) -> None:
         found = binary or shutil.which("redis-server")
         if not found:
@@ -55,6 +57,9 @@ class RedisServer:
         self.appendfsync = appendfsync
         #: more redis-server options (``--cluster-enabled yes``, ...)
         self.extra = tuple(extra)
+        #: redis-py options a client of it needs (``ssl=True, ...`` when ``extra`` makes it
+        #: serve TLS only: ``--port 0 --tls-port PORT``); start() waits for an answer with them
+        self.client_options = dict(client_options or {})
         self.process: subprocess.Popen[bytes] | None = None
 
     @property
@@ -87,7 +92,7 @@ class RedisServer:
         self.process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2)
+        client = redis.Redis(port=self.port, socket_connect_timeout=0.2, **self.client_options)
         deadline = time.monotonic() + self.START_TIMEOUT_S
         try:
             while True:

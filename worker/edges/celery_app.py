@@ -13,7 +13,9 @@ Durable chunk settings (see shared/research/celery-redis-facts.md):
 - kombu's Redis transport with one fix (``worker.edges.broker``): a consumer whose broker
   restarted while it held unacknowledged messages reconnects instead of stopping the worker;
   through Sentinel (``DRES_REDIS_SENTINELS``, ``sentinel://`` URLs) kombu's Sentinel transport
-  with the same fix, the master's name and the Sentinels' password in its transport options;
+  with the same fix, the master's name and the Sentinels' options (password, TLS) in its
+  transport options, and with a ``rediss://`` DRES_REDIS_URL the master's TLS options as
+  ``broker_use_ssl`` (kombu's ``SentinelChannel`` then opens ``SentinelManagedSSLConnection``s);
 - two queues, foreground and background, and a chunk task name per mode whose time limits come
   from the settings of the worker that runs it (task annotations), never from the message: the
   process that sent a chunk (the API, another worker) does not decide how long it may run.
@@ -29,7 +31,7 @@ from kombu.entity import Queue
 
 from worker.base.settings import Settings
 from worker.edges import broker
-from worker.edges.sentinel import SENTINEL_TIMEOUT_S
+from worker.edges.sentinel import SENTINEL_TIMEOUT_S, sentinel_options
 
 #: the chunk task's registered names, per mode (dispatch goes by name: worker never imports tasks)
 CHUNK_TASK = "dres.run_chunk"
@@ -74,6 +76,7 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
             "interval_max": 0,
         }
     results: dict[str, Any] = {"visibility_timeout": vt}
+    tls: dict[str, Any] = {}
     scheme = settings.broker.split("://", 1)[0]
     if scheme == "sentinel":
         # the master the Sentinels name, for the broker and for a result backend set to the
@@ -81,6 +84,8 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
         master = {"master_name": settings.redis_master}
         transport |= master | {"sentinel_kwargs": _sentinel_kwargs(settings, publish_timeout_s)}
         results |= master
+        if settings.sentinel_tls:
+            tls["broker_use_ssl"] = broker_tls(settings)
     extra = [name.strip() for name in settings.celery_include.split(",") if name.strip()]
     app = Celery("dres", broker=settings.broker, include=["tasks.chunks", *extra])
     app.conf.update(
@@ -107,6 +112,7 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
         task_default_queue=settings.foreground_queue,
         task_queues=(Queue(settings.foreground_queue), Queue(settings.background_queue)),
         **fail_fast,
+        **tls,
     )
     if scheme in broker.SCHEMES:
         app.conf.broker_transport = broker.TRANSPORT  # a kombu bug's workaround
@@ -117,13 +123,20 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
 
 
 def _sentinel_kwargs(settings: Settings, timeout_s: float | None) -> dict[str, Any]:
-    """The options of kombu's clients of the Sentinels themselves (not of the master): their
-    password, and a timeout, so that one hung Sentinel costs a discovery a moment, not a hang."""
+    """The options of kombu's clients of the Sentinels themselves (not of the master): the
+    ledger's (``worker.edges.sentinel.sentinel_options``), the API's timeout if shorter."""
     timeout = SENTINEL_TIMEOUT_S if timeout_s is None else min(timeout_s, SENTINEL_TIMEOUT_S)
-    options: dict[str, Any] = {"socket_timeout": timeout, "socket_connect_timeout": timeout}
-    if settings.redis_sentinel_password:
-        options["password"] = settings.redis_sentinel_password
-    return options
+    return sentinel_options(settings, timeout)
+
+
+def broker_tls(settings: Settings) -> dict[str, Any]:
+    """``broker_use_ssl`` of a Sentinel broker: the ledger master's TLS options, as redis-py
+    keyword arguments. kombu's ``SentinelChannel`` opens TLS connections to the master
+    (``connection_class_ssl``) only when this dict is not empty, so redis-py's default,
+    ``ssl_cert_reqs=required``, is said here: a bare ``rediss://`` URL checks certificates in the
+    broker as in the ledger."""
+    options = {name: value for name, value in settings.sentinel_tls.items() if name != "ssl"}
+    return {"ssl_cert_reqs": "required"} | options
 
 
 def _limits(settings: Settings, mode: str) -> dict[str, float]:

@@ -26,6 +26,15 @@ same way. Three things here close that (redis-py 8.2.0, Redis 7.0):
 
 What stays: a write the master acknowledged and died before replicating (a crash, SIGKILL) is
 lost with it; ``DRES_DURABILITY`` is what confirms a record before its effect runs.
+
+TLS: a ``rediss://`` DRES_REDIS_URL (``Settings.sentinel_tls``) gives every connection, to the
+master and to the Sentinels, the same TLS options: the master's pools open redis-py's
+``SentinelManagedSSLConnection`` (``ssl=True`` in ``master_options``), and the Sentinels'
+clients, discovery's and the watch's, get ``ssl=True`` and the same ``ssl_*`` options
+(``sentinel_options``). Sentinels and data nodes serve TLS together (``tls-port`` on each,
+``tls-replication yes``), as a deployment with TLS on its data nodes does; the master's
+certificate must name the address the Sentinels give (an IP, mostly) unless
+``ssl_check_hostname=false``.
 """
 
 from __future__ import annotations
@@ -127,15 +136,20 @@ _watches: dict[tuple[Any, ...], MasterWatch] = {}
 _watches_lock = threading.Lock()
 
 
-def watch_for(settings: Settings) -> MasterWatch:
-    """This process's watch of the settings' master (one per Sentinels, name and password)."""
-    kwargs: dict[str, Any] = {
-        "socket_timeout": SENTINEL_TIMEOUT_S,
-        "socket_connect_timeout": SENTINEL_TIMEOUT_S,
-    }
+def sentinel_options(settings: Settings, timeout_s: float = SENTINEL_TIMEOUT_S) -> dict[str, Any]:
+    """The options of clients of the Sentinels themselves (not of the master), as ``redis.Redis``
+    takes them: a timeout, so that one hung Sentinel costs a discovery a moment, not a hang;
+    their password; and TLS, the master's (``Settings.sentinel_tls``)."""
+    options: dict[str, Any] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
     if settings.redis_sentinel_password:
-        kwargs["password"] = settings.redis_sentinel_password
-    key = (tuple(settings.sentinels), settings.redis_master, settings.redis_sentinel_password)
+        options["password"] = settings.redis_sentinel_password
+    return options | settings.sentinel_tls
+
+
+def watch_for(settings: Settings) -> MasterWatch:
+    """This process's watch of the settings' master (one per Sentinels, name and options)."""
+    kwargs = sentinel_options(settings)
+    key = (tuple(settings.sentinels), settings.redis_master, repr(sorted(kwargs.items())))
     with _watches_lock:
         if key not in _watches:
             _watches[key] = MasterWatch(settings.sentinels, settings.redis_master, kwargs)
@@ -143,14 +157,15 @@ def watch_for(settings: Settings) -> MasterWatch:
 
 
 def master_options(settings: Settings) -> dict[str, Any]:
-    """The master's credentials and database, from DRES_REDIS_URL (its host is not used)."""
+    """The master's credentials, database and TLS options, from DRES_REDIS_URL (its host is not
+    used); ``ssl`` makes redis-py's Sentinel pool open ``SentinelManagedSSLConnection``s."""
     url = urlsplit(settings.redis_url)
     options: dict[str, Any] = {"db": int(url.path.strip("/") or 0)}
     if url.username:
         options["username"] = unquote(url.username)
     if url.password:
         options["password"] = unquote(url.password)
-    return options
+    return options | settings.sentinel_tls
 
 
 def master_client(settings: Settings, **options: Any) -> redis.Redis:
