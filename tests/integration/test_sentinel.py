@@ -46,6 +46,7 @@ from tests.support.redis_sentinel import MASTER, LocalSentinel
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
 from worker.edges.client import enqueue
+from worker.edges.durability_policy import check_durability
 from worker.edges.runtime import Runtime
 from worker.edges.store_policy import check_stores
 
@@ -226,3 +227,18 @@ def test_the_eviction_check_at_start_reads_the_master_the_sentinels_name(
         master.config_set("maxmemory-policy", "noeviction")
     [reading] = check_stores(settings)
     assert (reading.policy, reading.reached) == ("noeviction", True)
+
+
+def test_the_durability_check_at_start_reads_the_master_the_sentinels_name(
+    rig: LocalSentinel, settings: Settings
+) -> None:
+    """DRES_DURABILITY is checked on the master the Sentinels name (DRES_REDIS_URL's host is not
+    a server there): it has its replica, and this redis-server (7.0) has no WAITAOF."""
+    port = rig.master_port()
+    where = f"127.0.0.1:{port} (master {MASTER} via Sentinels"
+    [server] = check_durability(settings.model_copy(update={"durability": "replica"}))
+    assert (server.reached, server.role, server.replicas) == (True, "master", 1), server
+    assert server.address.startswith(where)
+    with pytest.raises(ConfigError, match="needs WAITAOF") as refused:
+        check_durability(settings.model_copy(update={"durability": "fsync"}))
+    assert f"the ledger's Redis at {where}" in str(refused.value)

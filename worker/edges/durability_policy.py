@@ -3,8 +3,8 @@
 A level above ``ack`` makes every write tool wait for a confirmation before its effect runs
 (``ledger.durability``). A server that can never give it would not fail loudly: every write would
 be closed unrun, turn after turn. So ``dres worker`` asks the ledger's Redis (every master of a
-cluster: ``WAIT`` counts the replicas of the turn's own shard) before it serves, and stops with one
-line naming the setting, the server and the fix when
+cluster: ``WAIT`` counts the replicas of the turn's own shard; under Sentinel, the master they
+name) before it serves, and stops with one line naming the setting, the server and the fix when
 
 - ``fsync`` or ``replica+fsync`` meets a server without ``WAITAOF`` (Redis before 7.2: probed with
   ``WAITAOF 0 0 1``, which asks for nothing and answers at once where the command exists), or one
@@ -36,6 +36,7 @@ from redis.retry import Retry
 from ledger.durability import Durability
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
+from worker.edges import sentinel
 from worker.edges.store_policy import CHECK_TIMEOUT_S
 
 log = structlog.get_logger("dres.store")
@@ -127,11 +128,23 @@ def _options() -> dict[str, Any]:
     }
 
 
+def _read_sentinel_master(settings: Settings) -> Capability:
+    """The master the Sentinels name now (``DRES_REDIS_URL``'s host means nothing there). A
+    replica promoted later is not read: give every node the same AOF setting and version."""
+    try:
+        with sentinel.named_master(settings, **_options()) as (address, client):
+            return read_server(address, client)
+    except (redis.ConnectionError, redis.TimeoutError) as e:  # no Sentinel names a master
+        return Capability(sentinel.described(settings), reached=False, error=str(e))
+
+
 def read_servers(settings: Settings) -> list[Capability]:
-    """The ledger's Redis, or every master of its cluster."""
+    """The ledger's Redis: every master of its cluster, or the master its Sentinels name."""
     url = settings.redis_url
     parts = urlsplit(url)
     address = f"{parts.hostname or 'localhost'}:{parts.port or 6379}"
+    if settings.sentinels:
+        return [_read_sentinel_master(settings)]
     if not settings.redis_cluster:
         with redis.Redis.from_url(url, **_options()) as client:
             return [read_server(address, client)]

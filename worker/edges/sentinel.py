@@ -41,6 +41,8 @@ from __future__ import annotations
 
 import asyncio
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
@@ -191,3 +193,23 @@ def master_reader(settings: Settings, **options: Any) -> aioredis.Redis:
         **options,
     )
     return client
+
+
+def described(settings: Settings) -> str:
+    """``master NAME via Sentinels host:port, ...``: where the settings' master is, for messages."""
+    sentinels = ", ".join(f"{host}:{port}" for host, port in settings.sentinels)
+    return f"master {settings.redis_master} via Sentinels {sentinels}"
+
+
+@contextmanager
+def named_master(settings: Settings, **options: Any) -> Iterator[tuple[str, redis.Redis]]:
+    """A client of the master the Sentinels name now, and its ``host:port (described)``, for the
+    checks at start; ``redis.ConnectionError`` when no Sentinel names one (``MasterNotFoundError``
+    is one)."""
+    client = master_client(settings, **options)
+    try:
+        pool: Any = client.connection_pool
+        host, port = pool.get_master_address()
+        yield f"{host}:{port} ({described(settings)})", client
+    finally:
+        client.close()

@@ -136,17 +136,11 @@ def _read_cluster(url: str) -> list[Reading]:
 def _read_sentinel_master(settings: Settings) -> Reading:
     """The policy of the master the Sentinels name now (the broker's too, when it follows them).
     A replica promoted later is not read: give every node the same ``maxmemory-policy``."""
-    sentinels = ", ".join(f"{host}:{port}" for host, port in settings.sentinels)
-    where = f"master {settings.redis_master} via Sentinels {sentinels}"
-    client = sentinel.master_client(settings, **_quick())
     try:
-        pool: Any = client.connection_pool
-        host, port = pool.get_master_address()
-        return read_policy("ledger", f"{host}:{port} ({where})", client)
+        with sentinel.named_master(settings, **_quick()) as (address, client):
+            return read_policy("ledger", address, client)
     except (redis.ConnectionError, redis.TimeoutError) as e:
-        return Reading("ledger", where, error=str(e), reached=False)
-    finally:
-        client.close()
+        return Reading("ledger", sentinel.described(settings), error=str(e), reached=False)
 
 
 def read_stores(settings: Settings) -> list[Reading]:
