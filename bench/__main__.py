@@ -508,13 +508,15 @@ def failover_details(rows: Sequence[Row]) -> str:
         def figures(field: str, of: list[dict[str, Any]] = trials) -> str:
             return ", ".join("-" if t[field] is None else f"{t[field]:.2f}" for t in of)
 
+        runs = ", ".join(f"{n} in {count} trials" for n, count in x["runs_after"].items())
+        pause = "-" if x["later_pause_s_max"] is None else f"{x['later_pause_s_max']:.2f}"
         faults.append(
             f"{x['fault']}: {x['trials']} trials, next event [{figures('next_event_s')}] s, "
             f"next model call [{figures('next_model_call_s')}] s; the replica answered as the "
             f"master after [{figures('promoted_s')}] s and every sentinel named it after "
             f"[{figures('agreed_s')}] s; first events {_fmt(x['first_events'])}; runs started "
-            f"after the fault {_fmt(x['runs_after'])}; longest later pause between two model "
-            f"calls {_fmt(x['later_pause_s_max'])} s; turns {_fmt(x['statuses'])}"
+            f"after the fault: {runs}; the turn's longest pause between two model calls after "
+            f"it resumed {pause} s; turns {_fmt(x['statuses'])}"
         )
     rig = _fmt(rows[0].extra["rig"])
     return f"Rows D5–D6 (rig: {rig}): " + "; ".join(faults) + "."
