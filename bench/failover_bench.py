@@ -208,7 +208,7 @@ def watch_new_master(rig: LocalSentinel, port: int, turn_id: str, until: float) 
     brought); an entry after it was written to it as the master."""
     seen = Seen()
     stream, cursor = keys.turn_events(turn_id), "0-0"
-    with redis.Redis(port=port, password=rig.password or None, socket_timeout=1.0) as client:
+    with rig.node(port) as client:  # the node itself, with the rig's credentials
         while seen.model_call_at is None and time.time() < until:
             try:
                 master, last = _newest(client, stream)
