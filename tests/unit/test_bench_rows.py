@@ -6,7 +6,10 @@ import re
 
 import pytest
 
+from bench import failover_bench
 from bench.durability_bench import LevelRow
+from bench.failover_bench import FailoverPlan, failover_rows
+from bench.failover_bench import Trial as FailoverTrial
 from bench.ledger_bench import Row, misses, table_lines
 from bench.pickup_bench import PickupPlan, Trial, pickup_rows
 
@@ -92,3 +95,39 @@ def test_a_durability_rows_wording_names_its_level_against_ack() -> None:
     row = LevelRow("tool call at replica", "ms", [1.0, 1.2], [0.5, 0.4], extra={"level": "replica"})
     assert row.ratio == pytest.approx(2.5)
     assert row.wording == "replica slower by 2.50x"
+
+
+def test_each_failover_fault_gets_a_row_of_its_next_event_and_one_of_its_next_model_call() -> None:
+    from bench.__main__ import failover_details
+
+    plan = FailoverPlan(trials=2, deadline_s=30.0)
+    trials = [
+        FailoverTrial("sentinel failover", "t1", 1, 2, 1.1, 1.2, event_type="model_done"),
+        FailoverTrial("sigkill", "t2", 2, 1, 2.3, 6.1, event_type="run_ended", runs_after=1),
+        FailoverTrial("sigkill", "t3", 1, 2, 2.2, plan.deadline_s, event_type="run_ended"),
+        FailoverTrial("sentinel failover", "t4", 2, 1, 1.3, 1.3, event_type="tool_done"),
+    ]
+
+    rows = failover_rows(trials, plan, {})
+
+    assert [(row.number, row.extra["figure"]) for row in rows] == [
+        ("D5", "next_event_s"), ("D5", "next_model_call_s"),
+        ("D6", "next_event_s"), ("D6", "next_model_call_s"),
+    ]  # fmt: skip
+    event, call = rows[2:]
+    assert event.name == "SIGKILL of the master -> the turn's next event on the new master"
+    assert (event.dres, call.dres) == ([2.3, 2.2], [6.1, 30.0])
+    assert (event.absolute, event.verdict, event.unit) == (True, "info", "s")
+    assert (event.extra["missed_deadline"], call.extra["missed_deadline"]) == (0, 1)
+    assert event.extra["first_events"] == {"run_ended": 2}
+    assert "trial_details" not in call.extra, "the trials go with the first row only"
+    line = failover_details([rows[0], rows[2]])
+    assert "sentinel failover: 2 trials, next event [1.10, 1.30] s" in line
+    assert "sigkill: 2 trials, next event [2.30, 2.20] s, next model call [6.10, 30.00] s" in line
+
+
+def test_only_failover_runs_the_failover_rows_alone() -> None:
+    from bench.__main__ import OWN_MAIN, parse_args
+
+    assert parse_args(["--only", "failover", "--quick"]).only == "failover"
+    assert OWN_MAIN["failover"] is failover_bench.main
