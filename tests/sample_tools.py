@@ -90,12 +90,14 @@ def write_signalled(label: str, *, ctx: ToolContext) -> dict[str, Any]:
 OUTSIDE_EFFECTS = "TEST_OUTSIDE_EFFECTS"
 
 
-def outside_effects(path: str) -> list[dict[str, Any]]:
+def outside_effects(path: str, label: str | None = None) -> list[dict[str, Any]]:
+    """The effects logged in ``path`` (of the writes labelled ``label``, if given)."""
     try:
         with open(path) as f:
-            return [json.loads(line) for line in f if line.strip()]
+            rows = [json.loads(line) for line in f if line.strip()]
     except FileNotFoundError:
         return []
+    return [row for row in rows if label is None or row["label"] == label]
 
 
 @tool

@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 import redis
 from harness import Harness
-from sample_tools import AOF_DIR, OUTSIDE_EFFECTS, outside_effects
+from sample_tools import AOF_DIR, outside_effects
 
 from ledger import keys
 from ledger.durability import Confirmer, Durability
 from ledger.store import Ledger
-from tests.support import DRES_ENV, ROOT, TESTS, WorkerProcess, subprocess_env
-from tests.support.fixtures import StartWorker, started
+from tests.support import DRES_ENV, ROOT, TESTS, WorkerProcess, outside_write, subprocess_env
+from tests.support.fixtures import StartWorker, outside_worker, started
 from tests.support.processes import IN_CI
 from tests.support.redis_cluster import LocalCluster
 from tests.support.redis_durability import ReplicatedRedis, waitaof_binary
@@ -224,26 +224,11 @@ def test_fsync_is_refused_at_start_on_a_redis_whose_aof_is_off() -> None:
 
 
 @pytest.fixture
-def effects_file(tmp_path: Path) -> str:
-    return str(tmp_path / "effects.jsonl")
-
-
-def write(label: str) -> dict[str, Any]:
-    return {"tool_calls": [{"name": "outside_write", "input": {"label": label, "seconds": 0}}]}
-
-
-@pytest.fixture
 def durable_worker(
     start_worker: StartWorker, effects_file: str, monkeypatch: pytest.MonkeyPatch
 ) -> Callable[..., WorkerProcess]:
-    for name, value in WORKER.items():
-        monkeypatch.setenv(name, value)
-
-    def start(level: str, **more: str) -> WorkerProcess:
-        overrides = {**WORKER, "DRES_DURABILITY": level, OUTSIDE_EFFECTS: effects_file, **more}
-        return start_worker(overrides=overrides)
-
-    return start
+    start = outside_worker(start_worker, effects_file, monkeypatch, WORKER)
+    return lambda level, **more: start(overrides={"DRES_DURABILITY": level, **more})
 
 
 class TestOnAPrimaryAndAReplica:
@@ -263,7 +248,7 @@ class TestOnAPrimaryAndAReplica:
         rig.pause_replica()
         try:
             turn = enqueue(
-                runtime, "write a", model=script([write("a"), DONE], on_resume="restart")
+                runtime, "write a", model=script([outside_write("a"), DONE], on_resume="restart")
             )
             unrun = having("tool_done", count=2, is_error=True, result={"error": NOT_RUN})
             wait_for(runtime.ledger, turn.turn_id, unrun, timeout=30, what="two calls not run")

@@ -21,7 +21,17 @@ import redis
 from sample_tools import OUTSIDE_EFFECTS, outside_effects
 
 from ledger.store import Ledger
-from tests.support import DONE, ApiProcess, ended, having, of, show, wait_for, wait_until
+from tests.support import (
+    DONE,
+    ApiProcess,
+    ended,
+    having,
+    of,
+    outside_write,
+    show,
+    wait_for,
+    wait_until,
+)
 from tests.support.fixtures import StartWorker, show_logs, started
 from tests.support.redis_sentinel import LocalSentinel
 from tests.support.scripts import Script
@@ -62,17 +72,6 @@ def rig() -> Iterator[LocalSentinel]:
 def store_env(rig: LocalSentinel) -> dict[str, str]:
     """dres's processes and this one's settings: the rig's, with chunks long enough."""
     return {**rig.env(), **LONG_CHUNKS}
-
-
-def write(label: str, seconds: float) -> dict[str, Any]:
-    """A step calling ``outside_write``: its effect lands in a file, then ``seconds`` of work."""
-    return {
-        "tool_calls": [{"name": "outside_write", "input": {"label": label, "seconds": seconds}}]
-    }
-
-
-def written(effects_file: str, label: str) -> int:
-    return sum(row["label"] == label for row in outside_effects(effects_file))
 
 
 def ended_events(runtime: Runtime, turn_id: str) -> list[Any]:
@@ -124,23 +123,25 @@ def test_a_turn_with_a_write_completes_once_through_a_sentinel_failover_over_tls
     dres_env: dict[str, str],
     start_worker: StartWorker,
     script: Script,
+    effects_file: str,
     tmp_path: Path,
 ) -> None:
-    effects_file = str(tmp_path / "effects.jsonl")
     worker = start_worker(overrides={OUTSIDE_EFFECTS: effects_file})
     api = ApiProcess.start(dres_env, tmp_path / "api.log")
     try:
-        model = script([write("w", WRITE_S), write("w2", 0.0), DONE], on_resume="restart")
+        steps = [outside_write("w", WRITE_S), outside_write("w2", 0.0), DONE]
+        model = script(steps, on_resume="restart")
         turn = enqueue(runtime, "write w", model=model)
         wait_for(runtime.ledger, turn.turn_id, having("tool_start"), what="the write's call")
-        wait_until(lambda: written(effects_file, "w"), 10, "the write's effect")
+        wait_until(lambda: len(outside_effects(effects_file, "w")), 10, "the write's effect")
 
         old = rig.failover()
         new = rig.wait_master(other_than=old)
 
         events = ended_events(runtime, turn.turn_id)
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
-        assert (written(effects_file, "w"), written(effects_file, "w2")) == (1, 1), "each once"
+        for label in ("w", "w2"):
+            assert len(outside_effects(effects_file, label)) == 1, f"{label} ran once"
         with rig.node(new) as client:  # the new master itself, over TLS
             assert [env.event for env in Ledger(client).read_turn(turn.turn_id)] == events
         watch = watch_for(settings)
@@ -149,10 +150,10 @@ def test_a_turn_with_a_write_completes_once_through_a_sentinel_failover_over_tls
         assert status.json()["status"] == "completed", status.text
 
         pid = worker.pid
-        after = enqueue(runtime, "write a", model=script([write("a", 0.0), DONE]))
+        after = enqueue(runtime, "write a", model=script([outside_write("a", 0.0), DONE]))
         events = ended_events(runtime, after.turn_id)
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
-        assert written(effects_file, "a") == 1
+        assert len(outside_effects(effects_file, "a")) == 1
         assert worker.alive() and worker.pid == pid, "the same worker serves after the failover"
     finally:
         api.kill_group()

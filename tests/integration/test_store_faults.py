@@ -13,13 +13,21 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
-from sample_tools import OUTSIDE_EFFECTS, outside_effects
+from sample_tools import outside_effects
 
-from tests.support import DONE, WorkerProcess, ended, having, of, show, wait_for, wait_until
-from tests.support.fixtures import StartWorker, started
+from tests.support import (
+    DONE,
+    ended,
+    having,
+    of,
+    outside_write,
+    show,
+    wait_for,
+    wait_until,
+)
+from tests.support.fixtures import StartWorker, outside_worker, started
 from worker.dev.redis_server import RedisServer
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
@@ -54,28 +62,10 @@ def redis_url(store: RedisServer) -> str:
 
 
 @pytest.fixture
-def effects_file(tmp_path: Path) -> str:
-    return str(tmp_path / "effects.jsonl")
-
-
-@pytest.fixture
 def long_worker(
     start_worker: StartWorker, effects_file: str, monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., WorkerProcess]:
-    for name, value in LONG_CHUNKS.items():
-        monkeypatch.setenv(name, value)  # this process's runtime reads the same settings
-
-    def start(**kwargs: Any) -> WorkerProcess:
-        overrides = {**LONG_CHUNKS, OUTSIDE_EFFECTS: effects_file}
-        return start_worker(overrides=overrides, **kwargs)
-
-    return start
-
-
-def write(label: str, seconds: float) -> dict[str, Any]:
-    """A step calling ``outside_write``: its effect lands in a file, then ``seconds`` of work."""
-    call = {"name": "outside_write", "input": {"label": label, "seconds": seconds}}
-    return {"tool_calls": [call]}
+) -> StartWorker:
+    return outside_worker(start_worker, effects_file, monkeypatch, LONG_CHUNKS)
 
 
 def restart(store: RedisServer, down_s: float) -> None:
@@ -85,50 +75,48 @@ def restart(store: RedisServer, down_s: float) -> None:
     store.start()
 
 
-def effects_of(effects_file: str, label: str) -> list[dict[str, Any]]:
-    return [row for row in outside_effects(effects_file) if row["label"] == label]
-
-
 def started_writing(runtime: Runtime, turn_id: str, effects_file: str, label: str) -> None:
     wait_for(runtime.ledger, turn_id, having("tool_start", tool="outside_write"), what="the call")
-    wait_until(lambda: effects_of(effects_file, label), timeout=5, what="the write's effect")
+    wait_until(lambda: outside_effects(effects_file, label), timeout=5, what="the write's effect")
 
 
 def test_a_busy_and_an_idle_worker_each_serve_a_new_turn_after_a_redis_restart(
     runtime: Runtime,
     store: RedisServer,
-    long_worker: Callable[..., WorkerProcess],
+    long_worker: StartWorker,
     script: Callable[..., str],
     effects_file: str,
 ) -> None:
     busy = long_worker(extra=("-Q", runtime.settings.foreground_queue))
     idle = long_worker(extra=("-Q", runtime.settings.background_queue))
-    first = enqueue(runtime, "write a", model=script([write("a", 3.0), DONE], on_resume="restart"))
+    first = enqueue(
+        runtime, "write a", model=script([outside_write("a", 3.0), DONE], on_resume="restart")
+    )
     started_writing(runtime, first.turn_id, effects_file, "a")
 
     restart(store, 2.0)
 
     events = wait_for(runtime.ledger, first.turn_id, ended(), timeout=AFTER_S, what="turn end")
     assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
-    assert len(effects_of(effects_file, "a")) == 1, "the write ran once"
+    assert len(outside_effects(effects_file, "a")) == 1, "the write ran once"
     for mode, label in (("foreground", "b"), ("background", "c")):
-        model = script([write(label, 0.0), DONE])
+        model = script([outside_write(label, 0.0), DONE])
         turn = enqueue(runtime, f"write {label}", mode=mode, model=model)
         events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what=mode)
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
-        assert len(effects_of(effects_file, label)) == 1
+        assert len(outside_effects(effects_file, label)) == 1
     assert busy.alive() and idle.alive(), "a worker exited after the restart"
 
 
 def test_a_write_that_finishes_during_a_6_s_outage_is_recorded_completed(
     runtime: Runtime,
     store: RedisServer,
-    long_worker: Callable[..., WorkerProcess],
+    long_worker: StartWorker,
     script: Callable[..., str],
     effects_file: str,
 ) -> None:
     worker = long_worker()
-    model = script([write("a", 2.0), DONE], on_resume="restart")
+    model = script([outside_write("a", 2.0), DONE], on_resume="restart")
     turn = enqueue(runtime, "write a", mode="background", model=model)
     started_writing(runtime, turn.turn_id, effects_file, "a")
 
@@ -141,14 +129,14 @@ def test_a_write_that_finishes_during_a_6_s_outage_is_recorded_completed(
     assert (done.call_id, done.run_id, done.is_error) == (start.call_id, start.run_id, False)
     # a resumed run that asks again meets layer 2 (completed), never the interrupted-write guard
     assert {e.reason for e in of(events, "tool_blocked")} <= {"completed"}, show(events)
-    assert len(effects_of(effects_file, "a")) == 1, "the write ran once"
+    assert len(outside_effects(effects_file, "a")) == 1, "the write ran once"
     assert worker.alive()
 
 
 def test_a_restart_during_a_foreground_and_a_background_turn_loses_neither(
     runtime: Runtime,
     store: RedisServer,
-    long_worker: Callable[..., WorkerProcess],
+    long_worker: StartWorker,
     script: Callable[..., str],
     effects_file: str,
 ) -> None:
@@ -158,7 +146,10 @@ def test_a_restart_during_a_foreground_and_a_background_turn_loses_neither(
             runtime,
             f"write {label}",
             mode=mode,
-            model=script([write(label, 2.0), write(f"{label}2", 0.0), DONE], on_resume="restart"),
+            model=script(
+                [outside_write(label, 2.0), outside_write(f"{label}2", 0.0), DONE],
+                on_resume="restart",
+            ),
         )
         for label, mode in (("f", "foreground"), ("g", "background"))
     }
@@ -171,13 +162,13 @@ def test_a_restart_during_a_foreground_and_a_background_turn_loses_neither(
         events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what=label)
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
         for written in (label, f"{label}2"):
-            assert len(effects_of(effects_file, written)) == 1, f"{written} ran once"
+            assert len(outside_effects(effects_file, written)) == 1, f"{written} ran once"
     assert worker.alive()
 
 
 def test_a_full_redis_stops_the_running_turn_with_store_full_and_continue_completes_it(
     runtime: Runtime,
-    long_worker: Callable[..., WorkerProcess],
+    long_worker: StartWorker,
     script: Callable[..., str],
     effects_file: str,
 ) -> None:
@@ -185,7 +176,7 @@ def test_a_full_redis_stops_the_running_turn_with_store_full_and_continue_comple
     stops with ``store_full`` (Continue available, never automatic), the refused ``tool_done``
     recorded by the stop itself; once memory is freed Continue completes it, the write once."""
     worker = long_worker()
-    model = script([write("a", 1.0), write("b", 0.0), DONE], on_resume="restart")
+    model = script([outside_write("a", 1.0), outside_write("b", 0.0), DONE], on_resume="restart")
     turn = enqueue(runtime, "write a then b", model=model)
     started_writing(runtime, turn.turn_id, effects_file, "a")
     runtime.redis.config_set("maxmemory", 1)  # every write refused from now on
@@ -202,15 +193,15 @@ def test_a_full_redis_stops_the_running_turn_with_store_full_and_continue_comple
 
     assert runtime.lifecycle.continue_turn(turn.turn_id, auto=False).ok
     events = wait_for(runtime.ledger, turn.turn_id, ended("completed"), timeout=AFTER_S)
-    assert len(effects_of(effects_file, "a")) == 1, "the recorded write did not run again"
-    assert len(effects_of(effects_file, "b")) == 1
+    assert len(outside_effects(effects_file, "a")) == 1, "the recorded write did not run again"
+    assert len(outside_effects(effects_file, "b")) == 1
     assert worker.alive()
 
 
 def test_a_paused_redis_is_ridden_out_by_the_running_run_without_a_takeover(
     runtime: Runtime,
     store: RedisServer,
-    long_worker: Callable[..., WorkerProcess],
+    long_worker: StartWorker,
     script: Callable[..., str],
     effects_file: str,
 ) -> None:
@@ -219,7 +210,7 @@ def test_a_paused_redis_is_ridden_out_by_the_running_run_without_a_takeover(
     write recorded once, no takeover. (Which of the heartbeat and the reaper speaks first after
     SIGCONT is a race here; tests/contract/test_lifecycle.py pins the reaper's side.)"""
     worker = long_worker()
-    model = script([write("a", 1.0), DONE], on_resume="restart")
+    model = script([outside_write("a", 1.0), DONE], on_resume="restart")
     turn = enqueue(runtime, "write a", mode="background", model=model)
     started_writing(runtime, turn.turn_id, effects_file, "a")
     assert store.process is not None
@@ -232,26 +223,22 @@ def test_a_paused_redis_is_ridden_out_by_the_running_run_without_a_takeover(
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what="turn end")
     assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
     assert len(of(events, "run_started")) == 1, f"a live run was taken over:\n{show(events)}"
-    assert len(effects_of(effects_file, "a")) == 1
+    assert len(outside_effects(effects_file, "a")) == 1
     assert worker.alive()
 
 
 def test_a_run_that_outlasts_its_outage_window_gives_up_and_its_turn_resumes_without_a_repeat(
     runtime: Runtime,
     store: RedisServer,
-    start_worker: StartWorker,
+    long_worker: StartWorker,
     effects_file: str,
     script: Callable[..., str],
-    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Beyond ``DRES_STORE_OUTAGE_S`` the run gives up without writing; once Redis is back the
     reaper resumes the background turn, whose write is now an interrupted one: the guard refuses
     to run it blind again, and the turn completes with one effect."""
-    for name, value in LONG_CHUNKS.items():
-        monkeypatch.setenv(name, value)
-    overrides = {**LONG_CHUNKS, "DRES_STORE_OUTAGE_S": "1", OUTSIDE_EFFECTS: effects_file}
-    worker = start_worker(overrides=overrides)
-    model = script([write("a", 2.0), DONE], on_resume="restart")
+    worker = long_worker(overrides={"DRES_STORE_OUTAGE_S": "1"})
+    model = script([outside_write("a", 2.0), DONE], on_resume="restart")
     turn = enqueue(runtime, "write a", mode="background", model=model)
     started_writing(runtime, turn.turn_id, effects_file, "a")
 
@@ -262,21 +249,21 @@ def test_a_run_that_outlasts_its_outage_window_gives_up_and_its_turn_resumes_wit
     assert not of(events, "tool_done", tool="outside_write"), show(events)
     assert [e.reason for e in of(events, "tool_blocked")] == ["interrupted"], show(events)
     assert len(of(events, "run_started")) == 2, show(events)
-    assert len(effects_of(effects_file, "a")) == 1, "the interrupted write never ran again"
+    assert len(outside_effects(effects_file, "a")) == 1, "the interrupted write never ran again"
     assert worker.alive()
 
 
 def test_a_worker_with_a_free_slot_stays_up_through_a_restart_while_a_chunk_runs(
     runtime: Runtime,
     store: RedisServer,
-    long_worker: Callable[..., WorkerProcess],
+    long_worker: StartWorker,
     script: Callable[..., str],
     effects_file: str,
 ) -> None:
     """A pool slot is free, so the consumer is waiting in BRPOP when Redis goes, while a
     chunk's message is unacknowledged: the case kombu's close path used to die on."""
     worker = long_worker(concurrency=2)
-    model = script([write("a", 3.0), DONE], on_resume="restart")
+    model = script([outside_write("a", 3.0), DONE], on_resume="restart")
     turn = enqueue(runtime, "write a", mode="background", model=model)
     started_writing(runtime, turn.turn_id, effects_file, "a")
 
@@ -284,8 +271,10 @@ def test_a_worker_with_a_free_slot_stays_up_through_a_restart_while_a_chunk_runs
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what="turn end")
     assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
-    assert len(effects_of(effects_file, "a")) == 1, "the write ran once"
-    after = enqueue(runtime, "write b", mode="background", model=script([write("b", 0.0), DONE]))
+    assert len(outside_effects(effects_file, "a")) == 1, "the write ran once"
+    after = enqueue(
+        runtime, "write b", mode="background", model=script([outside_write("b", 0.0), DONE])
+    )
     events = wait_for(runtime.ledger, after.turn_id, ended(), timeout=AFTER_S, what="next turn")
     assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
     assert worker.alive(), "the worker exited after the restart"

@@ -24,11 +24,12 @@ from __future__ import annotations
 import os
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import fakeredis
 import pytest
 import redis
+from sample_tools import OUTSIDE_EFFECTS
 
 from ledger.store import Client, Ledger
 from tests.support.backends import Backend
@@ -216,6 +217,31 @@ def start_worker(dres_env: dict[str, str], tmp_path: Path) -> Iterator[StartWork
     for process in started:
         process.kill_group()
     show_logs(started)
+
+
+@pytest.fixture
+def effects_file(tmp_path: Path) -> str:
+    """The file ``sample_tools.outside_write`` logs its effects to, outside the ledger's Redis."""
+    return str(tmp_path / "effects.jsonl")
+
+
+def outside_worker(
+    start_worker: StartWorker,
+    effects_file: str,
+    monkeypatch: pytest.MonkeyPatch,
+    chunks: dict[str, str],
+) -> StartWorker:
+    """For a module's worker fixture: ``start_worker`` with the DRES_* settings ``chunks`` (set
+    in this process too, whose runtime reads the same) and ``outside_write`` logging to
+    ``effects_file``; a call's own ``overrides`` come last."""
+    for name, value in chunks.items():
+        monkeypatch.setenv(name, value)
+
+    def start(overrides: dict[str, str] | None = None, **kwargs: Any) -> WorkerProcess:
+        every = {**chunks, OUTSIDE_EFFECTS: effects_file, **(overrides or {})}
+        return start_worker(overrides=every, **kwargs)
+
+    return start
 
 
 @pytest.fixture

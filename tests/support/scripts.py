@@ -56,6 +56,13 @@ def slow_write(label: str) -> dict[str, Any]:
     return {"tool_calls": [{"name": "slow_write", "input": {"label": label}}]}
 
 
+def outside_write(label: str, seconds: float = 0.0) -> dict[str, Any]:
+    """A step calling ``sample_tools.outside_write``: its effect lands in a file outside the
+    ledger's Redis at once, then ``seconds`` of work (a store fault can strike meanwhile)."""
+    call = {"name": "outside_write", "input": {"label": label, "seconds": seconds}}
+    return {"tool_calls": [call]}
+
+
 def busy(steps: int, delay_s: float = 0.3) -> list[dict[str, Any]]:
     """A long turn: ``steps`` model calls each thinking ``delay_s`` and then reading the outbox."""
     return [think(delay_s)] * steps + [DONE]
