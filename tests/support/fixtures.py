@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import fakeredis
 import pytest
 import redis
-from sample_tools import OUTSIDE_EFFECTS
+from sample_tools import OUTSIDE_EFFECTS  # type: ignore[import-not-found]  # tests/, on pytest's path
 
 from ledger.store import Client, Ledger
 from tests.support.backends import Backend
