@@ -226,3 +226,34 @@ def test_the_eviction_check_at_start_reads_the_master_the_sentinels_name(
         master.config_set("maxmemory-policy", "noeviction")
     [reading] = check_stores(settings)
     assert (reading.policy, reading.reached) == ("noeviction", True)
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_with_a_free_slot_stays_up_through_two_master_kills_while_chunks_run(
+    rig: LocalSentinel,
+    runtime: Runtime,
+    long_worker: Callable[..., WorkerProcess],
+    script: Callable[..., str],
+    effects_file: str,
+) -> None:
+    """A pool slot is free, so Celery's consumer waits in BRPOP on the master when it dies while
+    a chunk's message is unacknowledged, and reconnects by going round the Sentinels' URLs. Two
+    SIGKILLs in a row (the old master back as a replica in between): each turn completes, each
+    write runs once, and the same worker process serves afterwards."""
+    worker = long_worker(concurrency=2)
+    pid = worker.pid
+    for label in ("a", "b"):
+        model = script([write(label, WRITE_S), DONE], on_resume="restart")
+        turn = enqueue(runtime, f"write {label}", mode="background", model=model)
+        wait_for(runtime.ledger, turn.turn_id, having("tool_start"), what=f"{label}'s call")
+        wait_until(lambda label=label: effects_of(effects_file, label), 5, f"{label}'s effect")
+
+        rig.restore(rig.kill_master())  # the new master named, the old one its replica again
+
+        events = wait_ended(runtime, turn.turn_id)
+        assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+        assert len(effects_of(effects_file, label)) == 1, f"{label} ran once"
+    after = enqueue(runtime, "write c", mode="background", model=script([write("c", 0.0), DONE]))
+    events = wait_ended(runtime, after.turn_id)
+    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+    assert worker.alive() and worker.pid == pid, "the worker exited after a failover"

@@ -14,6 +14,8 @@ Durable chunk settings (see shared/research/celery-redis-facts.md):
   restarted while it held unacknowledged messages reconnects instead of stopping the worker;
   through Sentinel (``DRES_REDIS_SENTINELS``, ``sentinel://`` URLs) kombu's Sentinel transport
   with the same fix, the master's name and the Sentinels' password in its transport options;
+  broker connections that keep that transport when they move to the next Sentinel's URL
+  (``broker.AMQP``);
 - two queues, foreground and background, and a chunk task name per mode whose time limits come
   from the settings of the worker that runs it (task annotations), never from the message: the
   process that sent a chunk (the API, another worker) does not decide how long it may run.
@@ -82,7 +84,7 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
         transport |= master | {"sentinel_kwargs": _sentinel_kwargs(settings, publish_timeout_s)}
         results |= master
     extra = [name.strip() for name in settings.celery_include.split(",") if name.strip()]
-    app = Celery("dres", broker=settings.broker, include=["tasks.chunks", *extra])
+    app = Celery("dres", broker=settings.broker, include=["tasks.chunks", *extra], amqp=broker.AMQP)
     app.conf.update(
         task_serializer="json",
         result_serializer="json",
