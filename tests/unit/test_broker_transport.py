@@ -36,7 +36,8 @@ def test_a_sentinel_broker_keeps_the_transport_when_it_fails_over_to_the_next_se
         redis_master="dres-master",
     )
     app = create_app(settings)
-    for connection in (app.connection_for_read(), app.connection_for_write()):
+    # the consumer's, a producer's, and one of the pool a chunk's hand-over publishes from
+    for connection in (app.connection_for_read(), app.connection_for_write(), app.pool.acquire()):
         with connection:
             for _ in range(len(connection.alt) + 1):
                 connection.maybe_switch_next()  # what a failed connect does

@@ -38,8 +38,10 @@ that URL's scheme (``parse_url``: ``sentinel``) over the one given at constructi
 So after the first reconnect of a failover whose new master was not named yet, the consumer ran
 on kombu's own ``SentinelTransport``, and the next connection loss while a chunk ran and a pool
 slot was free took the worker down with the ``AttributeError`` above (``_get_pool`` ->
-``_connparams`` on kombu's channel). ``AMQP`` gives Celery a ``Connection`` whose ``switch``
-keeps dres's transport; ``create_app`` installs it. Tests: ``tests/unit/test_broker_transport.py``
+``_connparams`` on kombu's channel); a publish retried the same way (a chunk's hand-over, from
+a connection of kombu's pool, ``ConnectionPool.new``: a ``PooledConnection``) failed with it.
+``AMQP`` gives Celery a ``Connection`` whose ``switch``, and its pool's connections', keep
+dres's transport; ``create_app`` installs it. Tests: ``tests/unit/test_broker_transport.py``
 (a switch through every alternate keeps the transport) and
 ``tests/integration/test_sentinel.py`` (a worker with a free slot stays up through two SIGKILLs
 of the master in a row while chunks run).
@@ -86,14 +88,29 @@ class SentinelTransport(kombu_redis.SentinelTransport):
     Channel = SentinelChannel
 
 
-class Connection(connection.Connection):
-    """A broker connection that keeps dres's transport when it moves to its next URL."""
-
+class _KeepsTransport(connection.Connection):
     def switch(self, conn_str: str) -> None:
         transport = self._initial_params.get("transport")
         super().switch(conn_str)
         if transport in (TRANSPORT, SENTINEL_TRANSPORT):
             self.transport_cls = transport
+
+
+class Connection(_KeepsTransport):
+    """A broker connection that keeps dres's transport when it moves to its next URL, and
+    whose pool's connections (a producer's: a chunk's hand-over publishes from one) do too."""
+
+    def Pool(self, limit: int | None = None, **kwargs: Any) -> ConnectionPool:
+        return ConnectionPool(self, limit, **kwargs)
+
+
+class PooledConnection(_KeepsTransport, connection.PooledConnection):
+    pass
+
+
+class ConnectionPool(connection.ConnectionPool):
+    def new(self) -> PooledConnection:
+        return PooledConnection(self, **dict(self.connection._info(resolve=False)))
 
 
 class AMQP(amqp.AMQP):  # type: ignore[misc]  # celery ships no types: its AMQP is Any
