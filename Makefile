@@ -92,9 +92,13 @@ clean:
 
 # Fault injection on a real worker and redis-server: `make chaos` (200 trials) or TRIALS=N.
 # NAIVE=1 runs the same trials with both layers and the interrupted-write guard off, and counts
-# the duplicate effects a plain retry would have caused.
+# the duplicate effects a plain retry would have caused. KINDS="redis_restart redis_pause" draws
+# only those faults; KINDS=failover (alone, never drawn otherwise) fails a Sentinel-monitored
+# master over instead, on a primary, a replica and three Sentinels.
 TRIALS ?= 200
 SEED ?= 1
 NAIVE ?= 0
+KINDS ?=
 chaos: install redis-server
-	$(PY) -m chaos --trials $(TRIALS) --seed $(SEED) $(if $(filter 1,$(NAIVE)),--naive)
+	$(PY) -m chaos --trials $(TRIALS) --seed $(SEED) $(if $(filter 1,$(NAIVE)),--naive) \
+		$(if $(strip $(KINDS)),--only $(KINDS))

@@ -23,7 +23,8 @@ if __name__ == "__main__":
         nargs="+",
         default=(),
         metavar="ACTION",
-        help="draw only the faults of these actions (redis_restart, redis_pause, kill_child, ...)",
+        help="draw only the faults of these actions (redis_restart, redis_pause, kill_child, ...;"
+        " failover, alone: on a Sentinel set-up, never drawn otherwise)",
     )
     args = parser.parse_args()
     sys.exit(main(args.trials, args.seed, naive=args.naive, only=args.only))

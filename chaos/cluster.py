@@ -81,18 +81,28 @@ class Cluster:
     switches: int = 0
 
     def __post_init__(self) -> None:
-        self.server = RedisServer(data_dir=self.tmp / "redis").start()
         self.env = {
             **os.environ,
             **ENV,
             "DRES_NAIVE": "1" if self.naive else "0",
-            "DRES_REDIS_URL": self.server.url,
+            **self.start_store(),
             "PYTHONPATH": str(ROOT),
         }
         os.environ.update({k: v for k, v in self.env.items() if k.startswith("DRES_")})
         self.runtime = Runtime.from_settings(load_settings())
-        #: the Celery broker's Redis (the ledger's unless ``DRES_BROKER_URL`` says otherwise)
-        self.broker = redis.Redis.from_url(self.runtime.settings.broker, socket_timeout=5)
+        self.broker = self.broker_client()
+
+    def start_store(self) -> dict[str, str]:
+        """Start the store (the ledger and the broker); the DRES_* settings that name it."""
+        self.server = RedisServer(data_dir=self.tmp / "redis").start()
+        return {"DRES_REDIS_URL": self.server.url}
+
+    def broker_client(self) -> redis.Redis:
+        """The Celery broker's Redis (the ledger's unless ``DRES_BROKER_URL`` says otherwise)."""
+        return redis.Redis.from_url(self.runtime.settings.broker, socket_timeout=5)
+
+    def stop_store(self) -> None:
+        self.server.cleanup()
 
     def ensure_worker(self, profile: Profile | None = None) -> None:
         """A live worker of ``profile`` (default: the one running): a dead one is started again,
@@ -131,6 +141,14 @@ class Cluster:
         finally:
             self.server.resume()
 
+    def fail_over(self, how: str) -> None:
+        """Fail the master over (``how``: ``command`` or ``kill``): only a Sentinel rig can."""
+        raise NotImplementedError(f"a failover ({how}) needs chaos.failover.SentinelCluster")
+
+    def recover(self) -> None:
+        """Make the store whole for the next trial: nothing to do here, a store fault ends with
+        redis-server back."""
+
     def terminate_worker(self) -> None:
         """SIGTERM the worker (a deploy): a warm shutdown; ``ensure_worker`` starts the next."""
         if self.worker is not None:
@@ -143,7 +161,7 @@ class Cluster:
     def close(self) -> None:
         if self.worker is not None:
             self.worker.stop()
-        self.server.cleanup()
+        self.stop_store()
 
 
 @dataclass

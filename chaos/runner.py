@@ -16,6 +16,12 @@ checks the invariants of ``chaos.invariants`` on every turn (and after a store f
 worker rode it out in the same process). A stopped foreground turn is
 continued, as a person would, at most twice (a backlog turn never: it must not stop).
 
+``failover`` trials (``only=["failover"]``, never mixed with the others, nor drawn by default:
+they need a set-up of their own) run the same turn on a Sentinel set-up
+(``chaos.failover``): the master is failed over, by ``SENTINEL FAILOVER`` or a SIGKILL, at the
+store faults' three points, and the same invariants are checked, the worker's staying up
+included; then the old master rejoins as a replica for the next trial.
+
 ``naive=True`` runs the same trials on a worker started with ``DRES_NAIVE=1`` (no journal note,
 no hard-block, no interrupted-write guard) and counts the duplicate effects that causes.
 """
@@ -33,6 +39,7 @@ from typing import Any, TypeVar
 
 from chaos import invariants
 from chaos.cluster import BACKLOG, DEFAULT, STORE, BrokerCensus, Cluster, Profile
+from chaos.failover import HOWS, SentinelCluster
 from chaos.report import Outcome, TurnResult, naive_table, table
 from chaos.tools import read_effects
 from ledger import keys
@@ -46,6 +53,13 @@ STORE_FAULTS: dict[str, tuple[float, float]] = {
     "redis_restart": (0.5, 4.0),
     "redis_pause": (1.0, 10.0),
 }
+#: where a fault of the store strikes: once the turn's stream holds a random number of events,
+#: between a write's side effect and its tool_done, during the hand-over to the next chunk
+STORE_POINTS = ("-", "tool.after_effect", "chunk.handoff")
+#: the action of a failover of the Sentinel-monitored master (its trials are drawn only from
+#: ``FAILOVER_FAULTS``, on a ``SentinelCluster``)
+FAILOVER = "failover"
+FAILOVER_FAULTS: list[tuple[str, str]] = [(FAILOVER, point) for point in STORE_POINTS]
 #: (action, failpoint), drawn with equal weights; the actions of ``RUNNER_FAULTS`` and
 #: ``backlog`` are the runner's own (at a failpoint, the runner strikes once the worker reports
 #: the point reached and waits there for the outage)
@@ -60,18 +74,15 @@ FAULTS: list[tuple[str, str]] = [
     ("drop", "chunk.handoff"),
     ("sigterm", "-"),
     ("backlog", "-"),
-    *[
-        (action, point)
-        for action in STORE_FAULTS
-        for point in ("-", "tool.after_effect", "chunk.handoff")
-    ],
+    *[(action, point) for action in STORE_FAULTS for point in STORE_POINTS],
 ]
-#: faults the runner makes itself, given the trial's outage in seconds: at point ``-`` once the
-#: (first) turn's stream holds a random number of events, else once the failpoint fired
-RUNNER_FAULTS: dict[str, Callable[[Cluster, float], None]] = {
-    "redis_restart": Cluster.restart_redis,
-    "redis_pause": Cluster.pause_redis,
+#: faults the runner makes itself, given the trial: at point ``-`` once the (first) turn's
+#: stream holds a random number of events, else once the failpoint fired
+RUNNER_FAULTS: dict[str, Callable[[Cluster, Trial], None]] = {
+    "redis_restart": lambda cluster, trial: cluster.restart_redis(trial.outage_s),
+    "redis_pause": lambda cluster, trial: cluster.pause_redis(trial.outage_s),
     "sigterm": lambda cluster, _: cluster.terminate_worker(),
+    FAILOVER: lambda cluster, trial: cluster.fail_over(trial.how),
 }
 #: turns a backlog trial enqueues at once: with one pool process, the last one's first chunk
 #: and every turn's second chunk wait behind several soft limits' worth of chunks
@@ -127,8 +138,9 @@ class Watch:
             # Redis may not answer yet (a store fault ends with redis-server still loading its
             # AOF, or the worker's fault left it busy): look again
             with contextlib.suppress(*STORE_ERRORS, LedgerUnavailable):
+                before = time.monotonic()
                 if self.strikes():
-                    deadline += self.trial.outage_s  # the outage is not the turn's time
+                    deadline += time.monotonic() - before  # the fault is not the turn's time
                     continue
                 self.look()
             time.sleep(POLL_S)
@@ -145,7 +157,7 @@ class Watch:
             due = bool(client.hexists(keys.chaos_fault(), "fired"))
         if due:
             self.fired = True
-            RUNNER_FAULTS[trial.action](self.cluster, trial.outage_s)
+            RUNNER_FAULTS[trial.action](self.cluster, trial)
         return due
 
     def look(self) -> None:
@@ -188,6 +200,8 @@ class Trial:
     naive: bool
     #: seconds of a store fault's outage (redis-server down, or paused); 0 for other faults
     outage_s: float = 0.0
+    #: how a failover is made (``chaos.failover.HOWS``); empty for other faults
+    how: str = ""
 
     @classmethod
     def draw(
@@ -202,11 +216,13 @@ class Trial:
         outage_s = round(rng.uniform(*STORE_FAULTS[action]), 2) if action in STORE_FAULTS else 0.0
         if action == "backlog":
             mode = "foreground"  # a foreground turn is the one a lost handoff would stop
-        return cls(action, point, mode, skip, kill_after, naive, outage_s)
+        how = rng.choice(HOWS) if action == FAILOVER else ""  # last: the other draws stay
+        return cls(action, point, mode, skip, kill_after, naive, outage_s, how)
 
     @property
     def store(self) -> bool:
-        return self.action in STORE_FAULTS
+        """A fault of the store itself: the worker must ride it out in the same process."""
+        return self.action in STORE_FAULTS or self.action == FAILOVER
 
     @property
     def profile(self) -> Profile:
@@ -223,6 +239,8 @@ class Trial:
     @property
     def fault(self) -> str:
         label = f"backlog x{self.turns}" if self.backlog else self.action
+        if self.how:
+            label += f"/{self.how}"
         where = f" {self.point}" if self.point != "-" else ""
         return f"{label}{where} ({self.mode})"
 
@@ -281,6 +299,7 @@ def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
         exits = cluster.restarts - restarts + (not cluster.worker_alive())
         outcome.violations += invariants.worker_stayed(exits)
     outcome.seconds = time.monotonic() - started
+    cluster.recover()  # for the next trial, out of this one's time
     return outcome
 
 
@@ -318,17 +337,31 @@ def judge(
     )
 
 
-def run(
-    trials: int, seed: int, naive: bool = False, only: Collection[str] = ()
-) -> tuple[list[Outcome], Cluster]:
-    """Run the trials; ``only``: draw just the faults of these actions (all when empty)."""
+def drawn(only: Collection[str]) -> list[tuple[str, str]]:
+    """The faults a run draws from, given ``only`` (the actions wanted; all when empty)."""
+    if FAILOVER in only:
+        if set(only) != {FAILOVER}:
+            raise ValueError(
+                f"{FAILOVER} trials run on a Sentinel set-up of their own: ask for them alone"
+            )
+        return FAILOVER_FAULTS
     faults = [fault for fault in FAULTS if not only or fault[0] in only]
     if not faults:
         raise ValueError(f"no fault has one of the actions {sorted(only)}")
+    return faults
+
+
+def run(
+    trials: int, seed: int, naive: bool = False, only: Collection[str] = ()
+) -> tuple[list[Outcome], Cluster]:
+    """Run the trials; ``only``: draw just the faults of these actions (all but ``failover``
+    when empty; ``failover`` alone, on a Sentinel set-up)."""
+    faults = drawn(only)
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="dres-chaos-"))
     script = write_script(tmp / "script.json", STEPS, on_resume="restart")
-    cluster = Cluster(tmp, naive=naive)
+    sentinel = faults == FAILOVER_FAULTS
+    cluster = SentinelCluster(tmp, naive=naive) if sentinel else Cluster(tmp, naive=naive)
     outcomes = []
     try:
         for index in range(trials):
@@ -368,4 +401,7 @@ def main(trials: int, seed: int, naive: bool = False, only: Collection[str] = ()
         f"{sum(o.duplicates for o in outcomes)} duplicate effects, {cluster.restarts} worker "
         f"restarts, {cluster.switches} worker switches, {time.monotonic() - started:.0f} s"
     )
+    if isinstance(cluster, SentinelCluster):
+        made = cluster.failovers
+        print(f"failovers: {made['command']} by SENTINEL FAILOVER, {made['kill']} by SIGKILL")
     return 1 if violations else 0

@@ -12,15 +12,12 @@ record missing, and the same worker process serves new turns afterwards.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import httpx
 import pytest
-import redis
-from sample_tools import OUTSIDE_EFFECTS, outside_effects
+from sample_tools import outside_effects
 
 from chaos.invariants import (
     each_run_started_once,
@@ -33,15 +30,15 @@ from ledger.store import Ledger
 from tests.support import (
     DONE,
     ApiProcess,
-    WorkerProcess,
-    ended,
     having,
     of,
+    outside_write,
     show,
+    wait_ended_through,
     wait_for,
     wait_until,
 )
-from tests.support.fixtures import StartWorker, show_logs, started
+from tests.support.fixtures import StartWorker, outside_worker, show_logs, started
 from tests.support.redis_sentinel import MASTER, LocalSentinel
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
@@ -83,21 +80,10 @@ def store_env(rig: LocalSentinel) -> dict[str, str]:
 
 
 @pytest.fixture
-def effects_file(tmp_path: Path) -> str:
-    return str(tmp_path / "effects.jsonl")
-
-
-@pytest.fixture
 def long_worker(
     start_worker: StartWorker, effects_file: str, monkeypatch: pytest.MonkeyPatch
-) -> Callable[..., WorkerProcess]:
-    for name, value in LONG_CHUNKS.items():
-        monkeypatch.setenv(name, value)  # this process's runtime reads the same settings
-
-    def start(**kwargs: Any) -> WorkerProcess:
-        return start_worker(overrides={**LONG_CHUNKS, OUTSIDE_EFFECTS: effects_file}, **kwargs)
-
-    return start
+) -> StartWorker:
+    return outside_worker(start_worker, effects_file, monkeypatch, LONG_CHUNKS)
 
 
 @pytest.fixture
@@ -107,30 +93,6 @@ def api(dres_env: dict[str, str], tmp_path: Path) -> Iterator[ApiProcess]:
     yield process
     process.kill_group()
     show_logs([process])
-
-
-def write(label: str, seconds: float) -> dict[str, Any]:
-    """A step calling ``outside_write``: its effect lands in a file, then ``seconds`` of work."""
-    return {
-        "tool_calls": [{"name": "outside_write", "input": {"label": label, "seconds": seconds}}]
-    }
-
-
-def effects_of(effects_file: str, label: str) -> list[dict[str, Any]]:
-    return [row for row in outside_effects(effects_file) if row["label"] == label]
-
-
-def wait_ended(runtime: Runtime, turn_id: str) -> list[Any]:
-    """The turn's events once it ended; this process's own client may meet the failover too
-    (a tail's blocking read is not retried), so a read cut off is started again."""
-    deadline = time.monotonic() + AFTER_S
-    while True:
-        try:
-            left = max(deadline - time.monotonic(), 0.1)
-            return wait_for(runtime.ledger, turn_id, ended(), timeout=left, what="turn end")
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                raise
 
 
 def well_formed(envelopes: list[Envelope]) -> list[str]:
@@ -163,7 +125,7 @@ def test_a_failover_during_a_foreground_and_a_background_turn_loses_neither(
     rig: LocalSentinel,
     runtime: Runtime,
     api: ApiProcess,
-    long_worker: Callable[..., WorkerProcess],
+    long_worker: StartWorker,
     script: Callable[..., str],
     effects_file: str,
 ) -> None:
@@ -174,23 +136,24 @@ def test_a_failover_during_a_foreground_and_a_background_turn_loses_neither(
             f"write {label}",
             mode=mode,
             model=script(
-                [write(label, WRITE_S), write(f"{label}2", 0.0), DONE], on_resume="restart"
+                [outside_write(label, WRITE_S), outside_write(f"{label}2", 0.0), DONE],
+                on_resume="restart",
             ),
         )
         for label, mode in (("f", "foreground"), ("g", "background"))
     }
     for label, turn in turns.items():
         wait_for(runtime.ledger, turn.turn_id, having("tool_start"), what=f"{label}'s call")
-        wait_until(lambda label=label: effects_of(effects_file, label), 5, f"{label}'s effect")
+        wait_until(lambda label=label: outside_effects(effects_file, label), 5, f"{label}'s effect")
 
     old = rig.failover() if fault == "sentinel-failover" else rig.kill_master()
     new = rig.wait_master(other_than=old)
 
     for label, turn in turns.items():
-        events = wait_ended(runtime, turn.turn_id)
+        events = wait_ended_through(runtime.ledger, turn.turn_id, AFTER_S)
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
         for written in (label, f"{label}2"):
-            assert len(effects_of(effects_file, written)) == 1, f"{written} ran once"
+            assert len(outside_effects(effects_file, written)) == 1, f"{written} ran once"
         with rig.node(new) as client:  # the new master itself, not through the sentinels
             envelopes = Ledger(client).read_turn(turn.turn_id)
         assert well_formed(envelopes) == [], show([env.event for env in envelopes])
@@ -202,11 +165,11 @@ def test_a_failover_during_a_foreground_and_a_background_turn_loses_neither(
     pid = worker.pid
     for mode, label in (("foreground", "n"), ("background", "m")):
         turn = enqueue(
-            runtime, f"write {label}", mode=mode, model=script([write(label, 0.0), DONE])
+            runtime, f"write {label}", mode=mode, model=script([outside_write(label, 0.0), DONE])
         )
-        events = wait_ended(runtime, turn.turn_id)
+        events = wait_ended_through(runtime.ledger, turn.turn_id, AFTER_S)
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
-        assert len(effects_of(effects_file, label)) == 1
+        assert len(outside_effects(effects_file, label)) == 1
     assert worker.alive() and worker.pid == pid, "the same worker serves after the failover"
     assert api.healthy()
 
@@ -242,3 +205,36 @@ def test_the_durability_check_at_start_reads_the_master_the_sentinels_name(
     with pytest.raises(ConfigError, match="needs WAITAOF") as refused:
         check_durability(settings.model_copy(update={"durability": "fsync"}))
     assert f"the ledger's Redis at {where}" in str(refused.value)
+
+
+@pytest.mark.timeout(240)
+def test_a_worker_with_a_free_slot_stays_up_through_two_master_kills_while_chunks_run(
+    rig: LocalSentinel,
+    runtime: Runtime,
+    long_worker: StartWorker,
+    script: Callable[..., str],
+    effects_file: str,
+) -> None:
+    """A pool slot is free, so Celery's consumer waits in BRPOP on the master when it dies while
+    a chunk's message is unacknowledged, and reconnects by going round the Sentinels' URLs. Two
+    SIGKILLs in a row (the old master back as a replica in between): each turn completes, each
+    write runs once, and the same worker process serves afterwards."""
+    worker = long_worker(concurrency=2)
+    pid = worker.pid
+    for label in ("a", "b"):
+        model = script([outside_write(label, WRITE_S), DONE], on_resume="restart")
+        turn = enqueue(runtime, f"write {label}", mode="background", model=model)
+        wait_for(runtime.ledger, turn.turn_id, having("tool_start"), what=f"{label}'s call")
+        wait_until(lambda label=label: outside_effects(effects_file, label), 5, f"{label}'s effect")
+
+        rig.restore(rig.kill_master())  # the new master named, the old one its replica again
+
+        events = wait_ended_through(runtime.ledger, turn.turn_id, AFTER_S)
+        assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+        assert len(outside_effects(effects_file, label)) == 1, f"{label} ran once"
+    after = enqueue(
+        runtime, "write c", mode="background", model=script([outside_write("c", 0.0), DONE])
+    )
+    events = wait_ended_through(runtime.ledger, after.turn_id, AFTER_S)
+    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+    assert worker.alive() and worker.pid == pid, "the worker exited after a failover"

@@ -10,7 +10,6 @@ use.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,11 +23,11 @@ from ledger.store import Ledger
 from tests.support import (
     DONE,
     ApiProcess,
-    ended,
     having,
     of,
     outside_write,
     show,
+    wait_ended_through,
     wait_for,
     wait_until,
 )
@@ -72,19 +71,6 @@ def rig() -> Iterator[LocalSentinel]:
 def store_env(rig: LocalSentinel) -> dict[str, str]:
     """dres's processes and this one's settings: the rig's, with chunks long enough."""
     return {**rig.env(), **LONG_CHUNKS}
-
-
-def ended_events(runtime: Runtime, turn_id: str) -> list[Any]:
-    """The turn's events once it ended; a blocking read the failover cuts off is started again
-    (it is not retried)."""
-    deadline = time.monotonic() + AFTER_S
-    while True:
-        try:
-            left = max(deadline - time.monotonic(), 0.1)
-            return wait_for(runtime.ledger, turn_id, ended(), timeout=left, what="turn end")
-        except redis.ConnectionError:
-            if time.monotonic() > deadline:
-                raise
 
 
 def test_the_rig_takes_no_plain_client_and_no_client_without_the_certificate(
@@ -138,7 +124,7 @@ def test_a_turn_with_a_write_completes_once_through_a_sentinel_failover_over_tls
         old = rig.failover()
         new = rig.wait_master(other_than=old)
 
-        events = ended_events(runtime, turn.turn_id)
+        events = wait_ended_through(runtime.ledger, turn.turn_id, AFTER_S)
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
         for label in ("w", "w2"):
             assert len(outside_effects(effects_file, label)) == 1, f"{label} ran once"
@@ -151,7 +137,7 @@ def test_a_turn_with_a_write_completes_once_through_a_sentinel_failover_over_tls
 
         pid = worker.pid
         after = enqueue(runtime, "write a", model=script([outside_write("a", 0.0), DONE]))
-        events = ended_events(runtime, after.turn_id)
+        events = wait_ended_through(runtime.ledger, after.turn_id, AFTER_S)
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
         assert len(outside_effects(effects_file, "a")) == 1
         assert worker.alive() and worker.pid == pid, "the same worker serves after the failover"

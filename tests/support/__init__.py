@@ -66,6 +66,7 @@ from tests.support.waiting import (
     of,
     poll,
     show,
+    wait_ended_through,
     wait_for,
     wait_until,
 )
@@ -111,6 +112,7 @@ __all__ = [
     "subprocess_env",
     "think",
     "together",
+    "wait_ended_through",
     "wait_for",
     "wait_until",
     "write_script",

@@ -1,4 +1,4 @@
-"""A private Redis Sentinel set-up on loopback, for the Sentinel tests (and the bench).
+"""A private Redis Sentinel set-up on loopback, for the Sentinel tests, the bench and chaos.
 
 A primary and a replica (``worker.dev.redis_server.RedisServer``: AOF on, own directories, free
 ports), and three sentinels, each ``redis-server CONFIG --sentinel`` with a config file of its own
@@ -15,7 +15,9 @@ this rig's own clients.
 
 Ready once every sentinel names the primary as the master, knows the two other sentinels and
 sees the replica with its link up. ``failover()`` runs ``SENTINEL FAILOVER`` and ``kill_master()``
-SIGKILLs the master; ``wait_master(other_than=...)`` waits until every sentinel names another.
+SIGKILLs the master; ``wait_master(other_than=...)`` waits until every sentinel names another;
+``restore(old)`` brings the old master back as a replica of the new one, so that the set-up can
+fail over again (the chaos runner's failover trials, one after the other).
 """
 
 from __future__ import annotations
@@ -48,6 +50,12 @@ FAILOVER_TIMEOUT_MS = 5000
 #: sentinels that must agree a master is down before one fails it over
 QUORUM = 2
 POLL_S = 0.05
+#: a master's full sync of a replica starts at once, not after 5 s (Redis's default)
+SYNC_AT_ONCE = ("--repl-diskless-sync-delay", "0")
+
+
+def replica_of(port: int) -> tuple[str, ...]:
+    return ("--replicaof", "127.0.0.1", str(port))
 
 
 class LocalSentinel:
@@ -76,9 +84,11 @@ class LocalSentinel:
         self.tls: Certificates | None = None
         if tls:
             self.tls = make_certificates(Path(tempfile.mkdtemp(prefix="dres-sentinel-tls-")))
-        auth = ("--masterauth", password) if password else ()
-        primary = self._node(auth)
-        replica = self._node((*auth, "--replicaof", "127.0.0.1", str(primary.port)))
+        #: every data node's options: the password to replicate with, and a full sync that
+        #: starts at once (a master waits 5 s by default, for more replicas to share it)
+        self.options = (*(("--masterauth", password) if password else ()), *SYNC_AT_ONCE)
+        primary = self._node(self.options)
+        replica = self._node((*self.options, *replica_of(primary.port)))
         #: the data nodes, the primary first; ``master`` says which one is the master now
         self.nodes = [primary, replica]
         self.dir = Path(tempfile.mkdtemp(prefix="dres-sentinel-"))
@@ -123,12 +133,7 @@ class LocalSentinel:
     def start(self) -> LocalSentinel:
         try:
             for node in self.nodes:
-                node.start()
-                if self.password:
-                    with redis.Redis(
-                        port=node.port, socket_timeout=5, **self.client_options
-                    ) as client:
-                        client.config_set("requirepass", self.password)
+                self._start_node(node)
             for index, port in enumerate(self.ports):
                 self.sentinels.append(self._start_sentinel(index, port))
             self.wait_master(self.nodes[0].port)
@@ -141,9 +146,21 @@ class LocalSentinel:
         if self.tls is None:
             return RedisServer(extra=extra)
         port = free_port()
-        options = [("port", "0"), ("tls-port", str(port)), *self.tls.server_options()]
-        listen = tuple(arg for name, value in options for arg in (f"--{name}", value))
+        listen = self._node_listen(port)
         return RedisServer(port=port, extra=(*listen, *extra), client_options=self.client_options)
+
+    def _node_listen(self, port: int) -> tuple[str, ...]:
+        """A data node's arguments for its port: none (plain, ``RedisServer``'s), or TLS only."""
+        if self.tls is None:
+            return ()
+        options = [("port", "0"), ("tls-port", str(port)), *self.tls.server_options()]
+        return tuple(arg for name, value in options for arg in (f"--{name}", value))
+
+    def _start_node(self, node: RedisServer) -> None:
+        node.start()  # it answers PING without the password first: then it is set
+        if self.password:
+            with redis.Redis(port=node.port, socket_timeout=5, **self.client_options) as client:
+                client.config_set("requirepass", self.password)
 
     def _listen(self, port: int) -> list[str]:
         """A sentinel's config lines for its port: plain, or TLS only (``tls-replication``:
@@ -305,3 +322,53 @@ class LocalSentinel:
                 node.process.wait(timeout=10)
                 node.process = None
         return old
+
+    def restore(self, old: int, timeout: float = READY_S) -> int:
+        """After a failover away from ``old``: that node back as a replica of the new master,
+        started again if it was killed, else told so at once (the Sentinels would, seconds
+        later); until it has synced and every Sentinel names the new master and sees the node as
+        a replica that is up. Returns the new master's port.
+
+        Not ``wait_master``: a Sentinel takes a replica's link state from the replica's INFO,
+        which it reads every 10 s, and it last read the node ``SENTINEL FAILOVER`` demotes while
+        that was the master: it would call the link down for up to 10 s after the node itself
+        says it is up."""
+        new = self.wait_master(other_than=old, timeout=timeout)
+        node = next(n for n in self.nodes if n.port == old)
+        if node.process is None:
+            node.extra = (*self._node_listen(old), *self.options, *replica_of(new))
+            self._start_node(node)
+        else:
+            with self.node(old) as client:
+                client.replicaof("127.0.0.1", new)
+        deadline = time.monotonic() + timeout
+        while not (
+            self._synced(old, new) and all(self._sees(i, new, old) for i in range(len(self.ports)))
+        ):
+            if time.monotonic() > deadline:
+                raise RedisServerError(f"{old} did not rejoin as a replica of {new} in {timeout} s")
+            time.sleep(POLL_S)
+        return new
+
+    def _synced(self, port: int, master: int) -> bool:
+        """The node on ``port`` replicates ``master`` with its link up."""
+        try:
+            with self.node(port) as client:
+                info: Any = client.info("replication")
+        except redis.RedisError:
+            return False
+        linked = info.get("role") == "slave" and info.get("master_link_status") == "up"
+        return bool(linked and int(info.get("master_port", 0)) == master)
+
+    def _sees(self, index: int, master: int, replica: int) -> bool:
+        """Sentinel ``index`` names ``master`` a healthy master and ``replica`` a replica of it
+        that answers."""
+        try:
+            with self.sentinel(index) as client:
+                state: Any = client.sentinel_master(self.name)
+                replicas: list[dict[str, Any]] = client.sentinel_slaves(self.name)
+        except redis.RedisError:
+            return False
+        if int(state["port"]) != master or state["flags"] != "master":
+            return False
+        return any(int(r["port"]) == replica and r["flags"] == "slave" for r in replicas)

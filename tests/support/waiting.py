@@ -65,6 +65,19 @@ def wait_for(
     raise AssertionError(f"{what}: not within {timeout} s; the ledger:\n{show(events)}")
 
 
+def wait_ended_through(ledger: Ledger, turn_id: str, timeout: float) -> list[Event]:
+    """``wait_for`` the turn's end through a store fault this process meets too: a tail's
+    blocking read is not retried, so one cut off is started again, within ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            left = max(deadline - time.monotonic(), 0.1)
+            return wait_for(ledger, turn_id, ended(), timeout=left, what="turn end")
+        except redis.ConnectionError:
+            if time.monotonic() > deadline:
+                raise
+
+
 def of(events: list[Event], type_: str, **fields: Any) -> list[Any]:
     """The events of ``type_`` whose fields have the given values."""
     return [

@@ -24,3 +24,21 @@ def test_other_brokers_keep_kombus_transport(url: str) -> None:
     app = create_app(load_settings(redis_url="redis://127.0.0.1:9/0", broker_url=url))
     with app.connection_for_write() as connection:
         assert connection.transport_cls == url.split(":")[0]
+
+
+def test_a_sentinel_broker_keeps_the_transport_when_it_fails_over_to_the_next_sentinel() -> None:
+    """kombu's reconnect (and a publish's retry) moves a connection to its next alternate URL
+    after a failed attempt, re-reading the transport from that URL's scheme: the connection
+    must still use dres's transport after it went round every Sentinel."""
+    settings = load_settings(
+        redis_url="redis://127.0.0.1:9/0",
+        redis_sentinels="127.0.0.1:7,127.0.0.1:8,127.0.0.1:9",
+        redis_master="dres-master",
+    )
+    app = create_app(settings)
+    # the consumer's, a producer's, and one of the pool a chunk's hand-over publishes from
+    for connection in (app.connection_for_read(), app.connection_for_write(), app.pool.acquire()):
+        with connection:
+            for _ in range(len(connection.alt) + 1):
+                connection.maybe_switch_next()  # what a failed connect does
+                assert issubclass(connection.get_transport_cls(), broker.SentinelTransport)

@@ -11,6 +11,11 @@ The fault fires once, on the (skip + 1)-th hit of its point. Actions:
   this process waits here until Redis stops answering (at most ``OUTAGE_WAIT_S``), so that what
   follows the point — a ``tool_done`` after a write's effect, a hand-over's message — meets the
   outage;
+- ``failover``: the runner fails the Sentinel-monitored master over once it sees ``fired`` (by
+  ``SENTINEL FAILOVER`` or a SIGKILL) and then marks the fault ``struck``, on the old master
+  while it still runs and on the new one; this process waits here until it reads that mark or
+  Redis stops answering (at most ``FAILOVER_WAIT_S``), so that what follows the point is sent
+  during the failover, not before it;
 - anything else (``drop``, ``duplicate``) is returned for the caller to act on.
 A failpoint that cannot reach Redis (a store fault under way) does not fire: its read is the
 runner's business, never a new failure of the worker's.
@@ -37,6 +42,13 @@ STORE_ACTIONS = frozenset({"redis_restart", "redis_pause"})
 OUTAGE_WAIT_S = 5.0
 #: seconds a probe of Redis may take before Redis counts as not answering (a paused server)
 PROBE_S = 0.2
+#: the action whose fault the runner makes by failing the master over
+FAILOVER = "failover"
+#: seconds a failover's point waits for the runner's mark (a Sentinel may wait twice its
+#: failover timeout before it fails a master over again) before it goes on anyway
+FAILOVER_WAIT_S = 20.0
+#: seconds between two looks at the mark
+LOOK_S = 0.01
 
 
 class Failpoints:
@@ -59,6 +71,8 @@ class Failpoints:
             os.kill(os.getpid(), signal.SIGUSR1)
         elif action in STORE_ACTIONS:
             self._await_outage()
+        elif action == FAILOVER:
+            self._await_strike()
         return action
 
     def _fires(self, point: str) -> str | None:
@@ -95,9 +109,21 @@ class Failpoints:
                     probe.ping()
                 except STORE_ERRORS:
                     return
-                time.sleep(0.01)
+                time.sleep(LOOK_S)
         finally:
             probe.connection_pool.disconnect()
+
+    def _await_strike(self) -> None:
+        """Until the runner's ``struck`` mark reads through this process's own client (which
+        follows the failover), or that client cannot reach a master (the old one killed)."""
+        deadline = time.monotonic() + FAILOVER_WAIT_S
+        while time.monotonic() < deadline:
+            try:
+                if self.redis.hexists(keys.chaos_fault(), "struck"):
+                    return
+            except STORE_ERRORS:
+                return
+            time.sleep(LOOK_S)
 
 
 OFF = Failpoints()

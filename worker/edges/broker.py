@@ -27,6 +27,24 @@ a free pool slot stays up through a restart while a chunk runs) fails without th
 kombu's ``SentinelChannel`` (a ``sentinel://`` broker, ``DRES_REDIS_SENTINELS``) is a Redis
 ``Channel`` with the same ``_connparams``, and the same escape (seen with kombu 5.7.0):
 ``SentinelTransport`` carries the same guard.
+
+A second way to lose the guard, through Sentinel (seen with kombu 5.7.0 and Celery 5.7.0): a
+``sentinel://`` broker URL names every Sentinel (``sentinel://h1;sentinel://h2;...``), which
+kombu keeps as the connection's alternates; after a failed connect (``on_error`` in
+``Connection._ensure_connection``) or a failed publish (``Connection.ensure``),
+``maybe_switch_next`` calls ``Connection.switch(next URL)``, which re-reads the transport from
+that URL's scheme (``parse_url``: ``sentinel``) over the one given at construction (Celery's
+``broker_transport``).
+So after the first reconnect of a failover whose new master was not named yet, the consumer ran
+on kombu's own ``SentinelTransport``, and the next connection loss while a chunk ran and a pool
+slot was free took the worker down with the ``AttributeError`` above (``_get_pool`` ->
+``_connparams`` on kombu's channel); a publish retried the same way (a chunk's hand-over, from
+a connection of kombu's pool, ``ConnectionPool.new``: a ``PooledConnection``) failed with it.
+``AMQP`` gives Celery a ``Connection`` whose ``switch``, and its pool's connections', keep
+dres's transport; ``create_app`` installs it. Tests: ``tests/unit/test_broker_transport.py``
+(a switch through every alternate keeps the transport) and
+``tests/integration/test_sentinel.py`` (a worker with a free slot stays up through two SIGKILLs
+of the master in a row while chunks run).
 """
 
 from __future__ import annotations
@@ -34,6 +52,8 @@ from __future__ import annotations
 from typing import Any
 
 import redis
+from celery.app import amqp
+from kombu import connection
 from kombu.transport import redis as kombu_redis
 
 #: the transport's class path, for Celery's ``broker_transport``
@@ -66,3 +86,35 @@ class Transport(kombu_redis.Transport):
 
 class SentinelTransport(kombu_redis.SentinelTransport):
     Channel = SentinelChannel
+
+
+class _KeepsTransport(connection.Connection):
+    def switch(self, conn_str: str) -> None:
+        transport = self._initial_params.get("transport")
+        super().switch(conn_str)
+        if transport in (TRANSPORT, SENTINEL_TRANSPORT):
+            self.transport_cls = transport
+
+
+class Connection(_KeepsTransport):
+    """A broker connection that keeps dres's transport when it moves to its next URL, and
+    whose pool's connections (a producer's: a chunk's hand-over publishes from one) do too."""
+
+    def Pool(self, limit: int | None = None, **kwargs: Any) -> ConnectionPool:
+        return ConnectionPool(self, limit, **kwargs)
+
+
+class PooledConnection(_KeepsTransport, connection.PooledConnection):
+    pass
+
+
+class ConnectionPool(connection.ConnectionPool):
+    def new(self) -> PooledConnection:
+        return PooledConnection(self, **dict(self.connection._info(resolve=False)))
+
+
+class AMQP(amqp.AMQP):  # type: ignore[misc]  # celery ships no types: its AMQP is Any
+    """Celery's ``app.amqp`` whose broker connections are ``Connection``s."""
+
+    Connection = Connection
+    BrokerConnection = Connection

@@ -2,7 +2,8 @@
 
 Durable chunk settings (see shared/research/celery-redis-facts.md):
 - JSON only; results ignored (the ledger is the record);
-- prefork pool (the only pool that raises soft time limits), ``acks_late`` with
+- prefork pool (the only pool that raises soft time limits; ``worker.edges.prefork``'s, which
+  survives a consumer restart that finds a pool child gone), ``acks_late`` with
   ``reject_on_worker_lost`` (a killed pool child's message is delivered again at once) and
   prefetch 1 (a worker reserves only what it runs);
 - acks on failure and timeout: a chunk killed by its hard limit is not requeued forever; the
@@ -16,6 +17,8 @@ Durable chunk settings (see shared/research/celery-redis-facts.md):
   with the same fix, the master's name and the Sentinels' options (password, TLS) in its
   transport options, and with a ``rediss://`` DRES_REDIS_URL the master's TLS options as
   ``broker_use_ssl`` (kombu's ``SentinelChannel`` then opens ``SentinelManagedSSLConnection``s);
+  broker connections that keep that transport when they move to the next Sentinel's URL
+  (``broker.AMQP``);
 - two queues, foreground and background, and a chunk task name per mode whose time limits come
   from the settings of the worker that runs it (task annotations), never from the message: the
   process that sent a chunk (the API, another worker) does not decide how long it may run.
@@ -30,7 +33,7 @@ from celery import Celery, signals
 from kombu.entity import Queue
 
 from worker.base.settings import Settings
-from worker.edges import broker
+from worker.edges import broker, prefork
 from worker.edges.sentinel import SENTINEL_TIMEOUT_S, sentinel_options
 
 #: the chunk task's registered names, per mode (dispatch goes by name: worker never imports tasks)
@@ -87,7 +90,7 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
         if settings.sentinel_tls:
             tls["broker_use_ssl"] = broker_tls(settings)
     extra = [name.strip() for name in settings.celery_include.split(",") if name.strip()]
-    app = Celery("dres", broker=settings.broker, include=["tasks.chunks", *extra])
+    app = Celery("dres", broker=settings.broker, include=["tasks.chunks", *extra], amqp=broker.AMQP)
     app.conf.update(
         task_serializer="json",
         result_serializer="json",
@@ -98,7 +101,7 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
         task_reject_on_worker_lost=True,
         task_acks_on_failure_or_timeout=True,
         worker_prefetch_multiplier=1,
-        worker_pool="prefork",
+        worker_pool=prefork.POOL,  # prefork, with a Celery/kombu mismatch's workaround
         worker_hijack_root_logger=False,
         worker_cancel_long_running_tasks_on_connection_loss=True,
         broker_connection_retry_on_startup=True,
