@@ -61,6 +61,22 @@ def active_turns() -> str:
     return f"{PREFIX}:active"
 
 
+def approvals_pending() -> str:
+    """Sorted set of approval requests not yet decided, across turns: members
+    ``turn_id/approval_id``, scored by when they were requested (ms). Global on purpose (a person
+    lists them across turns), like ``active_turns``: written beside the turn scripts with
+    single-key commands, before the step that makes a request open (a crash in between leaves an
+    entry whose request is not open, which a reader drops)."""
+    return f"{PREFIX}:approvals:pending"
+
+
+def approval_requests() -> str:
+    """Hash: ``turn_id/approval_id`` -> the open request's JSON (``approval_requested``), so a
+    listing reads a page of requests in one command. Written and cleared with
+    ``approvals_pending``."""
+    return f"{PREFIX}:approvals:requests"
+
+
 def idempotency(key: str) -> str:
     """An API Idempotency-Key: the request's hash and the turn it created."""
     return f"{PREFIX}:idem:{_tag(key)}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -127,6 +128,11 @@ def parse_agents(raw: str) -> dict[str, AgentApp]:
     return apps
 
 
+#: a tool's name as DRES_APPROVAL lists it
+NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+HTTP_URL = re.compile(r"^https?://[^/\s]+\S*$")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="DRES_", extra="ignore", frozen=True)
 
@@ -229,6 +235,17 @@ class Settings(BaseSettings):
     celery_include: str = ""
     foreground_queue: str = "dres.foreground"
     background_queue: str = "dres.background"
+    #: which write calls wait for a person's decision (CONTRACT §7.14): ``none``, ``writes``
+    #: (every write tool) or comma-separated tool names; a tool's ``needs_approval`` adds to it
+    approval: str = "none"
+    #: seconds an approval request waits for a decision before the turn stops
+    #: (``approval_expired``; Continue asks again)
+    approval_ttl_s: float = Field(86400.0, gt=0)
+    #: a URL each approval request is POSTed to as JSON, best-effort (a person is told)
+    approval_webhook: str = ""
+    #: the API's public base URL (``https://dres.example.com``): the turn's URL in an approval
+    #: webhook's body is made from it; empty: the URL is the path alone
+    public_url: str = ""
 
     @field_validator("agents")
     @classmethod
@@ -237,6 +254,27 @@ class Settings(BaseSettings):
             parse_agents(raw)
         except ValueError as e:
             raise PydanticCustomError("dres_agents", str(e)) from None
+        return raw
+
+    @field_validator("approval")
+    @classmethod
+    def _approval_parse(cls, raw: str) -> str:
+        names = [name.strip() for name in raw.split(",")]
+        if not all(NAME.match(name) for name in names):
+            raise PydanticCustomError(
+                "dres_approval",
+                "must be none, writes, or comma-separated tool names (got '{raw}')",
+                {"raw": raw},
+            )
+        return raw
+
+    @field_validator("approval_webhook", "public_url")
+    @classmethod
+    def _an_http_url(cls, raw: str) -> str:
+        if raw and not HTTP_URL.match(raw):
+            raise PydanticCustomError(
+                "dres_url", "must be an http:// or https:// URL (got '{raw}')", {"raw": raw}
+            )
         return raw
 
     @field_validator("redis_sentinels")
@@ -348,6 +386,16 @@ class Settings(BaseSettings):
     @property
     def tool_modules(self) -> list[str]:
         return [name.strip() for name in self.tools.split(",") if name.strip()]
+
+    @property
+    def approval_rule(self) -> tuple[bool, frozenset[str]]:
+        """DRES_APPROVAL as (every write waits, the tool names that wait)."""
+        names = {name.strip() for name in self.approval.split(",") if name.strip()}
+        if names <= {"none"}:
+            return False, frozenset()
+        if "writes" in names:
+            return True, frozenset(names - {"writes"})
+        return False, frozenset(names - {"none"})
 
     @property
     def agent_apps(self) -> dict[str, AgentApp]:

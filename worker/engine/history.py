@@ -6,7 +6,9 @@ another turn: neither layer looks across turns); the user's message; each model 
 assistant message with its text and tool calls, each call followed by its result; at every
 resume, a user message with the "continue from where you left off" nudge and, when the journal
 was not empty, the journal note after it. Text an interrupted attempt had streamed is kept (a
-``clear`` drops it); a call with no recorded result gets a marker saying it was interrupted.
+``clear`` drops it); a call with no recorded result gets a marker saying it was interrupted. A call
+that waited for approval stands where the model made it (its ``approval_requested``), with the
+result its approved execution or its denial recorded later.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.events import (
+    ApprovalRequested,
     Clear,
     EarlierTurn,
     Event,
@@ -138,11 +141,14 @@ class Conversation:
     built is ever changed once made: everything before it is shared by copies.
     """
 
-    __slots__ = ("_current", "_items", "_prior", "_results", "resume_step", "step")
+    __slots__ = ("_calls", "_current", "_items", "_prior", "_results", "resume_step", "step")
 
     def __init__(self) -> None:
         self._items: list[UserMessage | AssistantMessage | _Response] = []
         self._results: dict[str, ToolResultMessage] = {}
+        #: ids of the calls placed so far: a call asked about first (``approval_requested``)
+        #: is placed once, where the model made it
+        self._calls: set[str] = set()
         #: the response being built (the last item), None between responses
         self._current: _Response | None = None
         #: model calls that finished, in the turn / since its last resume
@@ -166,6 +172,7 @@ class Conversation:
         twin = Conversation()
         twin._items = list(self._items)
         twin._results = dict(self._results)
+        twin._calls = set(self._calls)
         if self._current is not None:
             twin._current = _Response(self._current.text, list(self._current.calls))
             twin._items[-1] = twin._current
@@ -204,6 +211,9 @@ class Conversation:
         return self._current
 
     def _call(self, call_id: str, tool: str, data: Any) -> None:
+        if call_id in self._calls:
+            return  # run or denied after its approval request: it stands where it was asked
+        self._calls.add(call_id)
         self._open().calls.append(RecordedCall(tool, data, call_id))
 
     def _result(self, call_id: str, tool: str, result: Any, is_error: bool) -> None:
@@ -248,6 +258,9 @@ class Conversation:
             self._call(event.call_id, event.tool, event.input)
             self._result(event.call_id, event.tool, event.result, event.is_error)
 
+    def _approval_requested(self, event: ApprovalRequested) -> None:
+        self._call(event.call_id, event.tool, event.input)
+
     def _tool_done(self, event: ToolDone) -> None:
         if event.call_id:
             self._result(event.call_id, event.tool, event.result, event.is_error)
@@ -265,6 +278,7 @@ _HANDLERS: dict[type[Any], Callable[[Conversation, Any], None]] = {
     ToolStart: Conversation._tool_start,
     ToolBlocked: Conversation._tool_blocked,
     ToolDone: Conversation._tool_done,
+    ApprovalRequested: Conversation._approval_requested,
 }
 
 

@@ -10,7 +10,7 @@ import structlog
 from ledger.errors import TransitionRefused
 from ledger.events import Event, RunEnded, ToolDone, TurnEnded
 from ledger.store import MetaValue
-from ledger.turn import Step, StopCode, TurnMeta, continue_refusal
+from ledger.turn import Step, StopCode, TurnMeta, TurnStatus, continue_refusal
 from ledger.turns import PERSIST
 from worker.lifecycle.base import LifecycleBase, Outcome
 
@@ -33,6 +33,11 @@ class Control(LifecycleBase):
         if meta.ended:
             return Outcome(False, f"the turn is not running (status {meta.status})")
         self.store.request_stop(turn_id)
+        if meta.status == TurnStatus.WAITING:
+            # no run holds it: it stops now, its open approval requests voided
+            if self.stop_waiting(meta, StopCode.CANCELLED, "Stop requested"):
+                return Outcome(True, "cancelled while waiting for approval")
+            return self.stop(turn_id)  # decided or expired meanwhile: look again
         if not meta.next_run:
             return Outcome(True, "stopping at the next safe point")
         expect: dict[str, MetaValue] = {"next_run": meta.next_run, "epoch": meta.epoch}

@@ -15,11 +15,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ValidationError
 
+from ledger.events import ApprovalRequested
 from ledger.journal import Journal, JournalEntry
 from ledger.signature import input_signature
 from worker.engine.models.base import ToolCall
 from worker.engine.tools.registry import Registry, ToolSpec
 
+DENIED = "denied by a person: {reason}"
 ALREADY_COMPLETED = (
     "This exact call already completed in an earlier, interrupted attempt of this turn and was "
     "not run again, because that would repeat its side effect. Its recorded result is below."
@@ -45,6 +47,8 @@ class ToolOutcome:
     is_error: bool
     #: the call was not run (layer 2)
     blocked: bool = False
+    #: the call waits for a person's decision: its request (CONTRACT §7.14)
+    request: ApprovalRequested | None = None
 
 
 @dataclass

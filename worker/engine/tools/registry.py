@@ -26,6 +26,8 @@ from worker.engine.tools.context import Reconciliation, ToolContext
 SPEC_ATTR = "__dres_tool__"
 
 Reconcile = Callable[[dict[str, Any], ToolContext], Reconciliation]
+#: whether a call waits for a person: ``True``, or decided per call from its input and context
+NeedsApproval = bool | Callable[[dict[str, Any], ToolContext], bool]
 
 
 @dataclass(frozen=True, eq=False)
@@ -40,6 +42,8 @@ class ToolSpec:
     #: the tool hands ``ctx.idempotency_key`` to its provider, so a retry is safe
     idempotent: bool = False
     reconcile: Reconcile | None = None
+    #: the call waits for a person's decision before it runs (CONTRACT §7.14)
+    needs_approval: NeedsApproval = False
     wants_ctx: bool = False
     is_async: bool = False
 
@@ -104,6 +108,7 @@ def tool(
     identity: Iterable[str] | None = None,
     idempotent: bool = False,
     reconcile: Reconcile | None = None,
+    needs_approval: NeedsApproval = False,
 ) -> Callable[[F], F]: ...
 
 
@@ -116,6 +121,7 @@ def tool(
     identity: Iterable[str] | None = None,
     idempotent: bool = False,
     reconcile: Reconcile | None = None,
+    needs_approval: NeedsApproval = False,
 ) -> Any:
     """Declare a tool. ``@tool`` or ``@tool(read_only=True)``, ``@tool(identity=[...])``, …"""
 
@@ -126,9 +132,15 @@ def tool(
         unknown = [f for f in ident if f not in model.model_fields]
         if unknown:
             raise ToolDefinitionError(f"tool {tool_name}: identity names unknown fields {unknown}")
-        if read_only and (ident or idempotent or reconcile):
+        if read_only and (ident or idempotent or reconcile or needs_approval is not False):
             raise ToolDefinitionError(
-                f"tool {tool_name}: identity, idempotent and reconcile are for write tools"
+                f"tool {tool_name}: identity, idempotent, reconcile and needs_approval are for "
+                "write tools (a read-only tool never waits for approval)"
+            )
+        if not (isinstance(needs_approval, bool) or callable(needs_approval)):
+            raise ToolDefinitionError(
+                f"tool {tool_name}: needs_approval must be a bool or a callable "
+                f"(input, ctx) -> bool, not {type(needs_approval).__name__}"
             )
         spec = ToolSpec(
             name=tool_name,
@@ -139,6 +151,7 @@ def tool(
             identity=ident,
             idempotent=idempotent,
             reconcile=reconcile,
+            needs_approval=needs_approval,
             wants_ctx=wants_ctx,
             is_async=inspect.iscoroutinefunction(func),
         )
