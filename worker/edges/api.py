@@ -14,11 +14,12 @@ import hmac
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import Annotated
+from typing import Annotated, Literal
 
 import redis
 import redis.asyncio as aioredis
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, StreamingResponse
 from starlette.datastructures import Headers
@@ -26,6 +27,7 @@ from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import keys
+from ledger.approvals import fold_approvals, request_fields
 from ledger.codec import text
 from ledger.errors import CorruptTurn, UnknownTurn
 from ledger.journal import build_journal
@@ -40,7 +42,11 @@ from worker.edges.api_schemas import (
     ID,
     WRITE_ERRORS,
     Accepted,
+    ApprovalList,
+    ApprovalOut,
     ContinueRequest,
+    DecisionOut,
+    DecisionRequest,
     JournalOut,
     TurnCreated,
     TurnRequest,
@@ -83,6 +89,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.add_exception_handler(ConfigError, bad_config)  # type: ignore[arg-type]
     add_fault_handlers(api)
     api.include_router(router)
+    api.include_router(approvals_router)
     api.include_router(page_router)
     api.add_api_route("/healthz", healthz, methods=["GET"], responses=HEALTH_ERRORS)
     # behind the token when one is set (Prometheus scrapes with a bearer token); Prometheus text,
@@ -117,6 +124,9 @@ async def authorize(
 
 
 router = APIRouter(prefix="/v1/turns", dependencies=[Depends(authorize)], responses=ERRORS)
+approvals_router = APIRouter(
+    prefix="/v1/approvals", dependencies=[Depends(authorize)], responses=ERRORS
+)
 
 
 def runtime_of(request: Request) -> Runtime:
@@ -249,6 +259,10 @@ async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> Turn
         auto=False,
         max_auto=runtime_of(request).settings.max_auto_continue,
     )
+    approvals: list[ApprovalOut] = []
+    if meta.approvals:  # only a turn that waited reads its stream for them
+        events = await run_in_threadpool(runtime_of(request).ledger.events, turn_id)
+        approvals = [ApprovalOut(**entry.as_dict()) for entry in fold_approvals(events)]
     return TurnStatus(
         turn_id=turn_id,
         conversation_id=meta.conversation_id,
@@ -259,6 +273,7 @@ async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> Turn
         auto_continues=meta.auto_continues,
         can_continue=refusal is None,
         code=meta.code,
+        approvals=approvals,
     )
 
 
@@ -309,6 +324,58 @@ def stop_turn(rt: RT, turn_id: TurnId) -> Accepted:
     if not outcome.ok:
         raise HTTPException(409, outcome.reason)
     return Accepted(turn_id=turn_id, detail=outcome.reason)
+
+
+@router.post(
+    "/{turn_id}/approvals/{approval_id}",
+    status_code=202,
+    response_model=DecisionOut,
+    responses=WRITE_ERRORS,
+)
+def decide(
+    rt: RT,
+    turn_id: TurnId,
+    approval_id: Annotated[str, Path(pattern=ID, description="the request's id")],
+    body: DecisionRequest,
+) -> DecisionOut:
+    """A person's decision on an approval request (CONTRACT §7.14): taken once, for the
+    requested signature only; 409 when it was decided already (the detail says how), when the
+    signature is another call's, or when the turn does not wait on it."""
+    decided = rt.lifecycle.decide(
+        turn_id, approval_id, body.decision, body.signature, reason=body.reason, by=body.by or "api"
+    )
+    if not decided.ok:
+        raise HTTPException(decided.status, decided.detail)
+    return DecisionOut(
+        turn_id=turn_id,
+        approval_id=approval_id,
+        decision=body.decision,
+        detail=decided.detail,
+        run_id=decided.run_id,
+    )
+
+
+@approvals_router.get("", response_model=ApprovalList)
+def list_approvals(
+    rt: RT,
+    status: Annotated[
+        Literal["pending"], Query(description="which requests: pending (not yet decided)")
+    ] = "pending",
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[
+        str | None, Query(pattern=r"^\d+:.+$", description="a page's next_cursor")
+    ] = None,
+) -> ApprovalList:
+    """Open approval requests across turns, newest first, paged."""
+    after = None
+    if cursor is not None:
+        score, _, member = cursor.partition(":")
+        after = (int(score), member)
+    found, nxt = rt.lifecycle.store.open_approvals(limit=limit, cursor=after)
+    return ApprovalList(
+        items=[ApprovalOut(**request_fields(r)) for r in found],
+        next_cursor=None if nxt is None else f"{nxt[0]}:{nxt[1]}",
+    )
 
 
 def _created(turn_id: str, conversation_id: str) -> TurnCreated:

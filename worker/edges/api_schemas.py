@@ -11,7 +11,9 @@ from ledger.journal import JournalEntry
 #: characters: the longest user message accepted
 MAX_MESSAGE_CHARS = 100_000
 ID = r"^[A-Za-z0-9_.:-]{1,128}$"
-STATUSES = ("queued", "running", "resuming", "completed", "stopped")
+STATUSES = ("queued", "running", "resuming", "waiting", "completed", "stopped")
+#: an input signature: hex sha256 of the call's canonical JSON (CONTRACT §9)
+SIGNATURE = r"^[0-9a-f]{64}$"
 
 
 class TurnRequest(BaseModel):
@@ -41,10 +43,56 @@ class TurnCreated(BaseModel):
     events_url: str
 
 
+class ApprovalOut(BaseModel):
+    """An approval request and its decision (CONTRACT §7.14)."""
+
+    approval_id: str
+    turn_id: str
+    call_id: str
+    tool: str
+    #: the call's input in full: what runs if it is approved
+    input: Any
+    #: what a decision must name: the input's signature (a changed call has another)
+    signature: str
+    requested_at: float
+    expires_at: float
+    #: null while pending
+    decision: Literal["approve", "deny", "expired", "voided"] | None = None
+    reason: str | None = None
+    by: str | None = None
+    decided_at: float | None = None
+
+
+class ApprovalList(BaseModel):
+    items: list[ApprovalOut]
+    #: pass as ``cursor`` for the next page; null on the last
+    next_cursor: str | None
+
+
+class DecisionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    decision: Literal["approve", "deny"]
+    signature: str = Field(
+        pattern=SIGNATURE,
+        description="the request's signature, as listed: a decision for another is refused (409)",
+    )
+    reason: str = Field("", max_length=2000)
+    by: str | None = Field(None, min_length=1, max_length=200, description="who decides")
+
+
+class DecisionOut(BaseModel):
+    turn_id: str
+    approval_id: str
+    decision: Literal["approve", "deny"]
+    detail: str
+    #: the run that resumes the turn (null while other requests of the turn are open)
+    run_id: str | None = None
+
+
 class TurnStatus(BaseModel):
     turn_id: str
     conversation_id: str
-    status: Literal["queued", "running", "resuming", "completed", "stopped"]
+    status: Literal["queued", "running", "resuming", "waiting", "completed", "stopped"]
     mode: str
     runs: int
     chunk: int
@@ -52,6 +100,8 @@ class TurnStatus(BaseModel):
     can_continue: bool
     #: why the turn stopped or failed, e.g. crashed, journal_unreadable
     code: str = ""
+    #: its approval requests, oldest first, each with its decision
+    approvals: list[ApprovalOut] = []
 
 
 class ContinueRequest(BaseModel):

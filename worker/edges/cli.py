@@ -157,7 +157,50 @@ def cmd_stop(args: argparse.Namespace, extra: list[str]) -> int:
     return 0 if outcome.ok else REFUSED
 
 
+def cmd_approvals(args: argparse.Namespace, extra: list[str]) -> int:
+    from ledger.approvals import request_fields
+
+    found, _ = _runtime().lifecycle.store.open_approvals(limit=args.limit)
+    if args.json:
+        print(json.dumps([request_fields(r) for r in found], indent=2, ensure_ascii=False))
+        return 0
+    if not found:
+        print("(no approval requests waiting)")
+        return 0
+    print(f"{'turn_id':<28} {'approval_id':<28} {'tool':<16} input")
+    for request in found:
+        shown = json.dumps(request.input, ensure_ascii=False)
+        print(f"{request.turn_id:<28} {request.approval_id:<28} {request.tool:<16} {shown[:80]}")
+    return 0
+
+
+def cmd_decide(args: argparse.Namespace, extra: list[str]) -> int:
+    rt = _runtime()
+    signature = args.signature
+    if signature is None:
+        # the request's own: an approval id names one call's input, which never changes
+        known = rt.lifecycle.store.meta(args.turn_id).approval(args.approval_id)
+        signature = known[1] if known is not None else ""
+    decision = "approve" if args.command == "approve" else "deny"
+    decided = rt.lifecycle.decide(
+        args.turn_id,
+        args.approval_id,
+        decision,
+        signature,
+        reason=args.reason or "",
+        by=args.by or "cli",
+    )
+    if not decided.ok:
+        print(f"refused: {decided.detail}")
+        return REFUSED if decided.status == 409 else USAGE_ERROR
+    print(decided.detail)
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
+    "approvals": cmd_approvals,
+    "approve": cmd_decide,
+    "deny": cmd_decide,
     "worker": cmd_worker,
     "demo": cmd_demo,
     "api": cmd_api,
@@ -209,6 +252,21 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not continue a time-limit stop (crash, lost hand-off, chunk limit) on my own",
     )
+    approvals = sub.add_parser("approvals", help="approval requests waiting, newest first")
+    approvals.add_argument("--json", action="store_true")
+    approvals.add_argument("--limit", type=int, default=50)
+    for name, text in (
+        ("approve", "approve a call that waits: it runs once, with the input listed"),
+        ("deny", "deny a call that waits: it does not run; the model is told why"),
+    ):
+        decide = sub.add_parser(name, help=text)
+        decide.add_argument("turn_id")
+        decide.add_argument("approval_id")
+        decide.add_argument("--reason", default=None)
+        decide.add_argument("--by", default=None, help="who decides (default: cli)")
+        decide.add_argument(
+            "--signature", default=None, help="the request's signature (default: as requested)"
+        )
     up = sub.add_parser("up", help="redis, a worker and the API with the page: try dres here")
     up.add_argument("--port", type=int, default=8000, help="the API's and the page's port")
     sub.choices["continue"].add_argument(

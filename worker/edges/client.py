@@ -57,6 +57,10 @@ def enqueue(
     if not message.strip():
         raise InvalidInput("message is empty")
     make_model(model or runtime.settings.model, runtime.clock)  # a bad spec fails here, not later
+    if conversation_id:
+        # A new message supersedes a turn of the conversation that waits for approval: it
+        # stops, its requests void, and the new turn's note says what was waiting (§7.14).
+        runtime.lifecycle.supersede(conversation_id)
     context = conversation_context(runtime, conversation_id) if conversation_id else Context()
     lifecycle = runtime.lifecycle
     turn_id = turn_id or runtime.ids.new("turn")

@@ -32,7 +32,7 @@ from ledger.events import (
     ToolStart,
     TurnStarted,
 )
-from ledger.journal import Journal
+from ledger.journal import Journal, JournalEntry
 from ledger.note import entry_line
 from worker.engine.models.base import (
     AssistantMessage,
@@ -51,8 +51,11 @@ INTERRUPTED_RESULT = (
 )
 
 
-def unfinished_turn_note(status: str, journal: Journal) -> str:
-    """What a new turn's prompt says of the conversation's unfinished previous turn (§7.7)."""
+def unfinished_turn_note(
+    status: str, journal: Journal, waiting: Sequence[JournalEntry] = ()
+) -> str:
+    """What a new turn's prompt says of the conversation's unfinished previous turn (§7.7);
+    ``waiting``: its calls that waited for a person's approval and did not run (§7.14)."""
     lines = [f"(Context: the previous request in this conversation did not finish: it {status}.)"]
     if journal.completed:
         lines.append("Calls it completed (their side effects happened):")
@@ -60,7 +63,10 @@ def unfinished_turn_note(status: str, journal: Journal) -> str:
     if journal.interrupted:
         lines.append("Calls it started without a recorded result (outcome unknown; verify first):")
         lines += [entry_line(entry, with_result=False) for entry in journal.interrupted]
-    if not journal:
+    if waiting:
+        lines.append("Calls it was waiting to have approved by a person (they did not run):")
+        lines += [entry_line(entry, with_result=False) for entry in waiting]
+    if not journal and not waiting:
         lines.append("It made no tool calls.")
     return "\n".join(lines)
 
