@@ -235,7 +235,7 @@ def test_expiry_stops_the_turn_and_continue_asks_again(h: Harness) -> None:
     h.run_next()
     (first,) = requests(h)
     reaper = Reaper(h.lifecycle)
-    assert reaper.check(h.turn_id, h.lifecycle.ms()) == "awaiting"
+    assert reaper.check(h.turn_id, h.lifecycle.ms()) == "awaiting_approval"
     h.clock.t = first.expires_at + 1
     assert reaper.check(h.turn_id, h.lifecycle.ms()) == "stopped: approval_expired"
     meta = h.lifecycle.store.meta(h.turn_id)

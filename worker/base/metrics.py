@@ -60,7 +60,7 @@ REAPER_ACTIONS = (
     "finished",
     "gone",
     "unreadable",
-    "awaiting",
+    "awaiting_approval",
 )
 #: how a chunk task ended, from what ``Lifecycle.run_chunk`` returned
 CHUNK_ENDS = ("completed", "stopped", "chained", "waiting", "ended", "fenced-out", "failed")

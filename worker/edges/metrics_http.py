@@ -28,7 +28,7 @@ from worker.base import metrics
 #: unfinished turns whose status one scrape reads (the index's count is always exact)
 TURNS_LOOKED_AT = 10_000
 #: the statuses of an unfinished turn
-UNFINISHED = (TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING)
+UNFINISHED = (TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING, TurnStatus.WAITING)
 
 
 class TurnCounts:

@@ -271,7 +271,7 @@ class Approvals(LifecycleBase):
                 return f"stopped: {StopCode.APPROVAL_EXPIRED}"
             return "changed"
         self.store.watch(meta.turn_id, int((meta.approval_expires or self.clock.now()) * 1000))
-        return "awaiting"
+        return "awaiting_approval"
 
     def supersede(self, conversation_id: str) -> str | None:
         """A new message in the conversation: its newest turn, if waiting, stops

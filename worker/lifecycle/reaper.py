@@ -171,7 +171,8 @@ class ReaperThread(threading.Thread):
             log.error("reaper sweep failed", error=repr(e))
             return
         metrics.reaper_swept(actions.values())
-        moved = {t: a for t, a in actions.items() if a not in {"alive", "waiting", "queued"}}
+        quiet = {"alive", "waiting", "queued", "awaiting_approval"}
+        moved = {t: a for t, a in actions.items() if a not in quiet}
         if moved:
             log.info("reaper sweep", actions=moved)
 
