@@ -334,3 +334,26 @@ def test_approval_settings_name_registered_write_tools_only(
         Harness(client, tmp_path, settings=load_settings(approval="send_emial")).loop()
     with pytest.raises(ConfigError, match="read-only"):
         Harness(client, tmp_path, settings=load_settings(approval="get_ticket")).loop()
+
+
+def test_a_soft_limit_before_the_run_ends_waiting_leaves_the_request_to_the_next_chunk(
+    h: Harness,
+) -> None:
+    """The request is recorded, then a later call of the same step is cut off by the soft
+    limit: the next chunk waits for the request at once, with no model call, and the
+    decision then runs it once."""
+    step = {
+        "tool_calls": [
+            {"name": "send_email", "input": EMAIL},
+            {"name": "write_then_die", "input": {"label": "x"}},
+        ]
+    }
+    h.start([step, DONE])
+    assert h.run_next() is None and status(h) == TurnStatus.RESUMING  # handed over, not waiting
+    (request,) = requests(h)
+    asked = len(h.requests)
+    assert h.run_next() is None and status(h) == TurnStatus.WAITING
+    assert len(h.requests) == asked and requests(h) == [request]  # the same request, no model
+    h.decide()
+    assert h.run_to_end().status == "completed"
+    assert len(outbox(h.client)) == 1 and len(effects(h.client, "write_then_die")) == 1
