@@ -7,6 +7,7 @@ real redis-server; a person's decision is ``Lifecycle.decide``, as the API and t
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
@@ -357,3 +358,21 @@ def test_a_soft_limit_before_the_run_ends_waiting_leaves_the_request_to_the_next
     h.decide()
     assert h.run_to_end().status == "completed"
     assert len(outbox(h.client)) == 1 and len(effects(h.client, "write_then_die")) == 1
+
+
+def test_a_stop_requested_while_the_run_ends_waiting_stops_the_turn(h: Harness) -> None:
+    """Stop reached the running turn (its flag set) after the last safe point of the run, which
+    then ends waiting: the turn does not wait, it stops, its request voided."""
+    h.start([SEND, DONE])
+    original = h.lifecycle.wait
+
+    def stop_then_wait(run: Any, result: Any) -> str:
+        h.lifecycle.store.request_stop(h.turn_id)  # as Control.stop does first
+        return original(run, result)
+
+    h.lifecycle.wait = stop_then_wait  # type: ignore[method-assign]
+    ended = h.run_next()
+    assert ended is not None and (ended.status, ended.code) == ("stopped", "cancelled")
+    (voided,) = [e for e in h.events("approval_decided") if isinstance(e, ApprovalDecided)]
+    assert voided.decision == "voided"
+    assert outbox(h.client) == [] and h.lifecycle.store.open_approvals(limit=5)[0] == []

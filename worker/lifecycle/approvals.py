@@ -15,13 +15,14 @@ from __future__ import annotations
 import json
 import threading
 import urllib.request
+from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 import structlog
 
 from ledger.approvals import request_fields
-from ledger.errors import TransitionRefused
+from ledger.errors import TransitionRefused, UnknownTurn
 from ledger.events import ApprovalDecided, ApprovalRequested, TurnEnded
 from ledger.store import MetaValue
 from ledger.turn import (
@@ -88,6 +89,14 @@ class Approvals(LifecycleBase):
             fields=fields,
         )
         self.store.watch(run.turn_id, int(expires * 1000))
+        if self.store.stop_requested(run.turn_id):
+            # Stop came while the run was ending: it stops the waiting turn (``Control.stop``
+            # reads the status again after setting the flag, so one of the two sees the other)
+            with suppress(UnknownTurn):
+                if self.stop_waiting(
+                    self.store.meta(run.turn_id), StopCode.CANCELLED, "Stop requested"
+                ):
+                    return f"stopped: {StopCode.CANCELLED}"
         self.notify(requests)
         log.info("turn waits for approval", approvals=[r.approval_id for r in requests])
         return "waiting"

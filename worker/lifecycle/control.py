@@ -27,17 +27,24 @@ class Control(LifecycleBase):
             return False
 
     def stop(self, turn_id: str) -> Outcome:
-        """Cancel a running or resuming turn: a running run ends at its next safe point, a
-        pending run never runs."""
+        """Cancel a running, resuming or waiting turn: a running run ends at its next safe
+        point, a pending run never runs, a waiting turn stops now."""
         meta = self.store.meta(turn_id)
         if meta.ended:
             return Outcome(False, f"the turn is not running (status {meta.status})")
         self.store.request_stop(turn_id)
-        if meta.status == TurnStatus.WAITING:
+        # Read again after the flag is set: a run that ended waiting before the flag was set is
+        # seen here as waiting; one that ends waiting after sees the flag (``Approvals.wait``).
+        meta = self.store.meta(turn_id)
+        while meta.status == TurnStatus.WAITING:
             # no run holds it: it stops now, its open approval requests voided
             if self.stop_waiting(meta, StopCode.CANCELLED, "Stop requested"):
                 return Outcome(True, "cancelled while waiting for approval")
-            return self.stop(turn_id)  # decided or expired meanwhile: look again
+            meta = self.store.meta(turn_id)  # decided, expired or stopped meanwhile
+        if meta.ended:
+            if meta.code == StopCode.CANCELLED:
+                return Outcome(True, "cancelled")
+            return Outcome(False, f"the turn is not running (status {meta.status})")
         if not meta.next_run:
             return Outcome(True, "stopping at the next safe point")
         expect: dict[str, MetaValue] = {"next_run": meta.next_run, "epoch": meta.epoch}
