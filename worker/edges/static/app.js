@@ -26,6 +26,7 @@ const LABELS = {
   queued: "Waiting for a worker…",
   running: "Working…",
   resuming: "Resuming…",
+  waiting: "Waiting for approval",
   completed: "Done",
   stopped: "Stopped",
 };
@@ -37,6 +38,7 @@ const CAUSES = {
   transport_error: "after a transport error",
   auto_continue: "continued automatically",
   continue: "continued",
+  approval: "after a person's decision",
 };
 
 const $ = (id) => document.getElementById(id);
@@ -163,6 +165,7 @@ class Turn {
     this.text = "";
     this.textAtModelStart = 0;
     this.calls = new Map(); // call key -> {event, state, card, matched}
+    this.approvals = new Map(); // approval_id -> an approval card's state (see "approvals" below)
     this.runs = []; // {run_id, chunk, epoch, cause, start, end, reason, note}
     this.status = "queued";
     this.code = "";
@@ -298,8 +301,20 @@ class Turn {
     const call = this.card(this.callKey(event, id), event, state);
     call.result = event.result;
     call.reason = event.reason;
-    call.matched = matched ? matched.event : { call_id: event.matched_call_id };
+    // a denied call matched nothing: a person refused it
+    if (event.reason !== "denied") call.matched = matched ? matched.event : { call_id: event.matched_call_id };
     this.setCard(call, state);
+  }
+
+  // A call that waits for a person: its approval card (the tool card comes once it runs or is
+  // refused, see showApproval).
+  on_approval_requested(event) {
+    showApproval(this, event);
+  }
+
+  on_approval_decided(event) {
+    recordDecision(this, event);
+    this.refreshSoon(); // waiting, or resuming once the last open request is decided
   }
 
   on_run_ended(event) {
@@ -311,6 +326,7 @@ class Turn {
       }
     }
     if (event.reason === "soft_limit" || event.reason === "transport_error") this.setStatus("resuming");
+    if (event.reason === "waiting") this.setStatus("waiting"); // no run holds it: a person decides
   }
 
   on_turn_ended(event) {
@@ -329,7 +345,7 @@ class Turn {
     let call = this.calls.get(key);
     if (!call) {
       call = { event, state, result: undefined, matched: null, reason: null };
-      call.node = el("li", { class: "tool-card", "data-testid": "tool-call" });
+      call.node = el("li", { class: "tool-card", "data-testid": "tool-call", "data-call-id": event.call_id });
       this.calls.set(key, call);
       this.activity.append(call.node);
     }
@@ -347,7 +363,7 @@ class Turn {
       error: "error",
       interrupted: "interrupted — outcome unknown",
       blocked: "blocked — exact repeat, not run",
-      refused: "refused — retry not run",
+      refused: call.reason === "denied" ? "refused — denied by a person" : "refused — retry not run",
     }[state];
     const parts = [
       el("div", { class: "card-head" },
@@ -383,6 +399,7 @@ class Turn {
     this.canContinue = data.can_continue;
     this.autoContinues = data.auto_continues;
     this.conversationId = data.conversation_id;
+    syncApprovals(this, data.approvals || []);
     this.render();
     this.considerAuto();
   }
@@ -665,6 +682,178 @@ async function send(event) {
   }
 }
 
+// -- approvals (CONTRACT §7.14) ---------------------------------------------------------------
+// A call that needs a person's decision shows as an approval card where the model asked for it:
+// the tool, its input in full, the expiry, and Approve / Deny. The page only ever decides on a
+// click: automatic continuation never decides anything. The call's tool card appears once the
+// ledger says what became of it: tool_start (approved, it runs) or tool_blocked (denied).
+
+// what a decided card says, by decision
+const DECIDED = {
+  approve: "Approved",
+  deny: "Denied",
+  expired: "Expired — nobody decided in time",
+  voided: "Voided — the turn was stopped",
+};
+
+function showApproval(turn, event) {
+  let approval = turn.approvals.get(event.approval_id);
+  if (!approval) {
+    approval = {
+      request: event,
+      state: "pending", // pending | approve | deny | expired | voided
+      decided: null, // the approval_decided event (or the turn's approvals entry)
+      busy: false, // a decision is on its way
+      denying: false, // the deny form is open
+      draft: "", // the reason typed so far
+      error: "", // why the server refused the page's decision (a 409's detail)
+    };
+    approval.node = el("li", {
+      class: "approval-card",
+      "data-testid": "approval",
+      "data-approval-id": event.approval_id,
+      "data-call-id": event.call_id,
+      tabindex: "-1",
+      "aria-label": `Approval of ${event.tool}`,
+    });
+    turn.approvals.set(event.approval_id, approval);
+    turn.activity.append(approval.node);
+  }
+  renderApproval(turn, approval);
+}
+
+function recordDecision(turn, event) {
+  const approval = turn.approvals.get(event.approval_id);
+  if (!approval) return;
+  approval.decided = event;
+  approval.state = event.decision;
+  approval.busy = false;
+  approval.denying = false;
+  renderApproval(turn, approval);
+}
+
+// The turn's GET lists its requests with their decisions: a page whose stream lags (or a 409
+// that says another decision came first) shows the decision without waiting for the event.
+function syncApprovals(turn, entries) {
+  for (const entry of entries) {
+    const approval = turn.approvals.get(entry.approval_id);
+    if (approval && entry.decision && approval.state === "pending") recordDecision(turn, entry);
+  }
+}
+
+async function decide(turn, approval, decision) {
+  if (approval.busy || approval.state !== "pending") return;
+  approval.busy = true;
+  approval.error = "";
+  renderApproval(turn, approval);
+  const { request } = approval;
+  const path = `/v1/turns/${encodeURIComponent(turn.id)}/approvals/${encodeURIComponent(request.approval_id)}`;
+  const body = { decision, signature: request.signature, by: "page" };
+  if (decision === "deny" && approval.draft.trim()) body.reason = approval.draft.trim();
+  const { ok, status, data } = await api("POST", path, body);
+  approval.busy = false;
+  if (!ok) {
+    const detail = data.detail;
+    const why = typeof detail === "string" ? detail : detail ? JSON.stringify(detail) : `HTTP ${status}`;
+    approval.error = `Your ${decision} was not taken: ${why}`;
+  } else {
+    approval.denying = false;
+  }
+  renderApproval(turn, approval);
+  await turn.refresh(); // the turn resumes (or still waits on another request)
+}
+
+function approvalButtons(turn, approval) {
+  const busy = approval.busy || null;
+  if (approval.denying) {
+    const reasonId = `deny-reason-${approval.request.approval_id}`;
+    const input = el("input", {
+      id: reasonId,
+      type: "text",
+      class: "deny-reason",
+      "data-testid": "deny-reason",
+      maxlength: "2000",
+      placeholder: "Why not? (optional, the model reads it)",
+      value: approval.draft,
+      oninput: (e) => { approval.draft = e.target.value; },
+      onkeydown: (e) => {
+        if (e.key !== "Escape") return;
+        e.stopPropagation();
+        approval.denying = false;
+        renderApproval(turn, approval);
+        approval.node.querySelector('[data-testid="deny"]')?.focus();
+      },
+    });
+    const form = el("form", {
+      class: "deny-form",
+      onsubmit: (e) => {
+        e.preventDefault();
+        decide(turn, approval, "deny");
+      },
+    },
+    el("label", { for: reasonId, text: "Reason" }),
+    input,
+    el("button", { type: "submit", class: "danger", "data-testid": "deny-confirm", text: "Deny", disabled: busy }),
+    el("button", {
+      type: "button", text: "Cancel", disabled: busy,
+      onclick: () => {
+        approval.denying = false;
+        renderApproval(turn, approval);
+        approval.node.querySelector('[data-testid="deny"]')?.focus();
+      },
+    }));
+    return form;
+  }
+  const row = el("div", { class: "approval-actions" },
+    el("button", {
+      type: "button", class: "primary", "data-testid": "approve", text: "Approve", disabled: busy,
+      onclick: () => decide(turn, approval, "approve"),
+    }),
+    el("button", {
+      type: "button", "data-testid": "deny", text: "Deny…", disabled: busy,
+      onclick: () => {
+        approval.denying = true;
+        approval.error = "";
+        renderApproval(turn, approval);
+        approval.node.querySelector('[data-testid="deny-reason"]').focus();
+      },
+    }));
+  return row;
+}
+
+function renderApproval(turn, approval) {
+  const { request, state, decided } = approval;
+  const node = approval.node;
+  const focused = node.contains(document.activeElement) ? document.activeElement.dataset.testid || "" : null;
+  node.dataset.state = state;
+  const badge = state === "pending" ? "waiting for a decision" : DECIDED[state] || state;
+  const parts = [
+    el("div", { class: "card-head" },
+      el("span", { class: "approval-title", text: state === "pending" ? "Approval needed" : "Approval" }),
+      el("span", { class: "tool-name", text: request.tool }),
+      el("span", { class: `badge badge-approval-${state}`, text: badge })),
+    el("pre", { class: "approval-input", "data-testid": "approval-input", text: JSON.stringify(request.input, null, 2) }),
+  ];
+  if (state === "pending") {
+    parts.push(el("p", { class: "muted approval-expiry", text: `Expires ${new Date(request.expires_at * 1000).toLocaleString()}` }));
+  } else {
+    const who = decided.by ? ` by ${decided.by}` : "";
+    const reason = decided.reason ? `: ${decided.reason}` : "";
+    const what = state === "approve" || state === "deny" ? `${DECIDED[state]}${who}${reason}` : `${DECIDED[state] || state}${reason}`;
+    parts.push(el("p", { class: "approval-decision", "data-testid": "approval-decision", text: what }));
+  }
+  if (approval.error) {
+    parts.push(el("p", { class: "approval-error", role: "alert", "data-testid": "approval-error", text: approval.error }));
+  }
+  if (state === "pending") parts.push(approvalButtons(turn, approval));
+  node.replaceChildren(...parts);
+  if (focused !== null) {
+    // the focused control was replaced (or went away, decided): keep the place on the card
+    const again = focused && node.querySelector(`[data-testid="${focused}"]:not([disabled])`);
+    (again || node).focus();
+  }
+}
+
 // -- inspector --------------------------------------------------------------------------------
 
 function openInspector(turn) {
@@ -749,7 +938,9 @@ function renderInspector() {
       ? el("ul", { class: "plain" }, ...stopped.map((c) => el("li", {},
         el("span", { class: `badge badge-${c.state}`, text: `${c.state} (${c.reason})` }), " ",
         el("code", { text: `${c.event.tool} ${short(c.event.input, 100)}` }),
-        el("div", { class: "muted", text: `matched ${c.matched?.call_id || "?"}${c.matched?.tool ? ` — ${c.matched.tool} ${short(c.matched.input, 80)}` : ""}` }))))
+        c.matched
+          ? el("div", { class: "muted", text: `matched ${c.matched.call_id || "?"}${c.matched.tool ? ` — ${c.matched.tool} ${short(c.matched.input, 80)}` : ""}` })
+          : el("div", { class: "muted", text: short(c.result, 160) }))))
       : el("p", { class: "muted", text: "None." })),
     section("Raw events", el("div", { class: "raw" }, el("table", {},
       el("thead", {}, el("tr", {}, ...["stream id", "chunk", "type", "detail"].map((h) => el("th", { scope: "col", text: h })))),
