@@ -431,6 +431,41 @@ def test_a_new_message_supersedes_a_waiting_turn_and_its_note_names_the_waiting_
     assert "send_email" in note and EMAIL["to"] in note, note
 
 
+def test_an_expired_request_stops_the_turn_and_continue_over_http_asks_again(
+    http: httpx.Client, ap: Approvals
+) -> None:
+    turn_id, request = ap.wait()
+    ap.h.clock.t = request.expires_at  # the reaper's look at the turn, once it is due
+    assert ap.h.lifecycle.expire_if_due(ap.h.lifecycle.store.meta(turn_id)).endswith(
+        "approval_expired"
+    )
+
+    stopped = status_of(http, turn_id)
+    assert (stopped["status"], stopped["code"], stopped["can_continue"]) == (
+        "stopped",
+        "approval_expired",
+        True,
+    )
+    assert [a["decision"] for a in stopped["approvals"]] == ["expired"]
+    late = decide(
+        http, turn_id, request.approval_id, decision="approve", signature=request.signature
+    )
+    assert late.status_code == 409 and "already decided: expired" in late.json()["detail"]
+    assert http.get("/v1/approvals").json()["items"] == []
+
+    assert http.post(f"/v1/turns/{turn_id}/continue", json={"auto": False}).status_code == 202
+    ap.h.turn_id, ap.h.pending = turn_id, ap.h.lifecycle.store.meta(turn_id).next_run
+    assert ap.h.run_next() is None  # the same call asks again
+    again = status_of(http, turn_id)
+    assert again["status"] == "waiting"
+    old, new = again["approvals"]
+    assert (old["decision"], new["decision"]) == ("expired", None)
+    assert new["approval_id"] != request.approval_id
+    assert (new["call_id"], new["signature"]) == (request.call_id, request.signature)
+    listed = http.get("/v1/approvals").json()["items"]
+    assert [a["approval_id"] for a in listed] == [new["approval_id"]]
+
+
 # -- metrics and the OpenAPI document --------------------------------------------------------------
 
 
@@ -444,6 +479,7 @@ def test_the_apis_metrics_count_the_decisions_it_took_and_their_wait(
 
     turns = [ap.wait() for _ in range(3)]
     before = scrape()
+    assert before.value("dres_turns", status="waiting") == 3  # unfinished: in the index
     for (turn_id, request), decision in zip(turns[:2], ("approve", "deny"), strict=True):
         reply = decide(
             http, turn_id, request.approval_id, decision=decision, signature=request.signature
@@ -461,6 +497,7 @@ def test_the_apis_metrics_count_the_decisions_it_took_and_their_wait(
     assert expired == before.value("dres_approvals_total", decision="expired")
     waits = "dres_approval_wait_seconds_count"
     assert after.value(waits) - before.value(waits) == 3
+    assert after.value("dres_turns", status="waiting") == 0
 
 
 def test_the_openapi_document_lists_the_approval_routes_with_their_409_and_waiting(
