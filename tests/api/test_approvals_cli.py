@@ -172,6 +172,23 @@ def test_dres_watch_shows_the_waiting_line_and_the_decision_of_a_turn_that_waite
     ]
 
 
+def test_dres_watch_shows_a_denied_call_as_refused_by_a_person_with_the_reason(
+    cli: Cli, ap: Approvals
+) -> None:
+    turn_id, request = ap.wait()
+    assert cli("deny", turn_id, request.approval_id, "--reason", "wrong list").returncode == 0
+    assert ap.finish(turn_id) == "completed"
+
+    person = cli("watch", turn_id)
+
+    assert person.returncode == 0, person.stdout + person.stderr
+    lines = person.stdout.splitlines()
+    assert f"  [deny] approval {request.approval_id} by cli: wrong list" in lines
+    (refused,) = [line for line in lines if line.startswith("  [refused] send_email")]
+    assert refused.endswith("(denied by a person: wrong list), not run"), refused
+    assert "matched" not in refused
+
+
 def test_dres_watch_of_a_waiting_turn_says_so_and_follows_it_through_the_decision(
     dres_env: dict[str, str], cli: Cli, ap: Approvals
 ) -> None:
