@@ -218,8 +218,8 @@ class Approvals:
     (``tests/harness.py``: the chunk path of a worker, DRES_APPROVAL=send_email), for the API
     and the CLI to act on; ``finish`` runs the run a decision queued, in-process too."""
 
-    def __init__(self, client: redis.Redis, tmp: Any) -> None:
-        settings = load_settings(journal_read_backoff_s=0, approval="send_email")
+    def __init__(self, client: redis.Redis, tmp: Any, **settings_: Any) -> None:
+        settings = load_settings(journal_read_backoff_s=0, approval="send_email", **settings_)
         self.h = Harness(client, tmp, settings=settings)
         # real time, so a request's expiry is in the future for any reaper that looks
         self.h.clock.t = time.time()

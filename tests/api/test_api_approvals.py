@@ -9,7 +9,10 @@ runs the whole way on a real ``dres worker``.
 
 from __future__ import annotations
 
+import json
+import queue
 import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -464,6 +467,50 @@ def test_an_expired_request_stops_the_turn_and_continue_over_http_asks_again(
     assert (new["call_id"], new["signature"]) == (request.call_id, request.signature)
     listed = http.get("/v1/approvals").json()["items"]
     assert [a["approval_id"] for a in listed] == [new["approval_id"]]
+
+
+def test_the_webhook_is_told_each_request_with_the_url_a_decision_is_posted_to(
+    http: httpx.Client, rdb: redis.Redis, tmp_path: Path, dres_env: dict[str, str]
+) -> None:
+    received: queue.Queue[dict[str, Any]] = queue.Queue()
+
+    class Hook(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            size = int(self.headers["Content-Length"])
+            received.put(json.loads(self.rfile.read(size)))
+            self.send_response(204)
+            self.end_headers()
+
+        def log_message(self, *args: Any) -> None:
+            pass
+
+    hook = HTTPServer(("127.0.0.1", 0), Hook)
+    threading.Thread(target=hook.serve_forever, daemon=True).start()
+    try:
+        ap = Approvals(
+            rdb,
+            tmp_path,
+            approval_webhook=f"http://127.0.0.1:{hook.server_port}/hook",
+            public_url="https://dres.example.com/",
+        )
+        turn_id, request = ap.wait([TWO_SENDS, DONE_STEP])
+        told = [received.get(timeout=10), received.get(timeout=10)]
+    finally:
+        hook.shutdown()
+        hook.server_close()
+
+    listed = http.get("/v1/approvals").json()["items"]
+    for body in told:
+        path = f"/v1/turns/{turn_id}/approvals/{body['approval_id']}"
+        assert body["turn_url"] == f"https://dres.example.com/v1/turns/{turn_id}"
+        assert body["decide_url"] == f"https://dres.example.com{path}"
+        fields = {k: v for k, v in body.items() if k not in ("turn_url", "decide_url")}
+        (same,) = [a for a in listed if a["approval_id"] == body["approval_id"]]
+        assert fields == {k: v for k, v in same.items() if v is not None}
+        decision = {"decision": "approve", "signature": body["signature"]}
+        assert http.post(path, json=decision).status_code == 202
+    assert {b["approval_id"] for b in told} == {r.approval_id for r in ap.requests(turn_id)}
+    assert request.approval_id in {b["approval_id"] for b in told}
 
 
 # -- metrics and the OpenAPI document --------------------------------------------------------------

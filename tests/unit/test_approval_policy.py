@@ -118,3 +118,20 @@ def test_dres_approval_may_name_only_registered_write_tools() -> None:
         ApprovalPolicy(names=frozenset({"nope", "plain_write"})).check(registry())
     with pytest.raises(ConfigError, match=r"read-only tools \['peek'\]"):
         ApprovalPolicy(names=frozenset({"peek"})).check(registry())
+
+
+@pytest.mark.parametrize(
+    ("overrides", "named"),
+    [
+        ({"approval_webhook": "ftp://hooks.example.com"}, "DRES_APPROVAL_WEBHOOK"),
+        ({"approval_webhook": "hooks.example.com/x"}, "DRES_APPROVAL_WEBHOOK"),
+        ({"public_url": "dres.example.com"}, "DRES_PUBLIC_URL"),
+        ({"approval_ttl_s": 0}, "DRES_APPROVAL_TTL_S"),
+        ({"approval_ttl_s": -5}, "DRES_APPROVAL_TTL_S"),
+    ],
+)
+def test_a_bad_approval_setting_is_a_config_error_naming_it(
+    overrides: dict[str, Any], named: str
+) -> None:
+    with pytest.raises(ConfigError, match=named):
+        load_settings(**overrides)
