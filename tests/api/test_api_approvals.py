@@ -352,6 +352,7 @@ def test_the_list_pages_through_requests_of_the_same_millisecond(
         pytest.param({"status": "all"}, "pending", id="status-all"),
         pytest.param({"cursor": "not-a-cursor"}, "cursor", id="bad-cursor"),
         pytest.param({"limit": 0}, "limit", id="limit-0"),
+        pytest.param({"cursor": "9" * 5000 + ":turn_1/apr_1"}, "cursor", id="cursor-huge-score"),
     ],
 )
 def test_a_bad_list_query_is_422_naming_what(
