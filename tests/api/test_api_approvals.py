@@ -415,6 +415,14 @@ def test_stop_of_a_waiting_turn_is_202_and_the_turn_stops_cancelled_its_request_
     assert http.get("/v1/approvals").json()["items"] == []
     assert ap.events(turn_id)[-1].type == "turn_ended"
 
+    # Continue asks again (the Stop flag does not cancel the new run)
+    assert status["can_continue"] is True
+    assert http.post(f"/v1/turns/{turn_id}/continue", json={"auto": False}).status_code == 202
+    ap.h.turn_id, ap.h.pending = turn_id, ap.h.lifecycle.store.meta(turn_id).next_run
+    assert ap.h.run_next() is None
+    assert status_of(http, turn_id)["status"] == "waiting"
+    assert [a["turn_id"] for a in http.get("/v1/approvals").json()["items"]] == [turn_id]
+
 
 def test_a_new_message_supersedes_a_waiting_turn_and_its_note_names_the_waiting_call(
     http: httpx.Client, ap: Approvals, ledger: Ledger
