@@ -363,7 +363,9 @@ def list_approvals(
     ] = "pending",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[
-        str | None, Query(pattern=r"^\d+:.+$", description="a page's next_cursor")
+        # a request's score (ms) and member (turn_id/approval_id): bounded, so no digits
+        # beyond what int() reads and Redis keeps
+        str | None, Query(pattern=r"^\d{1,18}:.{1,300}$", description="a page's next_cursor")
     ] = None,
 ) -> ApprovalList:
     """Open approval requests across turns, newest first, paged."""

@@ -29,11 +29,16 @@ def _fail(message: str) -> int:
 
 
 def _runtime() -> Runtime:
+    from worker.base.logging import configure_logging_for
     from worker.base.settings import load_settings
     from worker.edges.runtime import API_STORE_OUTAGE_S, Runtime
 
+    settings = load_settings()
+    # stdout is the command's answer (a turn id, a decision) and an error is one line on stderr
+    # (CONTRACT §8): dres's logs below ERROR stay out of both
+    configure_logging_for(settings, "ERROR")
     # a person's command says at once that Redis is unreachable (exit 2), as the API answers 503
-    return Runtime.from_settings(load_settings(), store_outage_s=API_STORE_OUTAGE_S)
+    return Runtime.from_settings(settings, store_outage_s=API_STORE_OUTAGE_S)
 
 
 def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
@@ -190,6 +195,8 @@ def cmd_decide(args: argparse.Namespace, extra: list[str]) -> int:
         reason=args.reason or "",
         by=args.by or "cli",
     )
+    if decided.status == 404:  # no such request: bad input, as an unknown turn is
+        return _fail(decided.detail)
     if not decided.ok:
         print(f"refused: {decided.detail}")
         return REFUSED if decided.status == 409 else USAGE_ERROR

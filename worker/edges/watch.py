@@ -151,9 +151,13 @@ class PersonView:
 
     def _blocked(self, event: ToolBlocked) -> None:
         state = BLOCKED_STATES.get(event.reason, "refused")
-        matched = self.settled.get(event.matched_call_id or "")
-        what = f"{matched.tool} {shown(matched.input, 60)} " if matched else ""
-        extra = f" ({event.reason}): matched {what}[{event.matched_call_id or '?'}], not run"
+        if event.reason == "denied":  # a person's decision, not a match in the journal
+            said = event.result.get("error") if isinstance(event.result, dict) else None
+            extra = f" ({said or 'denied by a person'}), not run"
+        else:
+            matched = self.settled.get(event.matched_call_id or "")
+            what = f"{matched.tool} {shown(matched.input, 60)} " if matched else ""
+            extra = f" ({event.reason}): matched {what}[{event.matched_call_id or '?'}], not run"
         self.call_line(state, event, extra)
         self.settled[event.call_id or event.tool] = event
 

@@ -42,6 +42,8 @@ from worker.lifecycle.base import LifecycleBase
 log = structlog.get_logger("dres.approvals")
 
 DECISIONS = ("approve", "deny")
+#: a decision as a person reads it in the answer's detail
+DECIDED = {"approve": "approved", "deny": "denied"}
 #: attempts at a decision whose turn another decision changed meanwhile
 DECIDE_ATTEMPTS = 8
 #: seconds a webhook POST may take
@@ -219,9 +221,9 @@ class Approvals(LifecycleBase):
             decision=decision,
         )
         if run_id is None:
-            return Decided(202, f"{decision}d; {left} request(s) still open", decision)
+            return Decided(202, f"{DECIDED[decision]}; {left} request(s) still open", decision)
         self.launch(meta.turn_id, run_id, meta.mode)
-        return Decided(202, f"{decision}d; the turn resumes", decision, run_id)
+        return Decided(202, f"{DECIDED[decision]}; the turn resumes", decision, run_id)
 
     # -- a waiting turn ends -----------------------------------------------------------------
 
