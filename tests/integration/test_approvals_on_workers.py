@@ -158,8 +158,13 @@ def hook() -> Iterator[tuple[str, Hook]]:
 # -- a person at the API ------------------------------------------------------------------------
 
 
-def enqueue(http: httpx.Client, model: str, mode: str = "foreground") -> str:
-    answer = http.post("/v1/turns", json={"message": "email Ada", "mode": mode, "model": model})
+def enqueue(
+    http: httpx.Client, model: str, mode: str = "foreground", conversation_id: str | None = None
+) -> str:
+    body = {"message": "email Ada", "mode": mode, "model": model}
+    if conversation_id is not None:
+        body["conversation_id"] = conversation_id
+    answer = http.post("/v1/turns", json=body)
     assert answer.status_code == 202, answer.text
     turn_id: str = answer.json()["turn_id"]
     return turn_id
@@ -433,6 +438,82 @@ def test_a_stale_signature_is_refused_and_of_two_decisions_at_once_one_wins(
         sends = 1 if winners[turn_id] == "approve" else 0
         assert sent_to(rdb).count(f"{n}@x.io") == sends
     print(f"winners: {sorted(winners.values())}")
+
+
+def test_two_requests_approved_at_once_resume_the_turn_once(
+    http: httpx.Client,
+    api: ApiProcess,
+    ledger: Ledger,
+    rdb: redis.Redis,
+    start: StartWorker,
+    script: Script,
+) -> None:
+    """Two calls of one step wait; two people approve one each at the same moment: both
+    decisions are taken, exactly one of them is the last and resumes the turn, in one run."""
+    start()
+    bob = {**ADA_MAIL, "to": "bob@x.io"}
+    both = {"tool_calls": [{"name": "send_email", "input": m} for m in (ADA_MAIL, bob)]}
+    turn_id = enqueue(http, script([both, DONE]))
+    ada_request, bob_request = waiting(http, ledger, turn_id)["approvals"]
+
+    answers = together(
+        [
+            lambda: decide(api.url, turn_id, ada_request, "approve"),
+            lambda: decide(api.url, turn_id, bob_request, "approve"),
+        ]
+    )
+
+    assert [a.status_code for a in answers] == [202, 202], answers
+    resumed_by = [a.json()["run_id"] for a in answers if a.json()["run_id"]]
+    assert len(resumed_by) == 1, [a.json() for a in answers]
+    events = completed(ledger, turn_id)
+    runs = of(events, "run_started")
+    assert [(r.cause, r.run_id) for r in runs[1:]] == [("approval", resumed_by[0])], show(events)
+    assert sorted(sent_to(rdb)) == ["ada@x.io", "bob@x.io"]
+    starts = of(events, "tool_start", tool="send_email")
+    assert {s.approval_id for s in starts} == {
+        ada_request["approval_id"],
+        bob_request["approval_id"],
+    }
+
+
+def test_stop_and_a_new_message_end_a_waiting_turn_and_void_its_request(
+    http: httpx.Client,
+    api: ApiProcess,
+    ledger: Ledger,
+    rdb: redis.Redis,
+    start: StartWorker,
+    script: Script,
+) -> None:
+    """No run holds a waiting turn: Stop ends it at once (``cancelled``), a new message in its
+    conversation ends it ``superseded``; either way its request is voided and a late decision
+    is refused, and nothing is sent."""
+    start()
+    stopped = enqueue(http, script([ADA, DONE]))
+    [first] = waiting(http, ledger, stopped)["approvals"]
+    superseded = enqueue(http, script([ADA, DONE]), conversation_id="conv-approvals")
+    [second] = waiting(http, ledger, superseded)["approvals"]
+
+    assert http.post(f"/v1/turns/{stopped}/stop").status_code == 202
+    newer = enqueue(http, script([DONE]), conversation_id="conv-approvals")
+
+    for turn_id, request, code in (
+        (stopped, first, "cancelled"),
+        (superseded, second, "superseded"),
+    ):
+        events = wait_for(ledger, turn_id, ended(), TURN_S, f"the {code} stop")
+        [end] = of(events, "turn_ended")
+        assert (end.status, end.code) == ("stopped", code), show(events)
+        [voided] = of(events, "approval_decided")
+        assert (voided.approval_id, voided.decision) == (request["approval_id"], "voided")
+        state = turn(http, turn_id)
+        assert (state["status"], state["code"]) == ("stopped", code)
+        assert [a["decision"] for a in state["approvals"]] == ["voided"]
+        late = decide(api.url, turn_id, request, "approve")
+        assert late.status_code == 409 and "already decided: voided" in late.json()["detail"]
+    assert turn(http, superseded)["can_continue"] is False
+    completed(ledger, newer)
+    assert pending(http) == [] and sent_to(rdb) == []
 
 
 def test_an_expired_request_stops_the_turn_and_continue_asks_again(
