@@ -22,6 +22,7 @@ from typing import Any
 import httpx
 import pytest
 import redis
+from sample_tools import effects
 
 from ledger import keys
 from ledger.events import Event
@@ -37,6 +38,7 @@ from tests.support import (
     of,
     send,
     show,
+    slow_write,
     stop_all,
     subprocess_env,
     together,
@@ -287,9 +289,11 @@ def test_a_decision_after_a_worker_restart_runs_the_write_once_or_tells_the_mode
     assert pending(http) == []
 
 
+@pytest.mark.parametrize("action", ["kill_child", "kill_worker"])
 @pytest.mark.parametrize("mode", ["background", "foreground"])
 def test_a_sigkill_right_after_the_approved_effect_resumes_with_one_effect(
     mode: str,
+    action: str,
     http: httpx.Client,
     api: ApiProcess,
     ledger: Ledger,
@@ -297,20 +301,24 @@ def test_a_sigkill_right_after_the_approved_effect_resumes_with_one_effect(
     start: StartWorker,
     script: Script,
 ) -> None:
-    """The approved call's side effect lands and the pool process is SIGKILLed before its
-    ``tool_done`` (a failpoint). A background turn is taken over and resumes; a foreground one
-    stops ``crashed`` and is continued. The model re-issues the call: the interrupted-write guard
-    refuses it, and no new approval is asked."""
-    start(overrides={"DRES_FAILPOINTS": "1"})
+    """The approved call's side effect lands and a failpoint SIGKILLs the pool process, or the
+    whole worker (then another is started), before its ``tool_done``. A background turn is taken
+    over and resumes; a foreground one stops ``crashed`` and is continued. The model re-issues
+    the call: the interrupted-write guard refuses it, and no new approval is asked."""
+    failpoints = {"DRES_FAILPOINTS": "1"}
+    first = start(overrides=failpoints)
     turn_id = enqueue(http, script([ADA, DONE], on_resume="restart"), mode)
     [request] = waiting(http, ledger, turn_id)["approvals"]
     rdb.hset(
         keys.chaos_fault(),
-        mapping={"point": "tool.after_effect", "action": "kill_child", "skip": 0},
+        mapping={"point": "tool.after_effect", "action": action, "skip": 0},
     )
 
     assert decide(api.url, turn_id, request, "approve").status_code == 202
 
+    if action == "kill_worker":
+        wait_until(lambda: not first.alive(), TURN_S, "the worker's death")
+        start(overrides=failpoints)
     if mode == "foreground":
         events = wait_for(ledger, turn_id, ended(), TURN_S, "the crash's stop")
         [stop] = of(events, "turn_ended")
@@ -331,6 +339,39 @@ def test_a_sigkill_right_after_the_approved_effect_resumes_with_one_effect(
     assert (blocked.reason, blocked.run_id) == ("interrupted", of(events, "run_started")[2].run_id)
     assert len(of(events, "approval_requested")) == 1, "the repeat was not asked about again"
     assert turn(http, turn_id)["status"] == "completed"
+
+
+def test_an_approved_call_longer_than_the_soft_limit_is_recorded_once_and_not_run_again(
+    http: httpx.Client,
+    api: ApiProcess,
+    ledger: Ledger,
+    rdb: redis.Redis,
+    start: StartWorker,
+    script: Script,
+) -> None:
+    """The approved ``slow_write`` works 1 s, twice the 0.5 s soft limit: the limit is deferred
+    past its ``tool_done``, the chunk hands over, and the next chunk's model, which asks for the
+    same call again (``on_resume: restart``), gets the recorded result."""
+    start(overrides={"DRES_APPROVAL": "slow_write"})
+    turn_id = enqueue(http, script([slow_write("report"), DONE], on_resume="restart"))
+    [request] = waiting(http, ledger, turn_id)["approvals"]
+
+    assert decide(api.url, turn_id, request, "approve").status_code == 202
+
+    events = completed(ledger, turn_id)
+    assert len(effects(rdb, "slow_write")) == 1, show(events)
+    runs = of(events, "run_started")
+    assert [r.cause for r in runs[:2]] == ["first", "approval"], show(events)
+    [ran] = of(events, "tool_start", tool="slow_write")
+    [done] = of(events, "tool_done", tool="slow_write")
+    assert (ran.approval_id, done.run_id, done.is_error) == (
+        request["approval_id"],
+        runs[1].run_id,
+        False,
+    )
+    assert of(events, "run_ended", run_id=runs[1].run_id)[0].reason == "soft_limit"
+    assert [b.reason for b in of(events, "tool_blocked")] == ["completed"]
+    assert len(of(events, "approval_requested")) == 1
 
 
 def test_a_model_that_reissues_the_approved_call_after_the_resume_is_blocked_not_asked(
