@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -46,10 +47,17 @@ from tests.support import (
     wait_until,
 )
 from tests.support.fixtures import StartWorker
-from tests.support.providers import DIALECTS, FakeProvider, fake_provider, require_sdk
+from tests.support.providers import (
+    DIALECTS,
+    FakeProvider,
+    blackhole,
+    fake_provider,
+    require_sdk,
+)
 from tests.support.scripts import Script, script_writer
 from worker.dev.demo_tools import outbox
 from worker.dev.redis_server import RedisServer, free_port
+from worker.lifecycle.approvals import WEBHOOK_TIMEOUT_S
 
 pytestmark = pytest.mark.redis_server
 
@@ -339,6 +347,47 @@ def test_a_sigkill_right_after_the_approved_effect_resumes_with_one_effect(
     assert (blocked.reason, blocked.run_id) == ("interrupted", of(events, "run_started")[2].run_id)
     assert len(of(events, "approval_requested")) == 1, "the repeat was not asked about again"
     assert turn(http, turn_id)["status"] == "completed"
+
+
+@pytest.mark.parametrize("mode", ["background", "foreground"])
+def test_a_sigkill_after_the_decision_before_the_approved_call_started_runs_it_on_resume(
+    mode: str,
+    http: httpx.Client,
+    api: ApiProcess,
+    ledger: Ledger,
+    rdb: redis.Redis,
+    start: StartWorker,
+    script: Script,
+) -> None:
+    """The run of cause ``approval`` dies before the approved call's ``tool_start``: nothing of
+    the call is recorded, so the approval still stands and the resumed run (a takeover, or a
+    Continue of the foreground turn's ``crashed`` stop) runs it, once, without asking again."""
+    start(overrides={"DRES_FAILPOINTS": "1"})
+    turn_id = enqueue(http, script([ADA, DONE]), mode)
+    [request] = waiting(http, ledger, turn_id)["approvals"]
+    rdb.hset(
+        keys.chaos_fault(),
+        mapping={"point": "tool.before_start", "action": "kill_child", "skip": 0},
+    )
+
+    assert decide(api.url, turn_id, request, "approve").status_code == 202
+
+    stops = 0
+    if mode == "foreground":
+        events = wait_for(ledger, turn_id, ended(), TURN_S, "the crash's stop")
+        assert [e.code for e in of(events, "turn_ended")] == ["crashed"], show(events)
+        again = http.post(f"/v1/turns/{turn_id}/continue", json={"auto": False})
+        assert again.status_code == 202, again.text
+        stops = 1
+    events = completed(ledger, turn_id, stops=stops)
+    assert rdb.hget(keys.chaos_fault(), "fired") == b"tool.before_start"
+    runs = of(events, "run_started")
+    assert [r.cause for r in runs[:2]] == ["first", "approval"] and len(runs) == 3, show(events)
+    assert sent_to(rdb) == ["ada@x.io"], "the approved write ran once"
+    [ran] = of(events, "tool_start", tool="send_email")
+    assert (ran.run_id, ran.approval_id) == (runs[2].run_id, request["approval_id"])
+    assert len(of(events, "approval_requested")) == 1
+    assert not of(events, "tool_blocked")
 
 
 def test_an_approved_call_longer_than_the_soft_limit_is_recorded_once_and_not_run_again(
@@ -676,6 +725,30 @@ def test_a_webhook_that_refuses_connections_does_not_stop_the_turn(
     completed(ledger, turn_id)
     assert sent_to(rdb) == ["ada@x.io"]
     assert worker.alive()
+
+
+def test_a_webhook_that_never_answers_does_not_hold_the_turn(
+    http: httpx.Client,
+    api: ApiProcess,
+    ledger: Ledger,
+    rdb: redis.Redis,
+    start: StartWorker,
+    script: Script,
+) -> None:
+    """The webhook's TCP connect never completes (a blackhole): the run still ends waiting at
+    once, and the approved call runs and the turn completes while the POST still hangs (it
+    gives up after 5 s)."""
+    with blackhole() as url:
+        start(overrides={"DRES_APPROVAL_WEBHOOK": f"{url}/hook"})
+        turn_id = enqueue(http, script([ADA, DONE]))
+        [request] = waiting(http, ledger, turn_id)["approvals"]
+        decided_at = time.monotonic()
+        assert decide(api.url, turn_id, request, "approve").status_code == 202
+
+        completed(ledger, turn_id)
+
+        assert time.monotonic() - decided_at < WEBHOOK_TIMEOUT_S
+    assert sent_to(rdb) == ["ada@x.io"]
 
 
 def test_the_turn_and_the_pending_list_show_a_request_and_its_decision(
