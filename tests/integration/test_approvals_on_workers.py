@@ -349,6 +349,38 @@ def test_a_sigkill_right_after_the_approved_effect_resumes_with_one_effect(
     assert turn(http, turn_id)["status"] == "completed"
 
 
+def test_an_idempotent_approved_call_cut_after_its_effect_is_retried_with_the_same_key(
+    http: httpx.Client,
+    api: ApiProcess,
+    ledger: Ledger,
+    rdb: redis.Redis,
+    start: StartWorker,
+    script: Script,
+) -> None:
+    """``charge`` (``idempotent=True``) is approved, charges and is SIGKILLed before its
+    ``tool_done``. The resumed model asks for it again: the retry runs without a new request
+    (the approval covered the call), with the approved run's idempotency key, so the provider
+    dedupes it."""
+    start(overrides={"DRES_FAILPOINTS": "1", "DRES_APPROVAL": "charge"})
+    charge = {"tool_calls": [{"name": "charge", "input": {"amount": 500}}]}
+    turn_id = enqueue(http, script([charge, DONE], on_resume="restart"), "background")
+    [request] = waiting(http, ledger, turn_id)["approvals"]
+    rdb.hset(
+        keys.chaos_fault(),
+        mapping={"point": "tool.after_effect", "action": "kill_child", "skip": 0},
+    )
+
+    assert decide(api.url, turn_id, request, "approve").status_code == 202
+
+    events = completed(ledger, turn_id)
+    first, retry = effects(rdb, "charge")
+    assert first["key"] == retry["key"], "one key: the provider charges once"
+    cut, ran = of(events, "tool_start", tool="charge")
+    assert (cut.approval_id, ran.approval_id) == (request["approval_id"], None)
+    assert ran.call_id != cut.call_id and ran.signature == cut.signature
+    assert len(of(events, "approval_requested")) == 1, "the retry was not asked about again"
+
+
 @pytest.mark.parametrize("mode", ["background", "foreground"])
 def test_a_sigkill_after_the_decision_before_the_approved_call_started_runs_it_on_resume(
     mode: str,
