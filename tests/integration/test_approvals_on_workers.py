@@ -638,6 +638,43 @@ def test_stop_and_a_new_message_end_a_waiting_turn_and_void_its_request(
     assert pending(http) == [] and sent_to(rdb) == []
 
 
+def test_after_a_stop_between_two_decisions_continue_runs_the_approved_call_and_asks_again(
+    http: httpx.Client,
+    api: ApiProcess,
+    ledger: Ledger,
+    rdb: redis.Redis,
+    start: StartWorker,
+    script: Script,
+) -> None:
+    """Two calls of one step wait; one is approved, then Stop voids the other. Continue runs
+    the approved call (its decision stands) and asks again for the voided one only; each email
+    is sent once."""
+    start()
+    bob = {**ADA_MAIL, "to": "bob@x.io"}
+    both = {"tool_calls": [{"name": "send_email", "input": m} for m in (ADA_MAIL, bob)]}
+    turn_id = enqueue(http, script([both, DONE]))
+    ada_request, bob_request = waiting(http, ledger, turn_id)["approvals"]
+    assert decide(api.url, turn_id, ada_request, "approve").json()["run_id"] is None
+
+    assert http.post(f"/v1/turns/{turn_id}/stop").status_code == 202
+    wait_for(ledger, turn_id, ended(), TURN_S, "the stop")
+    assert [a["decision"] for a in turn(http, turn_id)["approvals"]] == ["approve", "voided"]
+    assert http.post(f"/v1/turns/{turn_id}/continue", json={"auto": False}).status_code == 202
+
+    state = waiting(http, ledger, turn_id, times=2)
+    assert sent_to(rdb) == ["ada@x.io"]
+    asked = state["approvals"][-1]
+    assert (asked["call_id"], asked["decision"]) == (bob_request["call_id"], None)
+    assert [r["approval_id"] for r in pending(http)] == [asked["approval_id"]]
+    assert decide(api.url, turn_id, asked, "approve").status_code == 202
+    events = completed(ledger, turn_id, stops=1)
+    assert sent_to(rdb) == ["ada@x.io", "bob@x.io"]
+    starts = of(events, "tool_start", tool="send_email")
+    assert [s.approval_id for s in starts] == [ada_request["approval_id"], asked["approval_id"]]
+    causes = [r.cause for r in of(events, "run_started")]
+    assert causes == ["first", "continue", "approval"], show(events)
+
+
 def test_an_expired_request_stops_the_turn_and_continue_asks_again(
     http: httpx.Client,
     api: ApiProcess,
