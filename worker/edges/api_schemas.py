@@ -129,7 +129,44 @@ class JournalOut(BaseModel):
     interrupted: list[JournalCall]
 
 
+class ConversationOut(BaseModel):
+    """A conversation as ``GET /v1/conversations`` lists it."""
+
+    conversation_id: str
+    #: its first message, whitespace collapsed, cut to 80 characters
+    title: str
+    #: seconds since the epoch: its newest message or Continue
+    updated_at: float
+    #: its newest turn and that turn's status now
+    turn_id: str
+    status: Literal["queued", "running", "resuming", "waiting", "completed", "stopped"]
+
+
+class ConversationList(BaseModel):
+    items: list[ConversationOut]
+    #: pass as ``cursor`` for the next page; null on the last
+    next_cursor: str | None
+
+
+class ConversationTurn(BaseModel):
+    turn_id: str
+    message: str
+    status: Literal["queued", "running", "resuming", "waiting", "completed", "stopped"]
+    code: str = ""
+    can_continue: bool
+
+
+class ConversationDetail(BaseModel):
+    conversation_id: str
+    title: str
+    #: its turns whose keys live, oldest first
+    turns: list[ConversationTurn]
+
+
 class ErrorOut(BaseModel):
+    """Every error's body (4xx, 5xx): what is wrong, in one sentence."""
+
+    model_config = ConfigDict(title="Error")
     detail: str
 
 

@@ -197,8 +197,35 @@ def cmd_decide(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_conversations(args: argparse.Namespace, extra: list[str]) -> int:
+    found, _ = _runtime().lifecycle.store.conversations.page(limit=args.limit)
+    rows = [
+        {
+            "conversation_id": c.conversation_id,
+            "title": c.title,
+            "updated_at": c.updated_at,
+            "turn_id": c.newest.turn_id,
+            "status": c.newest.status.value,
+        }
+        for c in found
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    if not rows:
+        print("(no conversations)")
+        return 0
+    print(f"{'conversation_id':<28} {'status':<10} {'turn_id':<40} title")
+    for row in rows:
+        print(
+            f"{row['conversation_id']:<28} {row['status']:<10} {row['turn_id']:<40} {row['title']}"
+        )
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "approvals": cmd_approvals,
+    "conversations": cmd_conversations,
     "approve": cmd_decide,
     "deny": cmd_decide,
     "worker": cmd_worker,
@@ -255,6 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
     approvals = sub.add_parser("approvals", help="approval requests waiting, newest first")
     approvals.add_argument("--json", action="store_true")
     approvals.add_argument("--limit", type=int, default=50)
+    conversations = sub.add_parser(
+        "conversations", help="conversations, most recently updated first"
+    )
+    conversations.add_argument("--json", action="store_true")
+    conversations.add_argument("--limit", type=int, default=50)
     for name, text in (
         ("approve", "approve a call that waits: it runs once, with the input listed"),
         ("deny", "deny a call that waits: it does not run; the model is told why"),
