@@ -223,8 +223,23 @@ def cmd_conversations(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_config(args: argparse.Namespace, extra: list[str]) -> int:
+    from dataclasses import asdict
+
+    from worker.base.settings import load_settings
+    from worker.edges.config_table import render, rows
+
+    table = rows(load_settings())
+    if args.json:
+        print(json.dumps([asdict(row) for row in table], indent=2, ensure_ascii=False))
+    else:
+        print(render(table))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "approvals": cmd_approvals,
+    "config": cmd_config,
     "conversations": cmd_conversations,
     "approve": cmd_decide,
     "deny": cmd_decide,
@@ -282,6 +297,10 @@ def build_parser() -> argparse.ArgumentParser:
     approvals = sub.add_parser("approvals", help="approval requests waiting, newest first")
     approvals.add_argument("--json", action="store_true")
     approvals.add_argument("--limit", type=int, default=50)
+    config = sub.add_parser(
+        "config", help="every DRES_* setting: its value (secrets masked), default and meaning"
+    )
+    config.add_argument("--json", action="store_true")
     conversations = sub.add_parser(
         "conversations", help="conversations, most recently updated first"
     )
