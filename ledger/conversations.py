@@ -220,11 +220,18 @@ class Conversations:
                 return Erased(False, erased, blocking=turn_id, status=outcome)
             erased += outcome == "erased"
             self._unindex_turn(turn_id, meta)
+        self.client.set(
+            keys.conversation_erased(conversation_id), "1", ex=self.ledger.finished_ttl_s
+        )
         if not self.forget(conversation_id, listed[-1] if listed else "", _ms(score)):
             # a message joined it meanwhile: its new turn has not ended
             newest = self.client.lindex(conv, -1)
             return Erased(False, erased, blocking="" if newest is None else text(newest))
         return Erased(True, erased)
+
+    def erased(self, conversation_id: str) -> bool:
+        """The conversation was erased on request (within a finished turn's keys' lifetime)."""
+        return bool(self.client.exists(keys.conversation_erased(conversation_id)))
 
     def _unindex_turn(self, turn_id: str, meta: TurnMeta | None) -> None:
         """The erased turn's entries in the indexes across turns (the reaper's, approvals')."""

@@ -49,6 +49,12 @@ def conversation_meta(conversation_id: str) -> str:
     return f"{PREFIX}:conv:{_tag(conversation_id)}:meta"
 
 
+def conversation_erased(conversation_id: str) -> str:
+    """Flag, for as long as a finished turn's keys live: the conversation was erased on request,
+    so its id does not quietly start a new conversation for a client that still holds it."""
+    return f"{PREFIX}:conv:{_tag(conversation_id)}:erased"
+
+
 def conversations() -> str:
     """Sorted set of conversation ids, scored by when each was last updated (ms: its newest
     message or Continue). Global on purpose (a person lists conversations across all of them),

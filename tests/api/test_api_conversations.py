@@ -126,3 +126,6 @@ def test_deleting_a_running_conversation_is_refused_and_after_its_end_erases_it(
         assert not rdb.exists(*keys.turn_keys(erased))
         assert rdb.zscore(keys.active_turns(), erased) is None
     assert not rdb.exists(keys.conversation_turns("conv-run"), keys.conversation_meta("conv-run"))
+    again = http.post("/v1/turns", json={"message": "hello?", "conversation_id": "conv-run"})
+    assert again.status_code == 409, "an erased conversation's id starts no new one"
+    assert "deleted" in again.json()["detail"]

@@ -150,6 +150,7 @@ def test_an_erase_is_refused_while_a_turn_has_not_ended_and_then_removes_every_k
     assert not client.exists(keys.conversation_turns("c1"), keys.conversation_meta("c1"))
     assert client.zscore(keys.conversations(), "c1") is None
     assert store.conversations.erase("c1").known is False
+    assert store.conversations.erased("c1") and not store.conversations.erased("c2")
 
 
 def test_the_listing_holds_only_single_slot_writes(store: TurnStore, client: Client) -> None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Annotated, Literal
@@ -24,6 +25,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import keys
@@ -34,6 +36,7 @@ from ledger.journal import build_journal
 from ledger.turn import TurnMeta, continue_refusal
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
+from worker.edges.api_document import install_document, operation_id
 from worker.edges.api_faults import add_fault_handlers, healthz
 from worker.edges.api_models import admit_model, check_allow_list
 from worker.edges.api_schemas import (
@@ -61,8 +64,11 @@ from worker.edges.client import enqueue
 from worker.edges.metrics_http import serve_metrics
 from worker.edges.page import router as page_router
 from worker.edges.runtime import API_STORE_TIMEOUT_S, Runtime, ledger_reader
-from worker.edges.sse import SSE_KEEPALIVE_S, STREAM_ID, event_stream
+from worker.edges.sse import SSE_KEEPALIVE_S, event_stream
 
+#: a stream id as a client may give it (``3-14``; ``3`` is ``3-0``, as Redis reads it), ASCII
+#: digits only
+STREAM_ID_FORM = re.compile(r"^[0-9]+(-[0-9]+)?$")
 #: bytes: the largest request body accepted
 MAX_BODY_BYTES = 256 * 1024
 #: seconds an Idempotency-Key is remembered beyond DRES_FINISHED_TTL_S: a stopped turn can be
@@ -77,7 +83,11 @@ def _body_hash(body: TurnRequest) -> str:
 
 def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api = FastAPI(
-        title="dres", version="1", description="Durable resume for agent turns", lifespan=_lifespan
+        title="dres",
+        version="1",
+        description="Durable resume for agent turns",
+        lifespan=_lifespan,
+        generate_unique_id_function=operation_id,
     )
     check_allow_list(settings)  # a bad DRES_MODELS fails at start
     api.state.settings = settings
@@ -97,6 +107,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.include_router(conversations_router)
     api.include_router(page_router)
     api.add_api_route("/healthz", healthz, methods=["GET"], responses=HEALTH_ERRORS)
+    install_document(api, settings)
     # behind the token when one is set (Prometheus scrapes with a bearer token); Prometheus text,
     # not JSON, so not in the OpenAPI schema
     api.add_api_route(
@@ -181,7 +192,21 @@ class BodyLimit:
 
 
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    return JSONResponse({"detail": str(exc.detail)}, exc.status_code, headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:
+        # Starlette's Allow names the methods of the first route of the path only (GET and
+        # DELETE of a conversation are two routes): name every route's
+        headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
+    return JSONResponse({"detail": str(exc.detail)}, exc.status_code, headers=headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -221,6 +246,10 @@ def create_turn(
 ) -> TurnCreated:
     """Enqueue a turn; a repeated Idempotency-Key with the same body returns the same turn."""
     admit_model(rt, body.model)  # before anything reads a file the spec names
+    if body.conversation_id and rt.lifecycle.store.conversations.erased(body.conversation_id):
+        raise HTTPException(
+            409, f"conversation {body.conversation_id!r} was deleted: start a new one"
+        )
     if not idempotency_key:
         turn = enqueue(
             rt, body.message, conversation_id=body.conversation_id, mode=body.mode, model=body.model
@@ -305,9 +334,15 @@ async def events(
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     """Server-Sent Events: every ledger event with its stream id as the SSE ``id``."""
-    start = last_event_id or after or "0-0"
-    if not STREAM_ID.match(start):
-        raise HTTPException(400, f"not a stream id: {start!r} (expected like 3-14)")
+    # the header wins over ?after=, but each one given must be a stream id: given but empty is
+    # a bad one, not the start (a client that sends it lost its place)
+    given = [value for value in (last_event_id, after) if value is not None]
+    for value in given:
+        if not STREAM_ID_FORM.match(value):
+            raise HTTPException(400, f"not a stream id: {value!r} (expected like 3-14)")
+    start = given[0] if given else "0-0"
+    if "-" not in start:
+        start += "-0"  # as Redis reads an id without its sequence number
     await meta_of(reader, turn_id)
     return StreamingResponse(
         event_stream(request.app.state.tail, request, turn_id, start),
