@@ -100,7 +100,7 @@ class TurnStore:
         turn_keys = keys.turn_keys(event.turn_id)
         created = self.ledger.retry(lambda: self._create(keys=turn_keys, args=args))
         if int(created):
-            self.list_in_conversation(event.turn_id, event.conversation_id, event)
+            self.list_in_conversation(event.turn_id, event.conversation_id)
         return bool(int(created))
 
     def withdraw(self, turn_id: str, conversation_id: str) -> bool:
@@ -120,15 +120,13 @@ class TurnStore:
         self.unwatch(turn_id)
         return True
 
-    def list_in_conversation(
-        self, turn_id: str, conversation_id: str, started: TurnStarted | None = None
-    ) -> None:
+    def list_in_conversation(self, turn_id: str, conversation_id: str) -> None:
         """Add the turn to its conversation's list once (idempotent), then to the listing of
-        conversations (``started``: its ``turn_started``, else read), then mark it listed."""
+        conversations (its title and time from its ``turn_started``), then mark it listed."""
         conv = keys.conversation_turns(conversation_id)
         if self.client.lpos(conv, turn_id) is None:
             self.client.rpush(conv, turn_id)
-        started = started or self._started(turn_id)
+        started = self._started(turn_id)
         if started is not None:
             self.conversations.record(conversation_id, int(started.ts * 1000), started.message)
         self.mark(turn_id, listed=1)
