@@ -115,7 +115,6 @@ def test_schemathesis_every_check_and_the_stateful_phase_find_no_failure(
         # on a real turn, an id a link carried: 202, or 409 with the reason (already ended)
         reached = sum(n for label, n in calls.items() if label.startswith(f"POST {route} "))
         assert reached, f"the stateful phase never reached {route} of a real turn: {dict(calls)}"
-    assert calls["POST /v1/turns/turn_{id}/continue 202"], "no Continue of a stopped turn"
 
 
 def answers(access_log: str) -> Counter[str]:
