@@ -22,6 +22,7 @@ from redis.cluster import RedisCluster
 
 from ledger import keys
 from ledger.codec import decode_entry, encode, text
+from ledger.conversations import Conversations
 from ledger.errors import CorruptTurn, EventDecodeError, TransitionRefused, UnknownTurn
 from ledger.events import ApprovalRequested, Event, RunStarted, TurnStarted, parse_event_json
 from ledger.lease import Claim, Lease
@@ -63,6 +64,8 @@ class TurnStore:
             "#!lua flags=allow-oom\n" + script("transition.lua")
         )
         self._withdraw = self.client.register_script(script("withdraw.lua"))
+        #: the listing of conversations, written beside the turn scripts (``ledger.conversations``)
+        self.conversations = Conversations(ledger)
 
     # -- creating ----------------------------------------------------------------------------
 
@@ -118,11 +121,23 @@ class TurnStore:
         return True
 
     def list_in_conversation(self, turn_id: str, conversation_id: str) -> None:
-        """Add the turn to its conversation's list once (idempotent), then mark it listed."""
+        """Add the turn to its conversation's list once (idempotent), then to the listing of
+        conversations (its title and time from its ``turn_started``), then mark it listed."""
         conv = keys.conversation_turns(conversation_id)
         if self.client.lpos(conv, turn_id) is None:
             self.client.rpush(conv, turn_id)
+        started = self._started(turn_id)
+        if started is not None:
+            self.conversations.record(conversation_id, int(started.ts * 1000), started.message)
         self.mark(turn_id, listed=1)
+
+    def _started(self, turn_id: str) -> TurnStarted | None:
+        """The turn's ``turn_started`` (stream id ``0-1``), if readable."""
+        first: Any = self.client.xrange(keys.turn_events(turn_id), min="0-1", max="0-1")
+        with suppress(EventDecodeError):
+            event = decode_entry(first[0][0], first[0][1]).event if first else None
+            return event if isinstance(event, TurnStarted) else None
+        return None
 
     def newest_turn(self, conversation_id: str) -> str | None:
         newest = self.client.lindex(keys.conversation_turns(conversation_id or "_"), -1)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
 from typing import Annotated, Literal
@@ -21,9 +22,10 @@ import redis.asyncio as aioredis
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import keys
@@ -34,6 +36,7 @@ from ledger.journal import build_journal
 from ledger.turn import TurnMeta, continue_refusal
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
+from worker.edges.api_document import install_document, operation_id
 from worker.edges.api_faults import add_fault_handlers, healthz
 from worker.edges.api_models import admit_model, check_allow_list
 from worker.edges.api_schemas import (
@@ -45,6 +48,10 @@ from worker.edges.api_schemas import (
     ApprovalList,
     ApprovalOut,
     ContinueRequest,
+    ConversationDetail,
+    ConversationList,
+    ConversationOut,
+    ConversationTurn,
     DecisionOut,
     DecisionRequest,
     JournalOut,
@@ -57,8 +64,11 @@ from worker.edges.client import enqueue
 from worker.edges.metrics_http import serve_metrics
 from worker.edges.page import router as page_router
 from worker.edges.runtime import API_STORE_TIMEOUT_S, Runtime, ledger_reader
-from worker.edges.sse import SSE_KEEPALIVE_S, STREAM_ID, event_stream
+from worker.edges.sse import SSE_KEEPALIVE_S, event_stream
 
+#: a stream id as a client may give it (``3-14``; ``3`` is ``3-0``, as Redis reads it), ASCII
+#: digits only
+STREAM_ID_FORM = re.compile(r"^[0-9]+(-[0-9]+)?$")
 #: bytes: the largest request body accepted
 MAX_BODY_BYTES = 256 * 1024
 #: seconds an Idempotency-Key is remembered beyond DRES_FINISHED_TTL_S: a stopped turn can be
@@ -73,7 +83,11 @@ def _body_hash(body: TurnRequest) -> str:
 
 def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api = FastAPI(
-        title="dres", version="1", description="Durable resume for agent turns", lifespan=_lifespan
+        title="dres",
+        version="1",
+        description="Durable resume for agent turns",
+        lifespan=_lifespan,
+        generate_unique_id_function=operation_id,
     )
     check_allow_list(settings)  # a bad DRES_MODELS fails at start
     api.state.settings = settings
@@ -90,8 +104,10 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     add_fault_handlers(api)
     api.include_router(router)
     api.include_router(approvals_router)
+    api.include_router(conversations_router)
     api.include_router(page_router)
     api.add_api_route("/healthz", healthz, methods=["GET"], responses=HEALTH_ERRORS)
+    install_document(api, settings)
     # behind the token when one is set (Prometheus scrapes with a bearer token); Prometheus text,
     # not JSON, so not in the OpenAPI schema
     api.add_api_route(
@@ -126,6 +142,9 @@ async def authorize(
 router = APIRouter(prefix="/v1/turns", dependencies=[Depends(authorize)], responses=ERRORS)
 approvals_router = APIRouter(
     prefix="/v1/approvals", dependencies=[Depends(authorize)], responses=ERRORS
+)
+conversations_router = APIRouter(
+    prefix="/v1/conversations", dependencies=[Depends(authorize)], responses=ERRORS
 )
 
 
@@ -173,7 +192,21 @@ class BodyLimit:
 
 
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    return JSONResponse({"detail": str(exc.detail)}, exc.status_code, headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:
+        # Starlette's Allow names the methods of the first route of the path only (GET and
+        # DELETE of a conversation are two routes): name every route's
+        headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
+    return JSONResponse({"detail": str(exc.detail)}, exc.status_code, headers=headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -213,6 +246,10 @@ def create_turn(
 ) -> TurnCreated:
     """Enqueue a turn; a repeated Idempotency-Key with the same body returns the same turn."""
     admit_model(rt, body.model)  # before anything reads a file the spec names
+    if body.conversation_id and rt.lifecycle.store.conversations.erased(body.conversation_id):
+        raise HTTPException(
+            409, f"conversation {body.conversation_id!r} was deleted: start a new one"
+        )
     if not idempotency_key:
         turn = enqueue(
             rt, body.message, conversation_id=body.conversation_id, mode=body.mode, model=body.model
@@ -297,9 +334,15 @@ async def events(
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     """Server-Sent Events: every ledger event with its stream id as the SSE ``id``."""
-    start = last_event_id or after or "0-0"
-    if not STREAM_ID.match(start):
-        raise HTTPException(400, f"not a stream id: {start!r} (expected like 3-14)")
+    # the header wins over ?after=, but each one given must be a stream id: given but empty is
+    # a bad one, not the start (a client that sends it lost its place)
+    given = [value for value in (last_event_id, after) if value is not None]
+    for value in given:
+        if not STREAM_ID_FORM.match(value):
+            raise HTTPException(400, f"not a stream id: {value!r} (expected like 3-14)")
+    start = given[0] if given else "0-0"
+    if "-" not in start:
+        start += "-0"  # as Redis reads an id without its sequence number
     await meta_of(reader, turn_id)
     return StreamingResponse(
         event_stream(request.app.state.tail, request, turn_id, start),
@@ -378,6 +421,78 @@ def list_approvals(
         items=[ApprovalOut(**request_fields(r)) for r in found],
         next_cursor=None if nxt is None else f"{nxt[0]}:{nxt[1]}",
     )
+
+
+ConversationId = Annotated[str, Path(pattern=ID, description="the conversation's id")]
+
+
+@conversations_router.get("", response_model=ConversationList)
+def list_conversations(
+    rt: RT,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[
+        str | None, Query(pattern=r"^\d+:.+$", description="a page's next_cursor")
+    ] = None,
+) -> ConversationList:
+    """Conversations, most recently updated first (newest message or Continue), paged; each
+    with its newest turn's status now. One whose newest turn's keys expired is gone."""
+    after = None
+    if cursor is not None:
+        score, _, conversation_id = cursor.partition(":")
+        after = (int(score), conversation_id)
+    found, nxt = rt.lifecycle.store.conversations.page(limit=limit, cursor=after)
+    items = [
+        ConversationOut(
+            conversation_id=c.conversation_id,
+            title=c.title,
+            updated_at=c.updated_at,
+            turn_id=c.newest.turn_id,
+            status=c.newest.status.value,
+        )
+        for c in found
+    ]
+    return ConversationList(items=items, next_cursor=None if nxt is None else f"{nxt[0]}:{nxt[1]}")
+
+
+@conversations_router.get("/{conversation_id}", response_model=ConversationDetail)
+def conversation(rt: RT, conversation_id: ConversationId) -> ConversationDetail:
+    """The conversation's turns in order, each with its message, status and whether Continue
+    is allowed now."""
+    found = rt.lifecycle.store.conversations.get(conversation_id)
+    if found is None:
+        raise HTTPException(404, f"unknown conversation {conversation_id!r}")
+    max_auto = rt.settings.max_auto_continue
+    turns = [
+        ConversationTurn(
+            turn_id=meta.turn_id,
+            message=message,
+            status=meta.status.value,
+            code=meta.code,
+            can_continue=continue_refusal(
+                meta, newest_turn=found.newest_turn, auto=False, max_auto=max_auto
+            )
+            is None,
+        )
+        for meta, message in found.turns
+    ]
+    return ConversationDetail(conversation_id=conversation_id, title=found.title, turns=turns)
+
+
+@conversations_router.delete("/{conversation_id}", status_code=204, responses=WRITE_ERRORS)
+def delete_conversation(rt: RT, conversation_id: ConversationId) -> Response:
+    """Erase the conversation for good (a user's request to delete it): every turn's ledger,
+    metadata and index entries, its list and its place in the listing. 409 while a turn of it
+    is queued, running, resuming or waiting (stop it first)."""
+    erased = rt.lifecycle.store.conversations.erase(conversation_id)
+    if not erased.known:
+        raise HTTPException(404, f"unknown conversation {conversation_id!r}")
+    if not erased.ok:
+        raise HTTPException(
+            409,
+            f"turn {erased.blocking} of the conversation is {erased.status}: stop it or let it "
+            "end before deleting the conversation",
+        )
+    return Response(status_code=204)
 
 
 def _created(turn_id: str, conversation_id: str) -> TurnCreated:

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ledger.journal import JournalEntry
+
+#: a character that is not a space, a tab or a line break: a message holds one. Spelled out, not
+#: ``\S``, so Python and a JSON Schema (ECMA-262) validator read the pattern alike.
+NOT_BLANK = r"[^ \t\n\r\x0b\x0c]"
+
+
+def is_blank(message: str) -> bool:
+    return re.search(NOT_BLANK, message) is None
+
 
 #: characters: the longest user message accepted
 MAX_MESSAGE_CHARS = 100_000
@@ -18,7 +28,10 @@ SIGNATURE = r"^[0-9a-f]{64}$"
 
 class TurnRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    #: not blank: the validator below refuses it, the pattern says so in the document
+    message: str = Field(
+        min_length=1, max_length=MAX_MESSAGE_CHARS, json_schema_extra={"pattern": NOT_BLANK}
+    )
     conversation_id: str | None = Field(None, pattern=ID)
     mode: Literal["foreground", "background"] = "foreground"
     model: str | None = Field(
@@ -32,7 +45,7 @@ class TurnRequest(BaseModel):
     @classmethod
     def _not_blank(cls, value: str) -> str:
         # enqueue refuses a blank message too; refusing it here makes it a 422, not a 500
-        if not value.strip():
+        if is_blank(value):
             raise ValueError("message is blank")
         return value
 
@@ -129,7 +142,43 @@ class JournalOut(BaseModel):
     interrupted: list[JournalCall]
 
 
-class ErrorOut(BaseModel):
+class ConversationOut(BaseModel):
+    """A conversation as ``GET /v1/conversations`` lists it."""
+
+    conversation_id: str
+    #: its first message, whitespace collapsed, cut to 80 characters
+    title: str
+    #: seconds since the epoch: its newest message or Continue
+    updated_at: float
+    #: its newest turn and that turn's status now
+    turn_id: str
+    status: Literal["queued", "running", "resuming", "waiting", "completed", "stopped"]
+
+
+class ConversationList(BaseModel):
+    items: list[ConversationOut]
+    #: pass as ``cursor`` for the next page; null on the last
+    next_cursor: str | None
+
+
+class ConversationTurn(BaseModel):
+    turn_id: str
+    message: str
+    status: Literal["queued", "running", "resuming", "waiting", "completed", "stopped"]
+    code: str = ""
+    can_continue: bool
+
+
+class ConversationDetail(BaseModel):
+    conversation_id: str
+    title: str
+    #: its turns whose keys live, oldest first
+    turns: list[ConversationTurn]
+
+
+class Error(BaseModel):
+    """Every error's body (4xx, 5xx): what is wrong, in one sentence."""
+
     detail: str
 
 
@@ -141,9 +190,9 @@ RETRY_AFTER = {
 }
 #: every route's errors; 503: the ledger's Redis or the broker is unreachable (CONTRACT §7.13)
 ERRORS: dict[int | str, dict[str, Any]] = {
-    **{code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 422)},
+    **{code: {"model": Error} for code in (400, 401, 404, 409, 413, 422)},
     503: {
-        "model": ErrorOut,
+        "model": Error,
         "description": "The ledger's Redis or the broker is unreachable; `detail` names which",
         "headers": RETRY_AFTER,
     },
@@ -159,7 +208,7 @@ HEALTH_ERRORS: dict[int | str, dict[str, Any]] = {
 #: the writes' errors besides ``ERRORS``
 WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     507: {
-        "model": ErrorOut,
+        "model": Error,
         "description": "The ledger's Redis or the broker is out of memory (`maxmemory` under "
         "`noeviction`) and refuses writes; `detail` names which",
     },

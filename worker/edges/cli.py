@@ -204,8 +204,50 @@ def cmd_decide(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_conversations(args: argparse.Namespace, extra: list[str]) -> int:
+    found, _ = _runtime().lifecycle.store.conversations.page(limit=args.limit)
+    rows = [
+        {
+            "conversation_id": c.conversation_id,
+            "title": c.title,
+            "updated_at": c.updated_at,
+            "turn_id": c.newest.turn_id,
+            "status": c.newest.status.value,
+        }
+        for c in found
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    if not rows:
+        print("(no conversations)")
+        return 0
+    print(f"{'conversation_id':<28} {'status':<10} {'turn_id':<40} title")
+    for row in rows:
+        print(
+            f"{row['conversation_id']:<28} {row['status']:<10} {row['turn_id']:<40} {row['title']}"
+        )
+    return 0
+
+
+def cmd_config(args: argparse.Namespace, extra: list[str]) -> int:
+    from dataclasses import asdict
+
+    from worker.base.settings import load_settings
+    from worker.edges.config_table import render, rows
+
+    table = rows(load_settings())
+    if args.json:
+        print(json.dumps([asdict(row) for row in table], indent=2, ensure_ascii=False))
+    else:
+        print(render(table))
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "approvals": cmd_approvals,
+    "config": cmd_config,
+    "conversations": cmd_conversations,
     "approve": cmd_decide,
     "deny": cmd_decide,
     "worker": cmd_worker,
@@ -262,6 +304,15 @@ def build_parser() -> argparse.ArgumentParser:
     approvals = sub.add_parser("approvals", help="approval requests waiting, newest first")
     approvals.add_argument("--json", action="store_true")
     approvals.add_argument("--limit", type=int, default=50)
+    config = sub.add_parser(
+        "config", help="every DRES_* setting: its value (secrets masked), default and meaning"
+    )
+    config.add_argument("--json", action="store_true")
+    conversations = sub.add_parser(
+        "conversations", help="conversations, most recently updated first"
+    )
+    conversations.add_argument("--json", action="store_true")
+    conversations.add_argument("--limit", type=int, default=50)
     for name, text in (
         ("approve", "approve a call that waits: it runs once, with the input listed"),
         ("deny", "deny a call that waits: it does not run; the model is told why"),

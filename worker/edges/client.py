@@ -17,6 +17,7 @@ from ledger.events import Event
 from worker.base.clock import Clock
 from worker.base.errors import InvalidInput
 from worker.base.settings import get_settings
+from worker.edges.api_schemas import is_blank
 from worker.edges.conversation import Context, conversation_context
 from worker.edges.runtime import Runtime
 from worker.engine.models import make_model
@@ -54,7 +55,7 @@ def enqueue(
     """
     if mode not in MODES:
         raise InvalidInput(f"mode must be foreground or background, not {mode!r}")
-    if not message.strip():
+    if is_blank(message):
         raise InvalidInput("message is empty")
     make_model(model or runtime.settings.model, runtime.clock)  # a bad spec fails here, not later
     if conversation_id:

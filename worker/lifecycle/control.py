@@ -96,6 +96,8 @@ class Control(LifecycleBase):
         except TransitionRefused:
             return Outcome(False, "the turn was continued or changed by another request")
         self.store.clear_stop(turn_id)
+        # a Continue updates the conversation: it moves to the top of the listing
+        self.store.conversations.touch(meta.conversation_id, self.ms())
         self.launch(turn_id, run_id, meta.mode)
         return Outcome(True, "continuing", run_id)
 
