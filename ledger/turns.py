@@ -107,7 +107,8 @@ class TurnStore:
         """Take back a turn whose creation did not finish (its first chunk could not be sent):
         while it is still as ``create`` left it (queued at epoch 0), its keys, its entry in its
         conversation's list and its reaper's index entry go. Returns False, changing nothing,
-        when the turn went on (a run claimed it, Stop ended it).
+        when the turn went on (a run claimed it, Stop ended it). A conversation it was the only
+        turn of leaves the listing of conversations too.
 
         Deletes only, so it works on a Redis out of memory. One attempt, no retry: a creation
         that failed is being answered already, and a turn a failed withdrawal leaves is one
@@ -116,8 +117,13 @@ class TurnStore:
         turn_keys = keys.turn_keys(turn_id)
         if not int(self._withdraw(keys=turn_keys, args=[TurnStatus.QUEUED.value])):
             return False
-        self.client.lrem(keys.conversation_turns(conversation_id), 0, turn_id)
+        conv = keys.conversation_turns(conversation_id)
+        self.client.lrem(conv, 0, turn_id)
         self.unwatch(turn_id)
+        if not self.client.llen(conv):
+            score = self.client.zscore(keys.conversations(), conversation_id)
+            listed = None if score is None else int(score)
+            self.conversations.forget(conversation_id, "", listed)
         return True
 
     def list_in_conversation(self, turn_id: str, conversation_id: str) -> None:
