@@ -240,6 +240,12 @@ class Connection:
             elif not isinstance(e, asyncio.CancelledError | GeneratorExit):
                 log.info("MCP session ended", server=self.name, error=_why(e))
 
+    def close(self) -> None:
+        """Close this process's session (its stdio server exits); a later call opens another."""
+        with self._lock:
+            if self._session is not None and self._pid == os.getpid():
+                self._drop(self._session, reset=True)
+
     def _drop(self, session: ClientSession, *, reset: bool) -> None:
         """Forget a session that failed (its next call opens another); a timeout alone keeps
         it (the server answers the call late, and the session goes on)."""
