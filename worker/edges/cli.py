@@ -199,11 +199,13 @@ def cmd_decide(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_tools(args: argparse.Namespace, extra: list[str]) -> int:
     """Every registered tool: its source, read-only or write, idempotent, identity, approval."""
+    from worker.base.logging import configure_logging_for
     from worker.base.settings import load_settings
     from worker.engine.tools import Registry
     from worker.engine.tools.approval import ApprovalPolicy
 
     settings = load_settings()
+    configure_logging_for(settings, "WARNING")  # stdout is the listing's alone
     registry = Registry.from_settings(settings)
     policy = ApprovalPolicy.from_settings(settings)
     rows = [

@@ -98,14 +98,23 @@ async def _list(server: McpServer) -> list[mcp_types.Tool]:
                 return tools
 
 
+#: the servers' tools as listed in this process, or in the worker's main process before the
+#: pool forked (a child inherits them: the list is fixed for the worker's life)
+_listed: dict[tuple[str, str], list[mcp_types.Tool]] = {}
+
+
 def list_server(name: str, server: McpServer) -> list[mcp_types.Tool]:
-    """The server's tools, listed on a connection of their own (a worker's start)."""
-    try:
-        return asyncio.run(asyncio.wait_for(_list(server), CONNECT_S * 2))
-    except Exception as e:
-        raise ConfigError(
-            f"DRES_MCP_SERVERS: server {name!r} ({server.where}) cannot be listed: {_why(e)}"
-        ) from None
+    """The server's tools, listed once per worker on a connection of their own."""
+    key = (name, server.model_dump_json())
+    if key not in _listed:
+        try:
+            _listed[key] = asyncio.run(asyncio.wait_for(_list(server), CONNECT_S * 2))
+            log.info("MCP server listed", server=name, tools=[t.name for t in _listed[key]])
+        except Exception as e:
+            raise ConfigError(
+                f"DRES_MCP_SERVERS: server {name!r} ({server.where}) cannot be listed: {_why(e)}"
+            ) from None
+    return _listed[key]
 
 
 def server_tools(name: str, server: McpServer, tools: list[mcp_types.Tool]) -> list[ToolSpec]:
@@ -311,7 +320,5 @@ def mcp_tools(servers: Mapping[str, McpServer]) -> list[ToolSpec]:
     """DRES_MCP_SERVERS's tools, each server listed now."""
     specs: list[ToolSpec] = []
     for name, server in servers.items():
-        tools = list_server(name, server)
-        log.info("MCP server listed", server=name, tools=[t.name for t in tools])
-        specs += server_tools(name, server, tools)
+        specs += server_tools(name, server, list_server(name, server))
     return specs

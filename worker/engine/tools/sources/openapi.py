@@ -50,8 +50,21 @@ CONNECT_S = 5.0
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
 
 
+#: the documents as read in this process, or in the worker's main process before the pool
+#: forked (a child inherits them: the operations are fixed for the worker's life)
+_documents: dict[tuple[str, str], dict[str, Any]] = {}
+
+
 def load_document(name: str, api: OpenApi) -> dict[str, Any]:
-    """The API's OpenAPI document; ``ConfigError`` naming the API when it cannot be read."""
+    """The API's OpenAPI document, read once per worker; ``ConfigError`` naming the API when it
+    cannot be read."""
+    key = (name, api.model_dump_json())
+    if key not in _documents:
+        _documents[key] = _read(name, api)
+    return _documents[key]
+
+
+def _read(name: str, api: OpenApi) -> dict[str, Any]:
     try:
         if api.spec.startswith(("http://", "https://")):
             response = httpx.get(api.spec, headers=dict(api.headers), timeout=api.timeout_s)
