@@ -122,6 +122,8 @@ class Operation:
     #: any other body: the input's field ``body`` is sent as it is
     body_whole: bool = False
     write: bool = True
+    #: the body's media type: JSON, or another one whose body is sent as text
+    media: str = "application/json"
 
 
 def operation_tool(
@@ -146,12 +148,14 @@ def operation_tool(
             required.append(pname)
     body_fields: tuple[str, ...] = ()
     whole = False
+    media = "application/json"
     body = op.get("requestBody")
     if body:
         content = body.get("content", {})
-        media = next((m for m in content if m.split(";")[0].strip().endswith("json")), None)
-        schema = content[media].get("schema", {}) if media else {}
-        if media and (schema.get("type") == "object" or "properties" in schema):
+        json_media = next((m for m in content if _is_json(m)), None)
+        media = json_media or next(iter(content), "application/json")
+        schema = content.get(media, {}).get("schema", {})
+        if json_media and (schema.get("type") == "object" or "properties" in schema):
             clash = sorted(set(schema.get("properties", {})) & set(properties))
             if clash:
                 raise ConfigError(
@@ -169,8 +173,12 @@ def operation_tool(
         input_schema["required"] = required
     write = method not in READS
     idempotent = method in IDEMPOTENT_WRITES or (write and declares_key)
-    operation = Operation(method, path, tuple(plan), body_fields, whole, write)
+    operation = Operation(method, path, tuple(plan), body_fields, whole, write, media)
     return operation, input_schema, idempotent
+
+
+def _is_json(media: str) -> bool:
+    return media.split(";")[0].strip().endswith("json")
 
 
 def _described(p: dict[str, Any]) -> dict[str, Any]:
@@ -274,10 +282,14 @@ class ApiClient:
             body = arguments.get("body")
         elif op.body_fields:
             body = {f: arguments[f] for f in op.body_fields if f in arguments}
+        content: dict[str, Any] = {"json": body}
+        if body is not None and not _is_json(op.media):
+            content = {"content": body if isinstance(body, str) else json.dumps(body)}
+            headers["Content-Type"] = op.media
         where = f"API {self.name!r}: {op.method.upper()} {path}"
         try:
             response = self.client().request(
-                op.method.upper(), path, params=query, headers=headers, json=body
+                op.method.upper(), path, params=query, headers=headers, **content
             )
         except NOT_SENT as e:
             raise ToolCallFailed(f"{where}: not sent: {type(e).__name__}: {e}") from None
