@@ -44,7 +44,7 @@ def mcp(request: pytest.FixtureRequest, h: Harness, tmp_path: Path) -> Iterator[
     """The harness's registry with the test MCP server's tools as ``t__*``; the server's log."""
     log = tmp_path / f"mcp-{request.param}.jsonl"
     http = McpHttpServer(log).start() if request.param == "http" else None
-    entry = http.entry(timeout_s=5) if http else stdio_entry(log, timeout_s=5)
+    entry = http.entry(timeout_s=2) if http else stdio_entry(log, timeout_s=2)
     yield from _registered(h, McpServer.model_validate(entry), log)
     if http:
         http.stop()
@@ -90,6 +90,7 @@ def test_an_mcp_servers_tools_are_classified_by_their_hints(h: Harness, mcp: Pat
         "t__send": (False, False, "mcp t"),
         "t__charge": (False, True, "mcp t"),
         "t__send_slowly": (False, False, "mcp t"),
+        "t__charge_slowly": (False, True, "mcp t"),
     }
     assert specs["t__send"].schema["required"] == ["to", "text"]
 
@@ -161,6 +162,21 @@ def test_an_mcp_server_killed_mid_write_leaves_it_interrupted_and_its_retry_refu
     assert len(calls(log, "send_slowly")) == 1
     assert [e.cause for e in h.events("resumed")] == ["transport_error"]  # type: ignore[attr-defined]
     next(registered, None)
+
+
+def test_an_interrupted_idempotent_mcp_write_is_retried_with_the_same_key(
+    h: Harness, mcp: Path
+) -> None:
+    """The first call times out (unknown outcome: interrupted); the resumed identical call runs
+    again with the same key in ``_meta``, and the server's dedupe answers it."""
+    h.start([step(("t__charge_slowly", {"amount": 7})), DONE], on_resume="restart")
+    assert h.run_to_end().status == "completed"
+    first, second = calls(mcp, "charge_slowly")
+    assert first["key"] == second["key"] is not None
+    journal = build_journal(h.events())
+    assert [e.tool for e in journal.completed] == ["t__charge_slowly"] and not journal.interrupted
+    assert journal.completed[0].result == {"charge_id": "ch_1", "amount": 7}
+    assert blocked(h) == []
 
 
 def test_an_mcp_server_that_cannot_be_started_is_named_in_one_line(tmp_path: Path) -> None:

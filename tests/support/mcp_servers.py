@@ -7,7 +7,8 @@ its arguments, the ``dres/idempotency_key`` of the request's ``_meta``, and the 
 a test sees what the server saw (and can kill the server mid-call).
 
 Tools: ``lookup`` (``readOnlyHint: true``), ``send`` (a write with no hints), ``charge``
-(``idempotentHint: true``: dedupes on the key), ``send_slowly`` (a write that does its effect,
+(``idempotentHint: true``: dedupes on the key), ``charge_slowly`` (idempotent: its first request
+per key answers far too late), ``send_slowly`` (a write that does its effect,
 then never answers: a timeout, or a kill mid-call).
 
 ``python -m tests.support.mcp_servers stdio`` or ``... http PORT``.
@@ -131,6 +132,15 @@ def build_server() -> MCPServer:
         key = record("charge", {"amount": amount}, ctx) or ""
         first = charged.setdefault(key, {"charge_id": f"ch_{len(charged) + 1}", "amount": amount})
         return first
+
+    @server.tool(annotations=ToolAnnotations(idempotent_hint=True))
+    async def charge_slowly(amount: int, ctx: Context) -> dict[str, Any]:
+        """Charge once per key; the first request for a key answers far too late."""
+        key = record("charge_slowly", {"amount": amount}, ctx) or ""
+        if key not in charged:
+            charged[key] = {"charge_id": f"ch_{len(charged) + 1}", "amount": amount}
+            await anyio.sleep(HANG_S)
+        return charged[key]
 
     @server.tool()
     async def send_slowly(to: str, ctx: Context) -> dict[str, Any]:
