@@ -34,6 +34,8 @@ from worker.dev.redis_server import free_port
 
 #: the environment variable naming the server's call log
 LOG_VAR = "DRES_TEST_MCP_LOG"
+#: the environment variable naming a flag file: while it exists, the next write hangs
+HANG_VAR = "DRES_TEST_MCP_HANG"
 MODULE = "tests.support.mcp_servers"
 #: seconds ``send_slowly`` holds its answer back (longer than any test waits)
 HANG_S = 120.0
@@ -63,6 +65,8 @@ class McpHttpServer:
     log: Path
     port: int = field(default_factory=free_port)
     process: Any = None
+    #: a flag file: while it exists, the server's next write hangs after its work
+    hang: Path | None = None
 
     @property
     def url(self) -> str:
@@ -75,6 +79,8 @@ class McpHttpServer:
         import subprocess
 
         env = {**os.environ, LOG_VAR: str(self.log), "PYTHONPATH": str(ROOT)}
+        if self.hang is not None:
+            env[HANG_VAR] = str(self.hang)
         self.process = subprocess.Popen(
             [sys.executable, "-m", MODULE, "http", str(self.port)],
             env=env,
@@ -100,6 +106,21 @@ class McpHttpServer:
             self.process.wait(timeout=10)
 
 
+async def hang_if_asked() -> None:
+    """A write that did its work holds its answer back when the flag file ``HANG_VAR`` names
+    exists (the chaos runner's fault), once it let the number of writes the file holds pass
+    (none when empty); the flag is used up."""
+    flag = Path(os.environ.get(HANG_VAR) or "/nonexistent")
+    if not flag.exists():
+        return
+    passes = int(flag.read_text() or 0)
+    if passes > 0:
+        flag.write_text(str(passes - 1))
+        return
+    flag.unlink(missing_ok=True)
+    await anyio.sleep(HANG_S)
+
+
 def build_server() -> MCPServer:
     server: MCPServer = MCPServer("dres-test")
     log = Path(os.environ[LOG_VAR])
@@ -121,16 +142,18 @@ def build_server() -> MCPServer:
         return {"key": key, "value": f"value-of-{key}"}
 
     @server.tool()
-    def send(to: str, text: str, ctx: Context) -> dict[str, Any]:
+    async def send(to: str, text: str, ctx: Context) -> dict[str, Any]:
         """Send a message (a write; no hints)."""
         record("send", {"to": to, "text": text}, ctx)
+        await hang_if_asked()
         return {"sent": True, "to": to}
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True))
-    def charge(amount: int, ctx: Context) -> dict[str, Any]:
+    async def charge(amount: int, ctx: Context) -> dict[str, Any]:
         """Charge an amount; the same idempotency key charges once."""
         key = record("charge", {"amount": amount}, ctx) or ""
         first = charged.setdefault(key, {"charge_id": f"ch_{len(charged) + 1}", "amount": amount})
+        await hang_if_asked()
         return first
 
     @server.tool(annotations=ToolAnnotations(idempotent_hint=True))
