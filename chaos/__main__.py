@@ -31,5 +31,5 @@ if __name__ == "__main__":
     if "elsewhere" in args.only:  # tools from MCP servers and HTTP APIs: servers of their own
         from chaos.elsewhere import main as elsewhere
 
-        sys.exit(elsewhere(args.trials, args.seed))
+        sys.exit(elsewhere(args.trials, args.seed, naive=args.naive))
     sys.exit(main(args.trials, args.seed, naive=args.naive, only=args.only))
