@@ -28,6 +28,7 @@ import httpx
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
+from tests.support.hangs import HANG_S, hang_if_asked
 from tests.support.processes import ROOT
 from tests.support.waiting import wait_until
 from worker.dev.redis_server import free_port
@@ -37,8 +38,6 @@ LOG_VAR = "DRES_TEST_MCP_LOG"
 #: the environment variable naming a flag file: while it exists, the next write hangs
 HANG_VAR = "DRES_TEST_MCP_HANG"
 MODULE = "tests.support.mcp_servers"
-#: seconds ``send_slowly`` holds its answer back (longer than any test waits)
-HANG_S = 120.0
 
 
 def stdio_entry(log: Path, **options: Any) -> dict[str, Any]:
@@ -106,21 +105,6 @@ class McpHttpServer:
             self.process.wait(timeout=10)
 
 
-async def hang_if_asked() -> None:
-    """A write that did its work holds its answer back when the flag file ``HANG_VAR`` names
-    exists (the chaos runner's fault), once it let the number of writes the file holds pass
-    (none when empty); the flag is used up."""
-    flag = Path(os.environ.get(HANG_VAR) or "/nonexistent")
-    if not flag.exists():
-        return
-    passes = int(flag.read_text() or 0)
-    if passes > 0:
-        flag.write_text(str(passes - 1))
-        return
-    flag.unlink(missing_ok=True)
-    await anyio.sleep(HANG_S)
-
-
 def build_server() -> MCPServer:
     server: MCPServer = MCPServer("dres-test")
     log = Path(os.environ[LOG_VAR])
@@ -145,7 +129,7 @@ def build_server() -> MCPServer:
     async def send(to: str, text: str, ctx: Context) -> dict[str, Any]:
         """Send a message (a write; no hints)."""
         record("send", {"to": to, "text": text}, ctx)
-        await hang_if_asked()
+        await hang_if_asked(HANG_VAR)
         return {"sent": True, "to": to}
 
     @server.tool(annotations=ToolAnnotations(read_only_hint=False, idempotent_hint=True))
@@ -153,7 +137,7 @@ def build_server() -> MCPServer:
         """Charge an amount; the same idempotency key charges once."""
         key = record("charge", {"amount": amount}, ctx) or ""
         first = charged.setdefault(key, {"charge_id": f"ch_{len(charged) + 1}", "amount": amount})
-        await hang_if_asked()
+        await hang_if_asked(HANG_VAR)
         return first
 
     @server.tool(annotations=ToolAnnotations(idempotent_hint=True))

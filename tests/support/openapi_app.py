@@ -28,6 +28,7 @@ import httpx
 from fastapi import FastAPI, Header, HTTPException, Request
 from pydantic import BaseModel
 
+from tests.support.hangs import HANG_S, hang_if_asked
 from tests.support.processes import ROOT
 from tests.support.waiting import wait_until
 from worker.dev.redis_server import free_port
@@ -35,8 +36,6 @@ from worker.dev.redis_server import free_port
 LOG_VAR = "DRES_TEST_API_LOG"
 #: the environment variable naming a flag file: while it exists, the next write hangs
 HANG_VAR = "DRES_TEST_API_HANG"
-#: seconds a slow answer is held back (longer than any test waits)
-HANG_S = 120.0
 
 
 def requests(log: Path, operation: str | None = None) -> list[dict[str, Any]]:
@@ -54,21 +53,6 @@ class Item(BaseModel):
 
 class Order(BaseModel):
     sku: str
-
-
-async def hang_if_asked() -> None:
-    """A write that did its work holds its answer back when the flag file ``HANG_VAR`` names
-    exists (the chaos runner's fault), once it let the number of writes the file holds pass
-    (none when empty); the flag is used up."""
-    flag = Path(os.environ.get(HANG_VAR) or "/nonexistent")
-    if not flag.exists():
-        return
-    passes = int(flag.read_text() or 0)
-    if passes > 0:
-        flag.write_text(str(passes - 1))
-        return
-    flag.unlink(missing_ok=True)
-    await asyncio.sleep(HANG_S)
 
 
 def build_app(log: Path) -> FastAPI:
@@ -101,7 +85,7 @@ def build_app(log: Path) -> FastAPI:
             raise HTTPException(409, "an item named conflict exists")
         item_id = f"it_{len(items) + 1}"
         items[item_id] = {"item_id": item_id, **item.model_dump()}
-        await hang_if_asked()
+        await hang_if_asked(HANG_VAR)
         return items[item_id]
 
     @app.put("/items/{item_id}", operation_id="put_item")
@@ -112,7 +96,7 @@ def build_app(log: Path) -> FastAPI:
         if item.name.startswith("slow") and item_id not in slow_done:
             slow_done.add(item_id)
             await asyncio.sleep(HANG_S)
-        await hang_if_asked()
+        await hang_if_asked(HANG_VAR)
         return items[item_id]
 
     @app.post("/slow", operation_id="create_slowly")
