@@ -105,7 +105,9 @@ clean:
 # NAIVE=1 runs the same trials with both layers and the interrupted-write guard off, and counts
 # the duplicate effects a plain retry would have caused. KINDS="redis_restart redis_pause" draws
 # only those faults; KINDS=failover (alone, never drawn otherwise) fails a Sentinel-monitored
-# master over instead, on a primary, a replica and three Sentinels.
+# master over instead, on a primary, a replica and three Sentinels; KINDS=elsewhere (alone too)
+# runs a turn of tools from an MCP server and an HTTP API under worker kills, soft limits, and
+# servers that hang or die mid-write (chaos/elsewhere.py).
 TRIALS ?= 200
 SEED ?= 1
 NAIVE ?= 0

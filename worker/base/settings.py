@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from functools import lru_cache
 from typing import Any, Literal
@@ -15,6 +14,13 @@ from redis.connection import parse_url
 
 from ledger.durability import Durability, Level
 from worker.base.errors import ConfigError
+from worker.base.tool_sources import (
+    McpServer,
+    OpenApi,
+    parse_entries,
+    parse_mcp_servers,
+    parse_openapi,
+)
 
 DEMO_TOOLS = "worker.dev.demo_tools"
 
@@ -104,28 +110,8 @@ def parse_sentinel_tls(url: str) -> dict[str, Any]:
 
 def parse_agents(raw: str) -> dict[str, AgentApp]:
     """DRES_AGENTS's apps by name; a ``ValueError`` naming what is wrong."""
-    try:
-        data = json.loads(raw or "{}")
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not JSON ({e.msg} at character {e.pos})") from None
-    if not isinstance(data, dict):
-        raise ValueError('must be a JSON object: {"NAME": {"url": "http://…", "token": "…"}}')
-    apps = {}
-    for name, entry in data.items():
-        if not name.strip():
-            raise ValueError("an app's name is empty")
-        try:
-            apps[name] = AgentApp.model_validate(entry)
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            why = first["msg"]
-            if first["type"] == "missing":
-                why = "missing"
-            elif where == "url":
-                why = "must be an http:// or https:// URL"
-            raise ValueError(f"app {name!r}: {where or 'entry'}: {why}") from None
-    return apps
+    shape = '{"NAME": {"url": "http://…", "token": "…"}}'
+    return parse_entries(raw, AgentApp, "app", shape)
 
 
 #: a tool's name as DRES_APPROVAL lists it
@@ -244,6 +230,16 @@ class Settings(BaseSettings):
     agents: str = Field(
         "{}", description='JSON: the apps call_agent may call, {"NAME": {"url", "token"}}'
     )
+    mcp_servers: str = Field(
+        "{}",
+        description='MCP servers whose tools are registered (JSON): {"NAME": {"command": '
+        '[...], "env": {}}} (stdio) or {"NAME": {"url": "http://…/mcp", "headers": {}}}',
+    )
+    openapi: str = Field(
+        "{}",
+        description='HTTP APIs whose OpenAPI operations are registered (JSON): {"NAME": '
+        '{"spec": "URL or path", "base_url": "…", "operations": [...]}}',
+    )
     redis_cluster: bool = Field(
         False, description="the ledger's Redis is a Redis Cluster (the broker a plain Redis)"
     )
@@ -295,6 +291,24 @@ class Settings(BaseSettings):
             parse_agents(raw)
         except ValueError as e:
             raise PydanticCustomError("dres_agents", str(e)) from None
+        return raw
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_servers_parse(cls, raw: str) -> str:
+        try:
+            parse_mcp_servers(raw)
+        except ValueError as e:
+            raise PydanticCustomError("dres_mcp_servers", str(e)) from None
+        return raw
+
+    @field_validator("openapi")
+    @classmethod
+    def _openapi_parse(cls, raw: str) -> str:
+        try:
+            parse_openapi(raw)
+        except ValueError as e:
+            raise PydanticCustomError("dres_openapi", str(e)) from None
         return raw
 
     @field_validator("approval")
@@ -442,6 +456,16 @@ class Settings(BaseSettings):
     def agent_apps(self) -> dict[str, AgentApp]:
         """DRES_AGENTS's apps by name (validated when the settings were read)."""
         return parse_agents(self.agents)
+
+    @property
+    def mcp_server_entries(self) -> dict[str, McpServer]:
+        """DRES_MCP_SERVERS's servers by name (validated when the settings were read)."""
+        return parse_mcp_servers(self.mcp_servers)
+
+    @property
+    def openapi_entries(self) -> dict[str, OpenApi]:
+        """DRES_OPENAPI's APIs by name (validated when the settings were read)."""
+        return parse_openapi(self.openapi)
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -244,6 +244,39 @@ def cmd_config(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def cmd_tools(args: argparse.Namespace, extra: list[str]) -> int:
+    """Every registered tool: its source, read-only or write, idempotent, identity, approval."""
+    from worker.base.logging import configure_logging_for
+    from worker.base.settings import load_settings
+    from worker.engine.tools import Registry
+    from worker.engine.tools.approval import ApprovalPolicy
+
+    settings = load_settings()
+    configure_logging_for(settings, "WARNING")  # stdout is the listing's alone
+    registry = Registry.from_settings(settings)
+    policy = ApprovalPolicy.from_settings(settings)
+    rows = [
+        {
+            "name": spec.name,
+            "source": spec.source,
+            "kind": "read-only" if spec.read_only else "write",
+            "idempotent": "yes" if spec.idempotent else "no",
+            "identity": ",".join(spec.identity) or "-",
+            "approval": policy.waits_for(spec),
+        }
+        for spec in registry.schemas().values()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = [["TOOL", "SOURCE", "KIND", "IDEMPOTENT", "IDENTITY", "APPROVAL"]]
+    table += [list(r.values()) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "approvals": cmd_approvals,
     "config": cmd_config,
@@ -259,6 +292,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "continue": cmd_continue,
     "stop": cmd_stop,
     "up": cmd_up,
+    "tools": cmd_tools,
 }
 
 
@@ -325,6 +359,10 @@ def build_parser() -> argparse.ArgumentParser:
         decide.add_argument(
             "--signature", default=None, help="the request's signature (default: as requested)"
         )
+    tools = sub.add_parser(
+        "tools", help="every registered tool: source, read-only or write, idempotent, approval"
+    )
+    tools.add_argument("--json", action="store_true")
     up = sub.add_parser("up", help="redis, a worker and the API with the page: try dres here")
     up.add_argument("--port", type=int, default=8000, help="the API's and the page's port")
     sub.choices["continue"].add_argument(

@@ -55,7 +55,9 @@ def load_before_fork(runtime: Runtime) -> None:
     settings = runtime.settings
     preload_sdks([settings.model, *settings.models.split(",")])
     metrics.get()
-    tools = runtime.registry.names()  # DRES_TOOLS's modules: a bad one stops the worker here
+    # DRES_TOOLS's modules, and the MCP servers and OpenAPI documents listed now (a worker's tool
+    # list is fixed for its life): a bad one stops the worker here, with one line naming it
+    tools = runtime.registry.names()
     # DRES_APPROVAL may name only registered write tools: refused here, not in every chunk
     ApprovalPolicy.from_settings(settings).check(runtime.registry)
     log.info("tools loaded", tools=tools)

@@ -6,9 +6,11 @@ only what is new: a long turn's resume costs what its last chunk added, not all 
 resumed run that read is also the hard-block snapshot (layer 2), re-tried with backoff; if it
 still fails the run stops with ``journal_unreadable`` rather than run writes blind. The journal
 note (layer 1) is best-effort. Resumable transport errors resume inside the same run with the
-nudge and a fresh snapshot. Time limits are not the loop's business: whatever ``interrupts`` the
-caller names (Celery's ``SoftTimeLimitExceeded``) propagates out, once the text the run streamed
-and still buffers is written, and the caller hands the turn to its next chunk. No celery here.
+nudge and a fresh snapshot; so does a write whose outcome is unknown (``OutcomeUnknown``: it
+stays interrupted, and the resume meets it under the guard). Time limits are not the loop's
+business: whatever ``interrupts`` the caller names (Celery's ``SoftTimeLimitExceeded``)
+propagates out, once the text the run streamed and still buffers is written, and the caller
+hands the turn to its next chunk. No celery here.
 """
 
 from __future__ import annotations
@@ -35,7 +37,13 @@ from ledger.journal import Journal, build_journal
 from ledger.note import NoteFold, journal_note
 from ledger.store import Ledger
 from worker.base.clock import Clock, Ids
-from worker.base.errors import JournalUnreadable, ModelError, TurnCancelled, Unconfirmed
+from worker.base.errors import (
+    JournalUnreadable,
+    ModelError,
+    OutcomeUnknown,
+    TurnCancelled,
+    Unconfirmed,
+)
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
 from worker.engine.history import Conversation
@@ -250,8 +258,9 @@ class AgentLoop:
                 continue
             except ModelError as e:
                 ended = self._after_model_error(recorder, e, transport_resumes)
-            except Unconfirmed as e:
-                # a write's record the store could not confirm (DRES_DURABILITY)
+            except (Unconfirmed, OutcomeUnknown) as e:
+                # a write's record the store could not confirm (DRES_DURABILITY), or a write
+                # sent whose answer never came: it stays interrupted, and the resume meets it
                 ended = self._after_transport_error(recorder, str(e), transport_resumes)
             if ended is not None:
                 return ended

@@ -13,6 +13,10 @@ For each call the model makes, in order:
 With ``DRES_DURABILITY`` above ``ack`` (the recorder's ``durable``) a write's ``tool_start`` is
 confirmed before its effect runs and its ``tool_done`` before the turn goes on
 (``worker.engine.tools.durable``); read-only tools and every other record confirm nothing.
+
+A tool that raises ``OutcomeUnknown`` (a tool from elsewhere whose write was sent but never
+answered) gets no ``tool_done``: the call stays interrupted, and the exception ends the attempt
+as a transport error does (``worker.engine.loop``).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ from ledger.errors import SignatureError
 from ledger.events import ApprovalRequested, ToolBlocked, ToolDone, ToolStart
 from ledger.signature import input_signature
 from worker.base import metrics
+from worker.base.errors import OutcomeUnknown
 from worker.base.failpoints import OFF, Failpoints
 from worker.engine.models.base import ToolCall
 from worker.engine.recorder import Recorder
@@ -188,6 +193,11 @@ class ToolExecutor:
                 result = to_jsonable_python(call.spec.invoke(call.arguments, ctx), fallback=repr)
                 is_error = False
             except self.interrupts:
+                raise
+            except OutcomeUnknown as e:
+                # Sent, never answered: no tool_done, so the call stays interrupted, and the
+                # run ends as a transport error does (the loop resumes it under the guard).
+                log.warning("tool outcome unknown; the call stays interrupted", error=str(e))
                 raise
             except Exception as e:  # a tool failure is recorded as an error result
                 result, is_error = error_result(f"{type(e).__name__}: {e}"), True
