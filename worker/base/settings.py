@@ -232,13 +232,11 @@ class Settings(BaseSettings):
     )
     mcp_servers: str = Field(
         "{}",
-        description='MCP servers whose tools are registered (JSON): {"NAME": {"command": '
-        '[...], "env": {}}} (stdio) or {"NAME": {"url": "http://…/mcp", "headers": {}}}',
+        description='JSON: MCP servers whose tools are registered, {"NAME": {"command" or "url"}}',
     )
     openapi: str = Field(
         "{}",
-        description='HTTP APIs whose OpenAPI operations are registered (JSON): {"NAME": '
-        '{"spec": "URL or path", "base_url": "…", "operations": [...]}}',
+        description='JSON: HTTP APIs whose OpenAPI operations are tools, {"NAME": {"spec"}}',
     )
     redis_cluster: bool = Field(
         False, description="the ledger's Redis is a Redis Cluster (the broker a plain Redis)"
