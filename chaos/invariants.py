@@ -7,20 +7,32 @@ and is expected to fail exactly one of them:
   and the interrupted-write guard exist for);
 - ``other_checks``: everything else (the stream is well formed, the turn ended within the bound,
   its metadata agrees with its stream, no record was lost), which naive resume must pass too.
+``approval_checks`` (the ``approval`` trials, CONTRACT §7.14) go with the first group: no write
+that needs approval ran without an ``approve`` for its signature, and none ran twice on one.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from ledger.codec import Envelope
-from ledger.events import RunEnded, RunStarted, ToolDone, ToolStart, TurnEnded
+from ledger.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    RunEnded,
+    RunStarted,
+    ToolDone,
+    ToolStart,
+    TurnEnded,
+)
 
 #: writes that are not idempotent: an interrupted one may never run again
 PLAIN_WRITES = frozenset({"chaos_send", "chaos_note"})
 IDEMPOTENT_WRITES = frozenset({"chaos_charge"})
+#: every write of the chaos tools: an ``approval`` trial's worker has each wait for a person
+WRITES = PLAIN_WRITES | IDEMPOTENT_WRITES
 #: the statuses a turn ends in; every end short of completion is ``stopped`` with a code
 ENDED = frozenset({"completed", "stopped"})
 
@@ -114,6 +126,68 @@ def interrupted_writes_not_retried(events: Sequence[Any]) -> list[str]:
         (e.tool, e.signature) for e in events if isinstance(e, ToolStart) and e.tool in PLAIN_WRITES
     )
     return [f"{tool} started {n} times with one input" for (tool, _), n in starts.items() if n > 1]
+
+
+# -- approvals (CONTRACT §7.14) -----------------------------------------------------------------
+
+
+def approval_checks(
+    events: Sequence[Any], effects: Sequence[dict[str, Any]], needs: Collection[str] = WRITES
+) -> list[str]:
+    """No write of a tool in ``needs`` (the ones that wait for a person) ran without an
+    ``approve`` for its signature, and none ran twice on one approval; a denied call ran nothing.
+
+    An effect row is one execution (``chaos.tools``), traced to its ``tool_start`` by its
+    ``call_id``: that ``tool_start`` names an approval, whose request is for the same call and
+    signature and whose ``approval_decided`` (earlier in the stream) is ``approve``. An approval
+    is used by one ``tool_start`` and one effect at most.
+    """
+    requests: dict[str, ApprovalRequested] = {}
+    decided: dict[str, str] = {}  # approval_id -> its decision, as far as the stream has come
+    #: call_id -> its tool_start, and its approval's decision when it started (a later decision
+    #: authorises nothing)
+    starts: dict[str, tuple[ToolStart, str | None]] = {}
+    used: Counter[str] = Counter()
+    for event in events:
+        if isinstance(event, ApprovalRequested):
+            requests[event.approval_id] = event
+        elif isinstance(event, ApprovalDecided):
+            decided.setdefault(event.approval_id, event.decision)
+        elif isinstance(event, ToolStart) and event.tool in needs:
+            starts.setdefault(event.call_id, (event, decided.get(event.approval_id or "")))
+            used[event.approval_id or ""] += 1
+    out = [f"approval {aid} used by {n} tool_starts" for aid, n in used.items() if aid and n > 1]
+    per_approval: Counter[str] = Counter()
+    for row in effects:
+        if row["tool"] not in needs or row["call_id"] not in starts:
+            continue  # one with no tool_start at all is ``no_lost_records``'s to report
+        start, decision = starts[row["call_id"]]
+        what = f"{row['tool']} call {row['call_id']}"
+        out += _approved(what, start, decision, requests.get(start.approval_id or ""))
+        if start.approval_id:
+            per_approval[start.approval_id] += 1
+    out += [f"approval {aid} used by {n} effects" for aid, n in per_approval.items() if n > 1]
+    denied = {r.call_id for aid, r in requests.items() if decided.get(aid) == "deny"}
+    out += [
+        f"{row['tool']} call {row['call_id']} ran though its approval was denied"
+        for row in effects
+        if row["call_id"] in denied
+    ]
+    return out
+
+
+def _approved(
+    what: str, start: ToolStart, decision: str | None, request: ApprovalRequested | None
+) -> list[str]:
+    if not start.approval_id:
+        return [f"{what} ran without an approval"]
+    if request is None:
+        return [f"{what} ran on approval {start.approval_id}, which was never requested"]
+    if (request.call_id, request.signature) != (start.call_id, start.signature):
+        return [f"{what} ran on approval {start.approval_id}, requested for another call"]
+    if decision != "approve":
+        return [f"{what} ran on approval {start.approval_id}, decided {decision or 'not yet'}"]
+    return []
 
 
 # -- the turn's end -----------------------------------------------------------------------------
