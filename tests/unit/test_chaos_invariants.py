@@ -384,9 +384,48 @@ def test_one_approval_used_by_two_executions_is_a_violation() -> None:
     once = approval_events(asked("a1", "c1", "1-1"), decision("a1", "1-2"),
                            approved_start("c1", "2-1"))  # fmt: skip
     assert invariants.approval_checks(once, [send_row("c1"), send_row("c1")]) == [
-        "approval a1 used by 2 effects"
+        "approval a1 took effect 2 times"
     ]
     twice = [*once, *events(stream(approved_start("c2", "3-1")))]
     assert invariants.approval_checks(twice, [send_row("c1")]) == [
-        "approval a1 used by 2 tool_starts"
+        "approval a1 named by 2 tool_starts"
+    ]
+
+
+CHARGE = {"amount": 5}
+
+
+def charge_start(call_id: str, sid: str, approval_id: str | None) -> tuple[str, str, str, Any]:
+    fields = {"call_id": call_id, "tool": "chaos_charge", "input": CHARGE,
+              "signature": input_signature(CHARGE), "approval_id": approval_id}  # fmt: skip
+    return (sid, "tool_start", "r2", fields)
+
+
+def charge_asked() -> tuple[str, str, str, dict[str, Any]]:
+    fields = {"approval_id": "a1", "call_id": "c1", "tool": "chaos_charge", "input": CHARGE,
+              "signature": input_signature(CHARGE), "expires_at": 9.0}  # fmt: skip
+    return ("1-1", "approval_requested", "r1", fields)
+
+
+def test_an_idempotent_retry_of_an_interrupted_approved_call_runs_on_its_approval() -> None:
+    """The approved charge is cut off after its effect; the resumed run retries it (a new
+    call_id, no new request, the same key): two attempts, one application, one approval."""
+    found = approval_events(charge_asked(), decision("a1", "1-2"), charge_start("c1", "2-1", "a1"),
+                            charge_start("c2", "3-1", None))  # fmt: skip
+    effects = [charge_row("c1", True), charge_row("c2", False)]
+    assert invariants.approval_checks(found, effects) == []
+    applied_twice = [charge_row("c1", True), charge_row("c2", True)]
+    assert invariants.approval_checks(found, applied_twice) == ["approval a1 took effect 2 times"]
+
+
+def test_a_retry_with_no_approved_start_before_it_or_of_a_plain_write_is_a_violation() -> None:
+    unasked = approval_events(charge_start("c2", "3-1", None))
+    assert invariants.approval_checks(unasked, [charge_row("c2", True)]) == [
+        "chaos_charge call c2 ran without an approval"
+    ]
+    plain = approval_events(asked("a1", "c1", "1-1"), decision("a1", "1-2"),
+                            approved_start("c1", "2-1"),
+                            approved_start("c2", "3-1", approval_id=None))  # fmt: skip
+    assert invariants.approval_checks(plain, [send_row("c2")]) == [
+        "chaos_send call c2 ran without an approval"
     ]
