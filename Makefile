@@ -94,7 +94,8 @@ clean:
 # NAIVE=1 runs the same trials with both layers and the interrupted-write guard off, and counts
 # the duplicate effects a plain retry would have caused. KINDS="redis_restart redis_pause" draws
 # only those faults; KINDS=failover (alone, never drawn otherwise) fails a Sentinel-monitored
-# master over instead, on a primary, a replica and three Sentinels.
+# master over instead, on a primary, a replica and three Sentinels; KINDS=approval (alone, never
+# drawn otherwise) has every write wait for a person the runner plays, faults around a decision.
 TRIALS ?= 200
 SEED ?= 1
 NAIVE ?= 0

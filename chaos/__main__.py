@@ -24,7 +24,8 @@ if __name__ == "__main__":
         default=(),
         metavar="ACTION",
         help="draw only the faults of these actions (redis_restart, redis_pause, kill_child, ...;"
-        " failover, alone: on a Sentinel set-up, never drawn otherwise)",
+        " failover, alone: on a Sentinel set-up; approval, alone: every write waits for a person"
+        " the runner plays; neither drawn otherwise)",
     )
     args = parser.parse_args()
     sys.exit(main(args.trials, args.seed, naive=args.naive, only=args.only))

@@ -199,13 +199,13 @@ class Watch:
         for turn_id in self.turn_ids:
             if turn_id in self.done:
                 continue
-            status = runtime.ledger.meta(turn_id).status
-            if status == "completed":
+            meta = runtime.ledger.meta(turn_id)
+            if meta.status == "completed":
                 self.done.add(turn_id)
-            elif status == "stopped":
+            elif meta.status == "stopped":
                 self.stopped(turn_id)
-            elif status == "waiting" and self.decider is not None:
-                self.decider.look(turn_id, runtime.ledger.meta(turn_id))
+            elif meta.status == "waiting" and self.decider is not None:
+                self.decider.look(turn_id, meta)
 
     def stopped(self, turn_id: str) -> None:
         """Continue it as a person would, or leave it stopped (a refusal is judged later, from
