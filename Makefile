@@ -107,7 +107,8 @@ clean:
 # only those faults; KINDS=failover (alone, never drawn otherwise) fails a Sentinel-monitored
 # master over instead, on a primary, a replica and three Sentinels; KINDS=elsewhere (alone too)
 # runs a turn of tools from an MCP server and an HTTP API under worker kills, soft limits, and
-# servers that hang or die mid-write (chaos/elsewhere.py).
+# servers that hang or die mid-write (chaos/elsewhere.py); KINDS=approval (alone, never drawn
+# otherwise) has every write wait for a person the runner plays, faults around a decision.
 TRIALS ?= 200
 SEED ?= 1
 NAIVE ?= 0

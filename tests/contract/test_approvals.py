@@ -376,3 +376,32 @@ def test_a_stop_requested_while_the_run_ends_waiting_stops_the_turn(h: Harness) 
     (voided,) = [e for e in h.events("approval_decided") if isinstance(e, ApprovalDecided)]
     assert voided.decision == "voided"
     assert outbox(h.client) == [] and h.lifecycle.store.open_approvals(limit=5)[0] == []
+
+
+def test_a_decision_whose_resume_message_never_left_is_sent_again_after_the_handoff_grace(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The decider (an API process) dies right after the last decision's step, before its
+    message is sent and the turn watched: the reaper still looks at the turn within the hand-off
+    grace (not at the request's expiry, a day away) and sends the message again. ``make chaos
+    KINDS=approval`` met it as a redis-server restart right after a decision, which lost the
+    writes that followed the step."""
+    h.start([SEND, DONE])
+    h.run_next()
+
+    def died(*_: object) -> None:
+        raise RuntimeError("the deciding process died")
+
+    monkeypatch.setattr(h.lifecycle, "launch", died)
+    with pytest.raises(RuntimeError, match="died"):
+        h.decide()
+    monkeypatch.undo()
+    meta = h.lifecycle.store.meta(h.turn_id)
+    assert meta.status == TurnStatus.RESUMING
+    assert meta.next_run not in {run_id for _, run_id, _ in h.messages.sent}
+
+    h.clock.t += h.settings.handoff_grace_s + 1
+    assert Reaper(h.lifecycle).sweep() == {h.turn_id: "redispatched"}
+    assert h.messages.sent[-1] == (h.turn_id, meta.next_run, "foreground")
+    h.pending = meta.next_run
+    assert h.run_to_end().status == "completed" and len(outbox(h.client)) == 1

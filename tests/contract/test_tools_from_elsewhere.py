@@ -35,6 +35,14 @@ def step(*calls_: tuple[str, dict[str, Any]]) -> dict[str, Any]:
 
 
 @pytest.fixture
+def client(rdb: redis.Redis) -> redis.Redis:
+    """A real redis-server only: these tests are about the tool sources, and the ledger's
+    behaviour on fakeredis and a Cluster is the other contract tests' (each of those backends
+    would run the same servers again)."""
+    return rdb
+
+
+@pytest.fixture
 def h(client: redis.Redis, tmp_path: Path) -> Harness:
     return Harness(client, tmp_path)
 

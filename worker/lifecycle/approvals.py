@@ -209,6 +209,13 @@ class Approvals(LifecycleBase):
             meta, ApprovalDecided, approval_id=approval_id, decision=decision, reason=reason, by=by
         )
         request = self.store.open_request(meta.turn_id, approval_id)
+        if run_id is not None:
+            # Watched before the step, not only by ``launch`` after it: the reaper's look at a
+            # waiting turn is set for its requests' expiry (a day off), so a step whose message
+            # then never left (the decider died, or Redis lost the writes after the step) would
+            # wait that long to be sent again. Refused, the step leaves an early look that finds
+            # the turn waiting and sets the expiry's again.
+            self.store.watch(meta.turn_id, self.ms(self.settings.handoff_grace_s))
         self.store.transition(meta.turn_id, step, expect=expect, events=[decided], fields=fields)
         self.store.unindex_approvals(meta.turn_id, [approval_id])
         waited = None if request is None else decided.ts - request.ts
