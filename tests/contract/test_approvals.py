@@ -405,3 +405,28 @@ def test_a_decision_whose_resume_message_never_left_is_sent_again_after_the_hand
     assert h.messages.sent[-1] == (h.turn_id, meta.next_run, "foreground")
     h.pending = meta.next_run
     assert h.run_to_end().status == "completed" and len(outbox(h.client)) == 1
+
+
+def test_a_continue_whose_message_never_left_is_sent_again_after_the_handoff_grace(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same for a Continue (here after a Stop voided the request): a stopped turn is in no
+    index, so the Continue watches it before its step, and the reaper sends the lost message."""
+    h.start([SEND, DONE])
+    h.run_next()
+    assert h.lifecycle.stop(h.turn_id).ok
+
+    def died(*_: object) -> None:
+        raise RuntimeError("the continuing process died")
+
+    monkeypatch.setattr(h.lifecycle, "launch", died)
+    with pytest.raises(RuntimeError, match="died"):
+        h.lifecycle.continue_turn(h.turn_id, auto=False)
+    monkeypatch.undo()
+    meta = h.lifecycle.store.meta(h.turn_id)
+    assert meta.status == TurnStatus.QUEUED
+
+    h.clock.t += h.settings.handoff_grace_s + 1
+    assert Reaper(h.lifecycle).sweep() == {h.turn_id: "redispatched"}
+    h.pending = meta.next_run
+    assert h.run_next() is None and status(h) == TurnStatus.WAITING  # asked again

@@ -89,6 +89,11 @@ class Control(LifecycleBase):
             "epoch": meta.epoch,
             "auto_continues": meta.auto_continues or "",
         }
+        # The reaper looks at the turn within the hand-off grace, watched before the step: a
+        # stopped turn is in no index, and a Continue whose message never left (its process
+        # died, or a Redis restart lost the writes after the step) must still be sent again.
+        # Refused, the look finds the turn ended and drops it.
+        self.store.watch(turn_id, self.ms(self.settings.handoff_grace_s))
         try:
             self.store.transition(
                 turn_id, Step.CONTINUE, expect=expect, fields=fields, expiry=PERSIST
