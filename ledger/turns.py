@@ -491,13 +491,14 @@ class TurnStore:
                 with suppress(EventDecodeError):
                     event = parse_event_json(raw)
                     request = event if isinstance(event, ApprovalRequested) else None
-            pending = state is not None and text(state).partition("|")[0] == PENDING
-            waiting = status is not None and text(status) == TurnStatus.WAITING.value
-            if pending and waiting and request is not None:
-                open_rows.append((member, score, request))
-            elif not pending:
-                stale.append(member)  # decided, never opened, or its turn is gone
-            # a pending request of a turn not yet waiting (its run is ending): listed later
+            state_word = None if state is None else text(state).partition("|")[0]
+            turn_status = None if status is None else text(status)
+            if state_word == PENDING and turn_status == TurnStatus.WAITING.value:
+                if request is not None:
+                    open_rows.append((member, score, request))
+            elif _listed_for_nothing(state_word, turn_status):
+                stale.append(member)
+            # else: listed just before its run's wait (a run, not yet waiting): listed later
         return open_rows, stale
 
     def _drop_listed(self, members: list[str]) -> None:
@@ -505,6 +506,20 @@ class TurnStore:
         pipe.zrem(keys.approvals_pending(), *members)
         pipe.hdel(keys.approval_requests(), *members)
         pipe.execute()
+
+
+def _listed_for_nothing(state: str | None, status: str | None) -> bool:
+    """Is a listed request one that no longer waits, nor will? Its turn is gone; it was decided;
+    or it never opened: the turn ended, or waits on other requests (no run can open one while
+    the turn waits). A request listed by a run that is still ending (its turn running) is not:
+    the list is written before the step that opens it."""
+    if status is None or (state is not None and state != PENDING):
+        return True
+    return state is None and status in (
+        TurnStatus.WAITING.value,
+        TurnStatus.COMPLETED.value,
+        TurnStatus.STOPPED.value,
+    )
 
 
 def approval_member(turn_id: str, approval_id: str) -> str:

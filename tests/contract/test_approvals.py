@@ -22,7 +22,7 @@ from ledger.events import (
     ToolBlocked,
     ToolStart,
 )
-from ledger.turn import StopCode, TurnStatus
+from ledger.turn import Step, StopCode, TurnStatus
 from worker.base.errors import ConfigError
 from worker.base.settings import load_settings
 from worker.dev.demo_tools import outbox
@@ -430,3 +430,23 @@ def test_a_continue_whose_message_never_left_is_sent_again_after_the_handoff_gra
     assert Reaper(h.lifecycle).sweep() == {h.turn_id: "redispatched"}
     h.pending = meta.next_run
     assert h.run_next() is None and status(h) == TurnStatus.WAITING  # asked again
+
+
+def test_a_listing_between_a_requests_listing_and_its_wait_keeps_it_listed(h: Harness) -> None:
+    """A person's listing runs after the run listed its request and before its wait: the
+    request is not open yet, and must not be dropped as stale (it is open a moment later)."""
+    h.start([SEND, DONE])
+    store = h.lifecycle.store
+    step = store.transition
+    seen: list[list[str]] = []
+
+    def list_then_step(turn_id: str, what: Any, **kw: Any) -> int:
+        if what == Step.WAIT:
+            seen.append([r.approval_id for r in store.open_approvals(limit=5)[0]])
+        return step(turn_id, what, **kw)
+
+    store.transition = list_then_step  # type: ignore[method-assign]
+    h.run_next()
+    (request,) = requests(h)
+    assert seen == [[]]  # not open while the run was ending
+    assert [r.approval_id for r in store.open_approvals(limit=5)[0]] == [request.approval_id]
