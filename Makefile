@@ -14,7 +14,7 @@ UV := $(TOOLS)/bin/uv
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
 
-.PHONY: install redis-server chromium test test-latest lint lock bench bench-peers run clean chaos
+.PHONY: install redis-server chromium test test-latest lint lock bench bench-peers run clean chaos fuzz
 
 install: $(STAMP)
 
@@ -43,6 +43,17 @@ chromium:
 # The suite starts its own private redis-server (AOF on, free port) and Celery worker processes.
 test: install redis-server chromium
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# schemathesis against the API's own OpenAPI document, every check on, then its stateful phase
+# following the document's links (POST /v1/turns -> status, events, journal, Continue, Stop,
+# conversation), on a real `dres api`, worker and redis-server: 0 failures, and the stateful calls
+# counted by route and status. `make test` runs the same test with a few examples (about 40 s).
+FUZZ_EXAMPLES ?= 50
+FUZZ_SECONDS ?= 120
+FUZZ_SEED ?= 1
+fuzz: install redis-server
+	DRES_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) DRES_FUZZ_SECONDS=$(FUZZ_SECONDS) DRES_FUZZ_SEED=$(FUZZ_SEED) \
+		$(PY) -m pytest -s -p no:logging tests/api/test_api_schemathesis.py
 
 # The same suite on the newest releases pyproject.toml's ranges allow (not the lock), in its own
 # virtualenv: an upgrade tried on purpose before `make lock` adopts it.
@@ -94,7 +105,10 @@ clean:
 # NAIVE=1 runs the same trials with both layers and the interrupted-write guard off, and counts
 # the duplicate effects a plain retry would have caused. KINDS="redis_restart redis_pause" draws
 # only those faults; KINDS=failover (alone, never drawn otherwise) fails a Sentinel-monitored
-# master over instead, on a primary, a replica and three Sentinels.
+# master over instead, on a primary, a replica and three Sentinels; KINDS=elsewhere (alone too)
+# runs a turn of tools from an MCP server and an HTTP API under worker kills, soft limits, and
+# servers that hang or die mid-write (chaos/elsewhere.py); KINDS=approval (alone, never drawn
+# otherwise) has every write wait for a person the runner plays, faults around a decision.
 TRIALS ?= 200
 SEED ?= 1
 NAIVE ?= 0

@@ -24,7 +24,13 @@ if __name__ == "__main__":
         default=(),
         metavar="ACTION",
         help="draw only the faults of these actions (redis_restart, redis_pause, kill_child, ...;"
-        " failover, alone: on a Sentinel set-up, never drawn otherwise)",
+        " failover, alone: on a Sentinel set-up; elsewhere, alone: tools from an MCP server and"
+        " an HTTP API; approval, alone: every write waits for a person the runner plays; none"
+        " drawn otherwise)",
     )
     args = parser.parse_args()
+    if "elsewhere" in args.only:  # tools from MCP servers and HTTP APIs: servers of their own
+        from chaos.elsewhere import main as elsewhere
+
+        sys.exit(elsewhere(args.trials, args.seed, naive=args.naive))
     sys.exit(main(args.trials, args.seed, naive=args.naive, only=args.only))

@@ -7,20 +7,32 @@ and is expected to fail exactly one of them:
   and the interrupted-write guard exist for);
 - ``other_checks``: everything else (the stream is well formed, the turn ended within the bound,
   its metadata agrees with its stream, no record was lost), which naive resume must pass too.
+``approval_checks`` (the ``approval`` trials, CONTRACT §7.14) go with the first group: no write
+that needs approval ran without an ``approve`` for its signature, and none ran twice on one.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from ledger.codec import Envelope
-from ledger.events import RunEnded, RunStarted, ToolDone, ToolStart, TurnEnded
+from ledger.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    RunEnded,
+    RunStarted,
+    ToolDone,
+    ToolStart,
+    TurnEnded,
+)
 
 #: writes that are not idempotent: an interrupted one may never run again
 PLAIN_WRITES = frozenset({"chaos_send", "chaos_note"})
 IDEMPOTENT_WRITES = frozenset({"chaos_charge"})
+#: every write of the chaos tools: an ``approval`` trial's worker has each wait for a person
+WRITES = PLAIN_WRITES | IDEMPOTENT_WRITES
 #: the statuses a turn ends in; every end short of completion is ``stopped`` with a code
 ENDED = frozenset({"completed", "stopped"})
 
@@ -114,6 +126,90 @@ def interrupted_writes_not_retried(events: Sequence[Any]) -> list[str]:
         (e.tool, e.signature) for e in events if isinstance(e, ToolStart) and e.tool in PLAIN_WRITES
     )
     return [f"{tool} started {n} times with one input" for (tool, _), n in starts.items() if n > 1]
+
+
+# -- approvals (CONTRACT §7.14) -----------------------------------------------------------------
+
+
+def approval_checks(
+    events: Sequence[Any],
+    effects: Sequence[dict[str, Any]],
+    needs: Collection[str] = WRITES,
+    idempotent: Collection[str] = IDEMPOTENT_WRITES,
+) -> list[str]:
+    """No write of a tool in ``needs`` (the ones that wait for a person) ran without an
+    ``approve`` for its signature, and none took effect twice on one approval; a denied call ran
+    nothing.
+
+    An effect row is one execution (``chaos.tools``), traced to its ``tool_start`` by its
+    ``call_id``: that ``tool_start`` names an approval, whose request is for the same call and
+    signature and whose ``approval_decided`` (earlier in the stream) is ``approve``. The one
+    execution without an approval of its own is an idempotent tool's retry of an interrupted
+    approved call (CONTRACT §7.14: a repeat after a resume meets the interrupted-write guard,
+    never a new request; §7.5: an idempotent write is retried): it runs on the approval of the
+    latest earlier start of the same tool and signature. An approval is named by one
+    ``tool_start`` and takes effect once at most: one row of a plain write, one application of an
+    idempotent one's key (its retries log a row per attempt, ``applied`` on the first only).
+    """
+    requests: dict[str, ApprovalRequested] = {}
+    decided: dict[str, str] = {}  # approval_id -> its decision, as far as the stream has come
+    #: call_id -> its tool_start, the approval it runs on, and that approval's decision when it
+    #: started (a later decision authorises nothing)
+    starts: dict[str, tuple[ToolStart, str | None, str | None]] = {}
+    #: (tool, signature) -> the approval of its latest start that named one
+    approved: dict[tuple[str, str], str] = {}
+    named: Counter[str] = Counter()
+    for event in events:
+        if isinstance(event, ApprovalRequested):
+            requests[event.approval_id] = event
+        elif isinstance(event, ApprovalDecided):
+            decided.setdefault(event.approval_id, event.decision)
+        elif isinstance(event, ToolStart) and event.tool in needs:
+            aid = event.approval_id
+            if aid:
+                named[aid] += 1
+                approved[(event.tool, event.signature)] = aid
+            elif event.tool in idempotent:
+                aid = approved.get((event.tool, event.signature))  # a retry, or None
+            starts.setdefault(event.call_id or "", (event, aid, decided.get(aid or "")))
+    out = [f"approval {aid} named by {n} tool_starts" for aid, n in named.items() if n > 1]
+    took: Counter[str] = Counter()
+    for row in effects:
+        if row["tool"] not in needs or row["call_id"] not in starts:
+            continue  # one with no tool_start at all is ``no_lost_records``'s to report
+        start, aid, decision = starts[row["call_id"]]
+        what = f"{row['tool']} call {row['call_id']}"
+        out += _approved(what, start, aid, decision, requests.get(aid or ""))
+        if aid and row.get("applied", True):
+            took[aid] += 1
+    out += [f"approval {aid} took effect {n} times" for aid, n in took.items() if n > 1]
+    denied = {r.call_id for aid, r in requests.items() if decided.get(aid) == "deny"}
+    out += [
+        f"{row['tool']} call {row['call_id']} ran though its approval was denied"
+        for row in effects
+        if row["call_id"] in denied
+    ]
+    return out
+
+
+def _approved(
+    what: str,
+    start: ToolStart,
+    aid: str | None,
+    decision: str | None,
+    request: ApprovalRequested | None,
+) -> list[str]:
+    if not aid:
+        return [f"{what} ran without an approval"]
+    if request is None:
+        return [f"{what} ran on approval {aid}, which was never requested"]
+    if request.signature != start.signature or (
+        start.approval_id and request.call_id != start.call_id
+    ):
+        return [f"{what} ran on approval {aid}, requested for another call"]
+    if decision != "approve":
+        return [f"{what} ran on approval {aid}, decided {decision or 'not yet'}"]
+    return []
 
 
 # -- the turn's end -----------------------------------------------------------------------------

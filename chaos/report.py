@@ -37,6 +37,8 @@ class Outcome:
     #: the duplicate-effect invariants a naive run broke (empty in a dres run: those are
     #: ``violations`` there)
     duplicate_notes: list[str] = field(default_factory=list)
+    #: an approval trial's decisions, by decision (``approve``, ``deny``)
+    decisions: Counter[str] = field(default_factory=Counter)
 
     @property
     def status(self) -> str:

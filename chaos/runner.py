@@ -22,6 +22,12 @@ they need a set-up of their own) run the same turn on a Sentinel set-up
 store faults' three points, and the same invariants are checked, the worker's staying up
 included; then the old master rejoins as a replica for the next trial.
 
+``approval`` trials (``only=["approval"]``, alone, not drawn by default: they need a worker on
+which writes wait for a person, and the runner to play the person) run the same turn with every
+write waiting for approval and a fault around a decision (``chaos.approvals``); the same
+invariants are checked, and no write ran without an ``approve`` for its signature, none twice
+on one approval.
+
 ``naive=True`` runs the same trials on a worker started with ``DRES_NAIVE=1`` (no journal note,
 no hard-block, no interrupted-write guard) and counts the duplicate effects that causes.
 """
@@ -32,12 +38,22 @@ import contextlib
 import random
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
 from chaos import invariants
+from chaos.approvals import (
+    APPROVAL,
+    APPROVAL_DEFAULT,
+    APPROVAL_FAULTS,
+    APPROVAL_STORE,
+    DECISION_POINTS,
+    Decider,
+    Person,
+)
 from chaos.cluster import BACKLOG, DEFAULT, STORE, BrokerCensus, Cluster, Profile
 from chaos.failover import HOWS, SentinelCluster
 from chaos.report import Outcome, TurnResult, naive_table, table
@@ -46,6 +62,7 @@ from ledger import keys
 from ledger.errors import LedgerUnavailable
 from ledger.store import STORE_ERRORS
 from tests.support import write_script
+from worker.base.logging import configure_logging
 from worker.edges.client import enqueue
 
 #: store faults: the action, and the range of its outage in seconds (down, or paused)
@@ -89,6 +106,8 @@ RUNNER_FAULTS: dict[str, Callable[[Cluster, Trial], None]] = {
 BACKLOG_TURNS = 6
 #: seconds a trial's turns have to reach a terminal state (beyond a store fault's outage)
 BOUND_S = 40.0
+#: the same for an approval trial's turn, which also waits for three decisions or more
+APPROVAL_BOUND_S = 60.0
 #: seconds the runner's own reads wait for a Redis that does not answer before the trial fails
 ANSWER_S = 60.0
 #: seconds between looks at the turns (and the broker) while a trial runs
@@ -130,17 +149,30 @@ class Watch:
     fired: bool = False
     done: set[str] = field(default_factory=set)
     continues: dict[str, int] = field(default_factory=dict)
+    #: the person who decides an approval trial's requests (None in the other trials)
+    decider: Decider | None = None
+    #: seconds the runner's own faults took (not the turns' time)
+    faults_s: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.trial.approval:
+            self.decider = Decider(self.cluster, self.trial, self.pause)
+
+    def pause(self, seconds: float) -> None:
+        self.faults_s += seconds
 
     def run(self) -> None:
-        deadline = time.monotonic() + BOUND_S
-        while len(self.done) < len(self.turn_ids) and time.monotonic() < deadline:
+        bound = APPROVAL_BOUND_S if self.trial.approval else BOUND_S
+        deadline = time.monotonic() + bound
+        # the runner's own faults' time (``faults_s``) is not the turns'
+        while len(self.done) < len(self.turn_ids) and time.monotonic() < deadline + self.faults_s:
             self.cluster.ensure_worker()
             # Redis may not answer yet (a store fault ends with redis-server still loading its
             # AOF, or the worker's fault left it busy): look again
             with contextlib.suppress(*STORE_ERRORS, LedgerUnavailable):
                 before = time.monotonic()
                 if self.strikes():
-                    deadline += time.monotonic() - before  # the fault is not the turn's time
+                    self.pause(time.monotonic() - before)  # the fault is not the turn's time
                     continue
                 self.look()
             time.sleep(POLL_S)
@@ -148,7 +180,7 @@ class Watch:
     def strikes(self) -> bool:
         """Make the runner's fault if its moment came (once); True if it did."""
         trial = self.trial
-        if self.fired or trial.action not in RUNNER_FAULTS:
+        if self.fired or trial.action not in RUNNER_FAULTS or trial.point in DECISION_POINTS:
             return False
         client = self.cluster.runtime.redis
         if trial.point == "-":
@@ -167,11 +199,13 @@ class Watch:
         for turn_id in self.turn_ids:
             if turn_id in self.done:
                 continue
-            status = runtime.ledger.meta(turn_id).status
-            if status == "completed":
+            meta = runtime.ledger.meta(turn_id)
+            if meta.status == "completed":
                 self.done.add(turn_id)
-            elif status == "stopped":
+            elif meta.status == "stopped":
                 self.stopped(turn_id)
+            elif meta.status == "waiting" and self.decider is not None:
+                self.decider.look(turn_id, meta)
 
     def stopped(self, turn_id: str) -> None:
         """Continue it as a person would, or leave it stopped (a refusal is judged later, from
@@ -202,10 +236,17 @@ class Trial:
     outage_s: float = 0.0
     #: how a failover is made (``chaos.failover.HOWS``); empty for other faults
     how: str = ""
+    #: an approval trial (``chaos.approvals``): every write waits for ``person``'s decisions
+    approval: bool = False
+    person: Person = field(default_factory=Person)
 
     @classmethod
     def draw(
-        cls, rng: random.Random, naive: bool, faults: Sequence[tuple[str, str]] = FAULTS
+        cls,
+        rng: random.Random,
+        naive: bool,
+        faults: Sequence[tuple[str, str]] = FAULTS,
+        approval: bool = False,
     ) -> Trial:
         # The draws depend on the seed alone, never on an outcome: a naive run meets the same
         # faults in the same order.
@@ -217,7 +258,8 @@ class Trial:
         if action == "backlog":
             mode = "foreground"  # a foreground turn is the one a lost handoff would stop
         how = rng.choice(HOWS) if action == FAILOVER else ""  # last: the other draws stay
-        return cls(action, point, mode, skip, kill_after, naive, outage_s, how)
+        person = Person.draw(rng) if approval else Person()  # and only for an approval trial
+        return cls(action, point, mode, skip, kill_after, naive, outage_s, how, approval, person)
 
     @property
     def store(self) -> bool:
@@ -226,6 +268,8 @@ class Trial:
 
     @property
     def profile(self) -> Profile:
+        if self.approval:
+            return APPROVAL_STORE if self.store else APPROVAL_DEFAULT
         return BACKLOG if self.backlog else STORE if self.store else DEFAULT
 
     @property
@@ -239,6 +283,8 @@ class Trial:
     @property
     def fault(self) -> str:
         label = f"backlog x{self.turns}" if self.backlog else self.action
+        if self.approval:
+            label = f"{APPROVAL}/{label}"
         if self.how:
             label += f"/{self.how}"
         where = f" {self.point}" if self.point != "-" else ""
@@ -262,7 +308,7 @@ def answered(call: Callable[[], T]) -> T:
 def arm(client: Any, trial: Trial) -> None:
     """Arm the trial's failpoint fault (none at point ``-``) for the worker's ``Failpoints``."""
     client.delete(keys.chaos_fault())
-    if trial.point != "-":
+    if trial.point != "-" and trial.point not in DECISION_POINTS:  # those are the runner's
         armed: dict[str, str | int] = {"point": trial.point, "action": trial.action}
         client.hset(keys.chaos_fault(), mapping={**armed, "skip": trial.skip, "hits": 0})
 
@@ -288,8 +334,12 @@ def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
     point_fired = answered(lambda: client.hget(keys.chaos_fault(), "fired")) is not None
     # a store fault at a failpoint fired when the runner struck, not when the point was reached
     fired = trial.backlog or watch.fired or (point_fired and trial.action not in RUNNER_FAULTS)
+    if watch.decider is not None:
+        fired = watch.decider.struck if trial.point in DECISION_POINTS else point_fired
     answered(lambda: client.delete(keys.chaos_fault()))
     outcome = Outcome(trial.fault, [], 0.0, fired)
+    if watch.decider is not None:
+        outcome.decisions = watch.decider.counts
     for index, turn_id in enumerate(turn_ids):
         prefix = f"turn {index + 1}: " if len(turn_ids) > 1 else ""
         judge(cluster, trial, watch, outcome, turn_id, prefix)
@@ -321,6 +371,8 @@ def judge(
     if trial.backlog:
         others += invariants.completed_despite_backlog(status, code)
     duplicates = invariants.duplicate_checks(envelopes, effects)
+    if trial.approval:
+        duplicates += invariants.approval_checks([env.event for env in envelopes], effects)
     if not trial.naive:
         others, duplicates = [*duplicates, *others], []
     outcome.violations += [prefix + v for v in others]
@@ -339,6 +391,13 @@ def judge(
 
 def drawn(only: Collection[str]) -> list[tuple[str, str]]:
     """The faults a run draws from, given ``only`` (the actions wanted; all when empty)."""
+    if APPROVAL in only:
+        if set(only) != {APPROVAL}:
+            raise ValueError(
+                f"{APPROVAL} trials run on a worker where writes wait for a person: ask for "
+                "them alone"
+            )
+        return APPROVAL_FAULTS
     if FAILOVER in only:
         if set(only) != {FAILOVER}:
             raise ValueError(
@@ -355,19 +414,26 @@ def run(
     trials: int, seed: int, naive: bool = False, only: Collection[str] = ()
 ) -> tuple[list[Outcome], Cluster]:
     """Run the trials; ``only``: draw just the faults of these actions (all but ``failover``
-    when empty; ``failover`` alone, on a Sentinel set-up)."""
+    and ``approval`` when empty; ``failover`` alone, on a Sentinel set-up; ``approval`` alone,
+    on a worker where writes wait for a person)."""
     faults = drawn(only)
+    approval = faults == APPROVAL_FAULTS
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="dres-chaos-"))
     script = write_script(tmp / "script.json", STEPS, on_resume="restart")
     sentinel = faults == FAILOVER_FAULTS
+    if approval:
+        configure_logging("WARNING")  # the person's decisions: the trials' lines say enough
     cluster = SentinelCluster(tmp, naive=naive) if sentinel else Cluster(tmp, naive=naive)
     outcomes = []
     try:
         for index in range(trials):
-            outcome = run_trial(cluster, Trial.draw(rng, naive, faults), script)
+            outcome = run_trial(cluster, Trial.draw(rng, naive, faults, approval), script)
             outcomes.append(outcome)
             mark = "VIOLATION" if outcome.violations else "ok"
+            if approval:
+                made = outcome.decisions
+                mark += f"  {made['approve']} approved, {made['deny']} denied"
             if naive:
                 mark += f"  {outcome.duplicates} duplicate effect(s)"
             print(
@@ -401,6 +467,13 @@ def main(trials: int, seed: int, naive: bool = False, only: Collection[str] = ()
         f"{sum(o.duplicates for o in outcomes)} duplicate effects, {cluster.restarts} worker "
         f"restarts, {cluster.switches} worker switches, {time.monotonic() - started:.0f} s"
     )
+    decisions = sum((o.decisions for o in outcomes), Counter[str]())
+    if decisions:
+        print(
+            "decisions: "
+            + ", ".join(f"{n} {what}" for what, n in sorted(decisions.items()))
+            + f"; {sum(o.continues for o in outcomes)} continues"
+        )
     if isinstance(cluster, SentinelCluster):
         made = cluster.failovers
         print(f"failovers: {made['command']} by SENTINEL FAILOVER, {made['kill']} by SIGKILL")

@@ -8,16 +8,20 @@
 Every effect row carries the call's ``call_id`` so it can be traced to its ``tool_start``.
 
 The effects live in the trial's redis-server, which the store faults take away. A call's effect
-is one script, keyed by the call's id, that the tool sends again until Redis answers (for up to
-``OUTAGE_S``): a command cut off with its connection may have run, and sent again it must not
-log a second effect that the tool itself caused. So an effect lands exactly when the tool
-returns, and every extra effect row is one more call, which is what the invariants count.
+is one script, keyed by this execution's own id, that the tool sends again until Redis answers
+(for up to ``OUTAGE_S``): a command cut off with its connection may have run, and sent again it
+must not log a second effect that the tool itself caused. So an effect lands exactly when the
+tool returns, and every extra effect row is one more execution, which is what the invariants
+count. The key is the execution's, not the ``call_id``: an approved call runs under its request's
+``call_id`` (CONTRACT §7.14), so a second execution of one approval has the same ``call_id`` and
+must still log a row of its own.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from typing import Any
 
 from ledger.store import STORE_ERRORS
@@ -27,8 +31,9 @@ from worker.tools import ToolContext, tool
 OUTAGE_S = 30.0
 #: seconds between two sends of an effect while Redis is away
 RETRY_S = 0.1
-#: logs a call's effect once: KEYS = the turn's marks (call id -> applied), effects, applied keys;
-#: ARGV = call id, the row's JSON, an idempotency key to apply once ('' for none), the amount
+#: logs an execution's effect once: KEYS = the turn's marks (execution id -> applied), effects,
+#: applied keys; ARGV = execution id, the row's JSON, an idempotency key to apply once ('' for
+#: none), the amount
 EFFECT_LUA = """
 local seen = redis.call('HGET', KEYS[1], ARGV[1])
 if seen then return seen end
@@ -62,13 +67,14 @@ def read_effects(client: Any, turn_id: str) -> list[dict[str, Any]]:
 
 
 def _record(ctx: ToolContext, apply: tuple[str, int] | None = None, **data: Any) -> bool:
-    """Log this call's effect once; with ``apply`` (idempotency key, amount), apply the key
-    once too. True if this call applied it (always True without ``apply``)."""
+    """Log this execution's effect once; with ``apply`` (idempotency key, amount), apply the
+    key once too. True if this execution applied it (always True without ``apply``)."""
     row = {"tool": ctx.tool, "call_id": ctx.call_id, "key": ctx.idempotency_key, **data}
     turn = ctx.turn_id
     effect = ctx.redis.register_script(EFFECT_LUA)
     key, amount = apply or ("", 0)
-    args = [ctx.call_id, json.dumps(row, sort_keys=True), key, amount]
+    execution = uuid.uuid4().hex  # one per execution: its sends again share it, nothing else
+    args = [execution, json.dumps(row, sort_keys=True), key, amount]
     deadline = time.monotonic() + OUTAGE_S
     while True:
         try:

@@ -16,7 +16,9 @@ from ledger.errors import EventDecodeError
 #: the schema version every event carries as ``v``
 SCHEMA_VERSION = 1
 
-RunEndReason = Literal["completed", "soft_limit", "transport_error", "crashed", "error", "stopped"]
+RunEndReason = Literal[
+    "completed", "soft_limit", "transport_error", "crashed", "error", "stopped", "waiting"
+]
 TurnStatus = Literal["completed", "stopped"]
 TurnMode = Literal["foreground", "background"]
 
@@ -62,7 +64,9 @@ class TurnStarted(_Event):
 
 
 #: why a run exists
-RunCause = Literal["first", "next_chunk", "redelivery", "reaper", "auto_continue", "continue"]
+RunCause = Literal[
+    "first", "next_chunk", "redelivery", "reaper", "auto_continue", "continue", "approval"
+]
 
 
 class RunStarted(_Event):
@@ -108,6 +112,9 @@ class ToolStart(_Event):
     input: Any = None
     signature: str
     read_only: bool = False
+    #: the approval this execution uses (CONTRACT §7.14): recorded with the call's start, in one
+    #: fenced append, so an approval is used by one execution only
+    approval_id: str | None = None
 
 
 class ToolDone(_Event):
@@ -127,12 +134,44 @@ class ToolBlocked(_Event):
     input: Any = None
     signature: str
     #: completed (exact repeat), identity (reworded retry), interrupted (unknown outcome),
-    #: reconciled (the reconcile hook found the interrupted call's effect)
+    #: reconciled (the reconcile hook found the interrupted call's effect), denied (a person
+    #: refused the call's approval)
     reason: str
     #: the call_id of the journal entry the call was matched against
     matched_call_id: str | None = None
     result: Any = None
     is_error: bool = False
+
+
+#: what became of an approval request (CONTRACT §7.14)
+ApprovalDecision = Literal["approve", "deny", "expired", "voided"]
+
+
+class ApprovalRequested(_Event):
+    """A call waits for a person's decision; nothing of it has run."""
+
+    type: Literal["approval_requested"] = "approval_requested"
+    approval_id: str = Field(min_length=1)
+    #: the ledger's id for the call: its later ``tool_start`` or ``tool_blocked`` carries it too
+    call_id: str = Field(min_length=1)
+    tool: str
+    input: Any = None
+    signature: str
+    #: seconds since the epoch: undecided by then, the turn stops (``approval_expired``)
+    expires_at: float
+
+
+class ApprovalDecided(_Event):
+    """The one decision on an approval request: a person's, or its expiry, or its voiding."""
+
+    type: Literal["approval_decided"] = "approval_decided"
+    approval_id: str = Field(min_length=1)
+    call_id: str | None = None
+    decision: ApprovalDecision
+    reason: str = ""
+    #: who decided: the decision's ``by``, else ``api`` or ``cli``; ``dres`` for an expiry or a
+    #: voiding
+    by: str = ""
 
 
 class Clear(_Event):
@@ -165,6 +204,8 @@ Event = Annotated[
     | ToolStart
     | ToolDone
     | ToolBlocked
+    | ApprovalRequested
+    | ApprovalDecided
     | Clear
     | RunEnded
     | TurnEnded,

@@ -43,6 +43,27 @@ def conversation_turns(conversation_id: str) -> str:
     return f"{PREFIX}:conv:{_tag(conversation_id)}:turns"
 
 
+def conversation_meta(conversation_id: str) -> str:
+    """Hash beside the conversation's list: its ``title`` (the first message, cut), kept when
+    the first turn's own keys expire."""
+    return f"{PREFIX}:conv:{_tag(conversation_id)}:meta"
+
+
+def conversation_erased(conversation_id: str) -> str:
+    """Flag, for as long as a finished turn's keys live: the conversation was erased on request,
+    so its id does not quietly start a new conversation for a client that still holds it."""
+    return f"{PREFIX}:conv:{_tag(conversation_id)}:erased"
+
+
+def conversations() -> str:
+    """Sorted set of conversation ids, scored by when each was last updated (ms: its newest
+    message or Continue). Global on purpose (a person lists conversations across all of them),
+    like ``active_turns``: written beside the turn scripts with single-key commands, once per
+    message or Continue (never per event), and pruned by its readers of the conversations whose
+    newest turn's keys expired."""
+    return f"{PREFIX}:conversations"
+
+
 def turn_cancel(turn_id: str) -> str:
     """Flag: Stop was requested; the running run ends at its next safe point."""
     return f"{PREFIX}:turn:{_tag(turn_id)}:cancel"
@@ -59,6 +80,22 @@ def active_turns() -> str:
     dispatches. Sharded per slot, every sweep would ask every master and merge.
     """
     return f"{PREFIX}:active"
+
+
+def approvals_pending() -> str:
+    """Sorted set of approval requests not yet decided, across turns: members
+    ``turn_id/approval_id``, scored by when they were requested (ms). Global on purpose (a person
+    lists them across turns), like ``active_turns``: written beside the turn scripts with
+    single-key commands, before the step that makes a request open (a crash in between leaves an
+    entry whose request is not open, which a reader drops)."""
+    return f"{PREFIX}:approvals:pending"
+
+
+def approval_requests() -> str:
+    """Hash: ``turn_id/approval_id`` -> the open request's JSON (``approval_requested``), so a
+    listing reads a page of requests in one command. Written and cleared with
+    ``approvals_pending``."""
+    return f"{PREFIX}:approvals:requests"
 
 
 def idempotency(key: str) -> str:

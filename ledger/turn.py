@@ -1,8 +1,9 @@
 """The turn's state machine: its statuses, the steps between them, and its typed metadata.
 
 A turn is ``queued`` (its first run waits for a worker), ``running`` (a run holds its lease),
-``resuming`` (a successor run waits: the next chunk, or a resume after a dead run), ``completed``
-or ``stopped`` (every end short of completion, with a ``StopCode``). Every change of status is
+``resuming`` (a successor run waits: the next chunk, or a resume after a dead run), ``waiting``
+(a person's decision on an approval request is awaited; no run holds it), ``completed`` or
+``stopped`` (every end short of completion, with a ``StopCode``). Every change of status is
 one of the ``Step``s below, allowed only from the statuses ``TABLE`` lists, and is carried out by
 one atomic, fenced Lua step (``ledger/lua/transition.lua``, ``claim.lua``) that checks the
 from-status and the lease epoch; nothing else writes a turn's status. The table is data: the
@@ -24,6 +25,7 @@ class TurnStatus(StrEnum):
     QUEUED = "queued"
     RUNNING = "running"
     RESUMING = "resuming"
+    WAITING = "waiting"
     COMPLETED = "completed"
     STOPPED = "stopped"
 
@@ -49,6 +51,10 @@ class StopCode(StrEnum):
     LOOP_LIMIT = "loop_limit"
     #: Redis refused a write for memory (maxmemory under noeviction): Continue once it has room
     STORE_FULL = "store_full"
+    #: an approval request was not decided within DRES_APPROVAL_TTL_S: Continue asks again
+    APPROVAL_EXPIRED = "approval_expired"
+    #: a new message in the conversation arrived while the turn waited for approval
+    SUPERSEDED = "superseded"
 
     @classmethod
     def of(cls, code: str) -> StopCode:
@@ -77,10 +83,14 @@ class Step(StrEnum):
     REDISPATCH = "redispatch"  # the pending run's message was lost: it is sent again
     STOP_PENDING = "stop_pending"  # Stop, or a lost hand-over, before the pending run started
     CONTINUE = "continue"  # a stopped turn gets a new run
+    WAIT = "wait"  # the run ends waiting for a person's decision on its approval requests
+    DECIDE = "decide"  # one of several requests is decided; the turn still waits
+    DECIDE_LAST = "decide_last"  # the last open request is decided: a run resumes the turn
+    STOP_WAITING = "stop_waiting"  # Stop, expiry or a new message ends a waiting turn
 
 
 _Q, _RUN, _RES = TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING
-_DONE, _STOP = TurnStatus.COMPLETED, TurnStatus.STOPPED
+_DONE, _STOP, _WAIT = TurnStatus.COMPLETED, TurnStatus.STOPPED, TurnStatus.WAITING
 
 #: status x step -> status; a pair not listed is refused
 TABLE: Mapping[tuple[TurnStatus, Step], TurnStatus] = {
@@ -97,7 +107,26 @@ TABLE: Mapping[tuple[TurnStatus, Step], TurnStatus] = {
     (_Q, Step.STOP_PENDING): _STOP,
     (_RES, Step.STOP_PENDING): _STOP,
     (_STOP, Step.CONTINUE): _Q,
+    (_RUN, Step.WAIT): _WAIT,
+    (_WAIT, Step.DECIDE): _WAIT,
+    (_WAIT, Step.DECIDE_LAST): _RES,
+    (_WAIT, Step.STOP_WAITING): _STOP,
 }
+
+#: the prefix of a turn's metadata fields that hold its approval requests' states
+APPROVAL_FIELD = "ap:"
+#: the state of an approval request not yet decided
+PENDING = "pending"
+
+
+def approval_field(approval_id: str) -> str:
+    return APPROVAL_FIELD + approval_id
+
+
+def approval_state(state: str, signature: str) -> str:
+    """An approval request's metadata value: its state (``pending`` or its decision) and the
+    signature it was requested for, so one condition of a step checks both."""
+    return f"{state}|{signature}"
 
 
 def allowed_from(step: Step) -> tuple[TurnStatus, ...]:
@@ -151,6 +180,12 @@ class TurnMeta:
     listed: bool = False
     #: the turn's Stop flag was set when this was read (a claim reads it; ``meta`` does not)
     stop_requested: bool = False
+    #: approval requests not yet decided, and when the earliest of them expires (seconds)
+    approvals_pending: int = 0
+    approval_expires: float = 0.0
+    #: every approval request of the turn: (approval_id, state, signature), state ``pending`` or
+    #: its decision
+    approvals: tuple[tuple[str, str, str], ...] = ()
 
     @classmethod
     def from_hash(
@@ -186,6 +221,9 @@ class TurnMeta:
                 chunk_base=int(fields.get("chunk_base", 0) or 0),
                 listed=fields.get("listed") == "1",
                 stop_requested=stop_requested,
+                approvals_pending=int(fields.get("approvals_pending", 0) or 0),
+                approval_expires=float(fields.get("approval_expires", 0) or 0),
+                approvals=_approvals(fields),
             )
         except ValueError as e:
             raise CorruptTurn(turn_id, str(e)) from None
@@ -193,6 +231,26 @@ class TurnMeta:
     @property
     def ended(self) -> bool:
         return self.status.ended
+
+    def approval(self, approval_id: str) -> tuple[str, str] | None:
+        """(state, signature) of one of the turn's approval requests; None: not one of them."""
+        for aid, state, signature in self.approvals:
+            if aid == approval_id:
+                return state, signature
+        return None
+
+    @property
+    def pending_approvals(self) -> list[str]:
+        return [aid for aid, state, _ in self.approvals if state == PENDING]
+
+
+def _approvals(fields: Mapping[str, str]) -> tuple[tuple[str, str, str], ...]:
+    found = []
+    for name, value in fields.items():
+        if name.startswith(APPROVAL_FIELD):
+            state, _, signature = value.partition("|")
+            found.append((name[len(APPROVAL_FIELD) :], state, signature))
+    return tuple(sorted(found))
 
 
 def continue_refusal(

@@ -16,7 +16,7 @@ import redis
 from sample_tools import SimulatedSoftLimit
 
 from ledger.cache import EventCache
-from ledger.events import Event, TurnEnded
+from ledger.events import ApprovalRequested, Event, TurnEnded
 from ledger.store import Ledger
 from tests.support import write_script
 from worker.base.settings import Settings, load_settings
@@ -24,7 +24,7 @@ from worker.engine.loop import AgentLoop
 from worker.engine.models import make_model
 from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
 from worker.engine.tools import Registry
-from worker.lifecycle import Lifecycle
+from worker.lifecycle import Decided, Lifecycle
 
 TOOL_MODULES = ["worker.dev.demo_tools", "sample_tools"]
 
@@ -155,12 +155,29 @@ class Harness:
         if what == "chained":
             self.pending = self.messages.sent[sent][1]
             return None
+        if what == "waiting":
+            return None  # for a person's decision (``decide``)
         ended = self.events("turn_ended")
         assert ended, f"the chunk ended ({what}) without a turn_ended"
         result = ended[-1]
         assert isinstance(result, TurnEnded)
         self.results.append(result)
         return result
+
+    def decide(
+        self, approval_id: str | None = None, decision: str = "approve", **kw: Any
+    ) -> Decided:
+        """A person's decision on the turn's (newest) open approval request, with its signature
+        unless ``signature`` is given; the run it resumes becomes the pending one."""
+        requests = [
+            e for e in self.events("approval_requested") if isinstance(e, ApprovalRequested)
+        ]
+        request = next(r for r in reversed(requests) if approval_id in (None, r.approval_id))
+        kw.setdefault("signature", request.signature)
+        decided = self.lifecycle.decide(self.turn_id, request.approval_id, decision, **kw)
+        if decided.run_id is not None:
+            self.pending = decided.run_id
+        return decided
 
     def run_to_end(self, max_chunks: int = 10) -> TurnEnded:
         for _ in range(max_chunks):

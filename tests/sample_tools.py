@@ -126,3 +126,10 @@ def aof_witness(label: str, *, ctx: ToolContext) -> dict[str, Any]:
     with open(os.environ[OUTSIDE_EFFECTS], "a") as f:
         f.write(json.dumps(row) + "\n")
     return {"written": label}
+
+
+@tool(needs_approval=lambda data, ctx: data["amount"] > 100)
+def transfer(amount: int, to: str, *, ctx: ToolContext) -> dict[str, Any]:
+    """Moves money: a person approves transfers over 100 (a per-call approval rule)."""
+    _effect(ctx, amount=amount, to=to)
+    return {"transferred": amount, "to": to}

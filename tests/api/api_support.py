@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,16 +16,18 @@ from typing import Any
 import httpx
 import redis
 import uvicorn
+from harness import Harness
 
 from ledger.codec import Envelope
-from ledger.events import ToolDone, ToolStart
+from ledger.events import ApprovalRequested, Event, ToolDone, ToolStart
 from ledger.signature import input_signature
 from tests.support import EMAIL, TICKET, ApiProcess, wait_until
+from worker.base.settings import load_settings
 from worker.dev.redis_server import free_port
 from worker.edges.runtime import Runtime
 
 #: the statuses GET /v1/turns/{id} may report (CONTRACT §10)
-STATUSES = {"queued", "running", "resuming", "completed", "stopped"}
+STATUSES = {"queued", "running", "resuming", "waiting", "completed", "stopped"}
 #: the bearer token of the server that requires one
 TOKEN = "test-token-0123456789"
 
@@ -201,6 +204,46 @@ def status_of(http: httpx.Client, turn_id: str) -> dict[str, Any]:
     assert response.status_code == 200, response.text
     body: dict[str, Any] = response.json()
     return body
+
+
+# -- turns that wait for approval (CONTRACT §7.14) -------------------------------------------
+
+#: a model step that sends an email, which DRES_APPROVAL=send_email makes wait
+SEND_STEP = {"text": "Sending.", "tool_calls": [{"name": "send_email", "input": EMAIL}]}
+DONE_STEP = {"text": "Done."}
+
+
+class Approvals:
+    """Turns made to wait for approval on the test's Redis by the in-process harness
+    (``tests/harness.py``: the chunk path of a worker, DRES_APPROVAL=send_email), for the API
+    and the CLI to act on; ``finish`` runs the run a decision queued, in-process too."""
+
+    def __init__(self, client: redis.Redis, tmp: Any, **settings_: Any) -> None:
+        settings = load_settings(journal_read_backoff_s=0, approval="send_email", **settings_)
+        self.h = Harness(client, tmp, settings=settings)
+        # real time, so a request's expiry is in the future for any reaper that looks
+        self.h.clock.t = time.time()
+
+    def wait(
+        self, steps: list[dict[str, Any]] | None = None, **kw: Any
+    ) -> tuple[str, ApprovalRequested]:
+        """A new turn, run until it waits; its id and its (last) approval request."""
+        self.h.clock.t += 1.0  # each turn's requests a second newer than the previous turn's
+        turn_id = self.h.start(steps or [SEND_STEP, DONE_STEP], **kw)
+        assert self.h.run_next() is None
+        assert self.h.lifecycle.store.meta(turn_id).status == "waiting"
+        return turn_id, self.requests(turn_id)[-1]
+
+    def requests(self, turn_id: str) -> list[ApprovalRequested]:
+        return [e for e in self.h.ledger.events(turn_id) if isinstance(e, ApprovalRequested)]
+
+    def events(self, turn_id: str, *types: str) -> list[Event]:
+        return [e for e in self.h.ledger.events(turn_id) if not types or e.type in types]
+
+    def finish(self, turn_id: str) -> str:
+        """Run the turn's pending run (queued by a decision) to the turn's end; its status."""
+        self.h.turn_id, self.h.pending = turn_id, self.h.lifecycle.store.meta(turn_id).next_run
+        return self.h.run_to_end().status
 
 
 # -- an in-process server ---------------------------------------------------------------------

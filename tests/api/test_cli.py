@@ -113,6 +113,7 @@ def test_every_command_exits_2_with_one_line_naming_redis_when_redis_is_unreacha
     env = {**dres_env, "DRES_REDIS_URL": closed}
     commands = [["enqueue", "hello"], ["watch", "t1"], ["journal", "t1"]]
     commands += [["continue", "t1"], ["stop", "t1"]]
+    commands += [["approvals"], ["approve", "t1", "a1"], ["deny", "t1", "a1", "--reason", "no"]]
     running = [
         (
             command,

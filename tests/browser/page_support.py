@@ -3,7 +3,6 @@ page's hooks, the page's newest turn, and killing a pool process mid-turn."""
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 from typing import Any
@@ -40,9 +39,8 @@ def send_message(page: Any, message: str) -> Any:
 
 
 def turn_id_of(page: Any) -> str:
-    """The newest turn of the page's conversation (the page keeps its turns in localStorage)."""
-    stored = json.loads(page.evaluate("localStorage.getItem('dres.conversations')"))
-    turn_id: str = stored[0]["turns"][-1]
+    """The newest turn the page shows (its conversation's last)."""
+    turn_id: str = page.locator("article.turn").last.get_attribute("data-turn-id")
     return turn_id
 
 

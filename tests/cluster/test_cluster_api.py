@@ -80,3 +80,33 @@ def test_the_api_on_a_cluster_creates_reports_streams_and_journals_a_turn(
     assert [t.decode() for t in listed] == [turn_id]
     holder = redis_cluster.turn_holder(turn_id)
     assert holder in range(3)
+
+
+def test_conversations_on_a_cluster_are_listed_read_and_erased(
+    api_on_cluster: tuple[ApiProcess, str], runtime: Runtime, redis_cluster: LocalCluster
+) -> None:
+    """Turns of a conversation live on several masters; the listing is one key, and the erase
+    deletes every turn on its own master."""
+    api, _ = api_on_cluster
+    with httpx.Client(base_url=api.url, timeout=HTTP_TIMEOUT_S) as http:
+        turns = []
+        for n in range(4):
+            created = http.post("/v1/turns", json={"message": f"m{n}", "conversation_id": "cc"})
+            assert created.status_code == 202, created.text
+            turns.append(created.json()["turn_id"])
+            assert http.post(f"/v1/turns/{turns[-1]}/stop").status_code == 202
+        http.post("/v1/turns", json={"message": "other", "conversation_id": "cd"})
+
+        listed = http.get("/v1/conversations", params={"limit": 1}).json()
+        assert [i["conversation_id"] for i in listed["items"]] == ["cd"]
+        rest = http.get("/v1/conversations", params={"cursor": listed["next_cursor"]}).json()
+        assert [(i["conversation_id"], i["turn_id"]) for i in rest["items"]] == [("cc", turns[-1])]
+        detail = http.get("/v1/conversations/cc").json()
+        assert [t["turn_id"] for t in detail["turns"]] == turns
+        assert detail["title"] == "m0"
+
+        masters = {redis_cluster.turn_holder(t) for t in turns}
+        assert http.delete("/v1/conversations/cd").status_code == 409  # its turn is queued
+        assert http.delete("/v1/conversations/cc").status_code == 204
+        assert http.get("/v1/conversations/cc").status_code == 404
+    assert not any(runtime.redis.exists(*keys.turn_keys(t)) for t in turns), masters

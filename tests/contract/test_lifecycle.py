@@ -472,6 +472,7 @@ def test_a_turn_created_but_not_listed_in_its_conversation_is_listed_by_the_reap
 
     assert h.client.lrange(conversation, 0, -1) == [b"t-unlisted"]
     assert meta(h).listed
+    assert h.client.zscore(keys.conversations(), "conv-1") is not None, "and in the listing"
 
 
 def test_an_index_entry_of_a_turn_never_created_is_dropped_and_creates_nothing(

@@ -105,6 +105,8 @@ def turn_in(store: TurnStore, status: TurnStatus) -> None:
         end(store, lease, Step.COMPLETE)
     elif status == TurnStatus.STOPPED:
         end(store, lease, Step.STOP)
+    elif status == TurnStatus.WAITING:
+        store.transition("t1", Step.WAIT, expect=TurnStore.holder(lease))
 
 
 def snapshot(client: redis.Redis, turn_id: str = "t1") -> tuple[object, object]:

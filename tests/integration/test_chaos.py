@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from chaos.approvals import APPROVAL
 from chaos.runner import run, table
 from worker.dev.redis_server import RedisServer
 
@@ -18,5 +19,21 @@ def test_twenty_chaos_trials_keep_every_invariant(redis_server: RedisServer) -> 
     print(table(outcomes))
     assert len(outcomes) == TRIALS
     assert sum(o.fired for o in outcomes) >= TRIALS * 3 // 4, "most injected faults must fire"
+    violations = [(o.fault, v) for o in outcomes for v in o.violations]
+    assert violations == []
+
+
+APPROVAL_TRIALS = 8
+
+
+@pytest.mark.timeout(600)
+def test_approval_chaos_trials_run_no_write_without_its_approve(redis_server: RedisServer) -> None:
+    """Every write waits for a person the runner plays; a fault around a decision: no write ran
+    without an approve for its signature, none twice on one approval, and the rest holds."""
+    outcomes, _ = run(APPROVAL_TRIALS, SEED, only=[APPROVAL])
+    print(table(outcomes))
+    assert len(outcomes) == APPROVAL_TRIALS
+    assert all(o.fault.startswith(f"{APPROVAL}/") for o in outcomes)
+    assert all(o.decisions["approve"] >= 3 for o in outcomes), "each turn asks three times"
     violations = [(o.fault, v) for o in outcomes for v in o.violations]
     assert violations == []

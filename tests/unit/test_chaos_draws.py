@@ -1,4 +1,5 @@
-"""What a chaos run draws from: failover trials only when asked for, alone, on their own rig."""
+"""What a chaos run draws from: failover and approval trials only when asked for, alone, on their
+own set-ups."""
 
 from __future__ import annotations
 
@@ -6,13 +7,15 @@ import random
 
 import pytest
 
+from chaos.approvals import APPROVAL, APPROVAL_FAULTS, DECISION_POINTS, NTH
 from chaos.failover import HOWS
 from chaos.runner import FAILOVER, FAILOVER_FAULTS, FAULTS, Trial, drawn
 
 
-def test_a_default_run_draws_every_fault_but_failover() -> None:
+def test_a_default_run_draws_every_fault_but_failover_and_approval() -> None:
     assert drawn(()) == FAULTS
-    assert all(action != FAILOVER for action, _ in FAULTS)
+    assert all(action not in {FAILOVER, APPROVAL} for action, _ in FAULTS)
+    assert not any(Trial.draw(random.Random(1), naive=False).approval for _ in range(20))
 
 
 def test_failover_trials_strike_at_the_store_faults_points() -> None:
@@ -45,3 +48,31 @@ def test_seed_1_still_draws_the_published_runs_trials() -> None:
         "kill_worker tool.after_done (background)",
         "kill_child tool.before_start (background)",
     ]
+
+
+def test_approval_trials_are_asked_for_alone_and_run_where_writes_wait() -> None:
+    assert drawn([APPROVAL]) == APPROVAL_FAULTS
+    with pytest.raises(ValueError, match="alone"):
+        drawn([APPROVAL, "kill_child"])
+    rng = random.Random(5)
+    trials = [
+        Trial.draw(rng, naive=False, faults=APPROVAL_FAULTS, approval=True) for _ in range(150)
+    ]
+    assert {(t.action, t.point) for t in trials} == set(APPROVAL_FAULTS)
+    assert all(t.fault.startswith(f"{APPROVAL}/") for t in trials)
+    assert all(dict(t.profile.env)["DRES_APPROVAL"] for t in trials)
+    store = [t for t in trials if t.store]
+    assert store and all(dict(t.profile.env)["DRES_HARD_LIMIT_S"] == "20" for t in store)
+    assert all(t.outage_s > 0 for t in store)
+
+
+def test_an_approval_trials_person_mostly_approves_and_strikes_at_an_early_decision() -> None:
+    rng = random.Random(7)
+    trials = [
+        Trial.draw(rng, naive=False, faults=APPROVAL_FAULTS, approval=True) for _ in range(60)
+    ]
+    decisions = [d for t in trials for d in t.person.decisions]
+    assert 0 < decisions.count("deny") < decisions.count("approve")
+    assert {t.person.nth for t in trials} == set(range(NTH))
+    assert {t.point for t in trials} >= set(DECISION_POINTS)
+    assert trials[0].person.decision(100) == ("approve", 0.0)  # past the drawn ones

@@ -8,6 +8,8 @@ from chaos import invariants
 from chaos.report import Outcome, TurnResult, naive_table
 from ledger.codec import Envelope
 from ledger.events import (
+    ApprovalDecided,
+    ApprovalRequested,
     RunEnded,
     RunStarted,
     Text,
@@ -29,6 +31,8 @@ def stream(*items: tuple[str, str, str, dict[str, Any]]) -> list[Envelope]:
     """Envelopes from ``(stream_id, type, run_id, fields)``, in the order given."""
     types = {
         "turn_started": TurnStarted,
+        "approval_requested": ApprovalRequested,
+        "approval_decided": ApprovalDecided,
         "run_started": RunStarted,
         "text": Text,
         "tool_start": ToolStart,
@@ -298,3 +302,130 @@ def test_the_naive_table_counts_duplicate_effects_and_the_trials_with_one() -> N
     rows = [line.split() for line in naive_table(outcomes).splitlines()[2:]]
     assert rows == [["a", "(x)", "1", "1", "1"], ["drop", "(background)", "2", "2", "1"],
                     ["all", "3", "3", "2"]]  # fmt: skip
+
+
+# -- approvals: no write without an approve for its signature, none twice on one -------------
+
+
+def asked(approval_id: str, call_id: str, sid: str) -> tuple[str, str, str, dict[str, Any]]:
+    fields = {"approval_id": approval_id, "call_id": call_id, "tool": "chaos_send",
+              "input": SEND, "signature": input_signature(SEND), "expires_at": 9.0}  # fmt: skip
+    return (sid, "approval_requested", "r1", fields)
+
+
+def decision(approval_id: str, sid: str, what: str = "approve") -> tuple[str, str, str, Any]:
+    return (sid, "approval_decided", "dres", {"approval_id": approval_id, "decision": what})
+
+
+def approved_start(
+    call_id: str, sid: str, approval_id: str | None = "a1", data: dict[str, Any] = SEND
+) -> tuple[str, str, str, dict[str, Any]]:
+    fields = {"call_id": call_id, "tool": "chaos_send", "input": data,
+              "signature": input_signature(data), "approval_id": approval_id}  # fmt: skip
+    return (sid, "tool_start", "r2", fields)
+
+
+def approval_events(*items: tuple[str, str, str, dict[str, Any]]) -> list[Any]:
+    return events(stream(opening(), *items))
+
+
+def test_a_write_run_once_on_its_approve_passes() -> None:
+    found = approval_events(asked("a1", "c1", "1-1"), decision("a1", "1-2"),
+                            approved_start("c1", "2-1"))  # fmt: skip
+    assert invariants.approval_checks(found, [send_row("c1")]) == []
+
+
+def test_a_denied_call_that_ran_nothing_passes_and_one_with_an_effect_does_not() -> None:
+    found = approval_events(asked("a1", "c1", "1-1"), decision("a1", "1-2", "deny"))
+    assert invariants.approval_checks(found, []) == []
+    assert invariants.approval_checks(found, [send_row("c1")]) == [
+        "chaos_send call c1 ran though its approval was denied"
+    ]
+
+
+def test_a_write_without_an_approval_id_is_a_violation_but_a_read_needs_none() -> None:
+    found = approval_events(approved_start("c1", "1-1", approval_id=None))
+    assert invariants.approval_checks(found, [send_row("c1")]) == [
+        "chaos_send call c1 ran without an approval"
+    ]
+    read = {"tool": "chaos_read", "call_id": "c9"}
+    assert invariants.approval_checks(approval_events(), [read]) == []
+
+
+def test_a_write_started_before_its_approve_or_on_an_expired_request_is_a_violation() -> None:
+    early = approval_events(asked("a1", "c1", "1-1"), approved_start("c1", "1-2"),
+                            decision("a1", "1-3"))  # fmt: skip
+    assert invariants.approval_checks(early, [send_row("c1")]) == [
+        "chaos_send call c1 ran on approval a1, decided not yet"
+    ]
+    expired = approval_events(asked("a1", "c1", "1-1"), decision("a1", "1-2", "expired"),
+                              approved_start("c1", "2-1"))  # fmt: skip
+    assert invariants.approval_checks(expired, [send_row("c1")]) == [
+        "chaos_send call c1 ran on approval a1, decided expired"
+    ]
+
+
+def test_a_write_run_with_other_input_than_the_approved_is_a_violation() -> None:
+    other = {**SEND, "to": "bob@example.com"}
+    found = approval_events(asked("a1", "c1", "1-1"), decision("a1", "1-2"),
+                            approved_start("c1", "2-1", data=other))  # fmt: skip
+    assert invariants.approval_checks(found, [send_row("c1")]) == [
+        "chaos_send call c1 ran on approval a1, requested for another call"
+    ]
+    unasked = approval_events(approved_start("c1", "2-1", approval_id="a7"))
+    assert invariants.approval_checks(unasked, [send_row("c1")]) == [
+        "chaos_send call c1 ran on approval a7, which was never requested"
+    ]
+
+
+def test_one_approval_used_by_two_executions_is_a_violation() -> None:
+    """Two effect rows of one call_id: the approved call ran twice (``chaos.tools`` logs one
+    row per execution, so a second execution under the request's call_id shows)."""
+    once = approval_events(asked("a1", "c1", "1-1"), decision("a1", "1-2"),
+                           approved_start("c1", "2-1"))  # fmt: skip
+    assert invariants.approval_checks(once, [send_row("c1"), send_row("c1")]) == [
+        "approval a1 took effect 2 times"
+    ]
+    twice = [*once, *events(stream(approved_start("c2", "3-1")))]
+    assert invariants.approval_checks(twice, [send_row("c1")]) == [
+        "approval a1 named by 2 tool_starts"
+    ]
+
+
+CHARGE = {"amount": 5}
+
+
+def charge_start(call_id: str, sid: str, approval_id: str | None) -> tuple[str, str, str, Any]:
+    fields = {"call_id": call_id, "tool": "chaos_charge", "input": CHARGE,
+              "signature": input_signature(CHARGE), "approval_id": approval_id}  # fmt: skip
+    return (sid, "tool_start", "r2", fields)
+
+
+def charge_asked() -> tuple[str, str, str, dict[str, Any]]:
+    fields = {"approval_id": "a1", "call_id": "c1", "tool": "chaos_charge", "input": CHARGE,
+              "signature": input_signature(CHARGE), "expires_at": 9.0}  # fmt: skip
+    return ("1-1", "approval_requested", "r1", fields)
+
+
+def test_an_idempotent_retry_of_an_interrupted_approved_call_runs_on_its_approval() -> None:
+    """The approved charge is cut off after its effect; the resumed run retries it (a new
+    call_id, no new request, the same key): two attempts, one application, one approval."""
+    found = approval_events(charge_asked(), decision("a1", "1-2"), charge_start("c1", "2-1", "a1"),
+                            charge_start("c2", "3-1", None))  # fmt: skip
+    effects = [charge_row("c1", True), charge_row("c2", False)]
+    assert invariants.approval_checks(found, effects) == []
+    applied_twice = [charge_row("c1", True), charge_row("c2", True)]
+    assert invariants.approval_checks(found, applied_twice) == ["approval a1 took effect 2 times"]
+
+
+def test_a_retry_with_no_approved_start_before_it_or_of_a_plain_write_is_a_violation() -> None:
+    unasked = approval_events(charge_start("c2", "3-1", None))
+    assert invariants.approval_checks(unasked, [charge_row("c2", True)]) == [
+        "chaos_charge call c2 ran without an approval"
+    ]
+    plain = approval_events(asked("a1", "c1", "1-1"), decision("a1", "1-2"),
+                            approved_start("c1", "2-1"),
+                            approved_start("c2", "3-1", approval_id=None))  # fmt: skip
+    assert invariants.approval_checks(plain, [send_row("c2")]) == [
+        "chaos_send call c2 ran without an approval"
+    ]

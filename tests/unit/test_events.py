@@ -8,6 +8,8 @@ import pytest
 
 from ledger.errors import EventDecodeError
 from ledger.events import (
+    ApprovalDecided,
+    ApprovalRequested,
     Clear,
     Event,
     ModelDone,
@@ -63,8 +65,18 @@ ONE_OF_EACH: list[Event] = [
         result={"id": 7},
         is_error=False,
     ),
+    ApprovalRequested(
+        **BASE,
+        approval_id="apr_1",
+        call_id="c3",
+        tool="send_email",
+        input={"to": "a@x.io"},
+        signature=SIGNATURE,
+        expires_at=1_700_086_400.0,
+    ),
+    ApprovalDecided(**BASE, approval_id="apr_1", decision="deny", reason="wrong list", by="ops"),
     Clear(**BASE, reason="abandoned partial"),
-    RunEnded(**BASE, reason="soft_limit", detail="60 s"),
+    RunEnded(**BASE, reason="waiting", detail="waiting for a person's decision"),
     TurnEnded(**BASE, status="stopped", code="journal_unreadable", can_continue=True),
 ]
 
@@ -78,6 +90,8 @@ CONTRACT_TYPES = {
     "tool_start",
     "tool_done",
     "tool_blocked",
+    "approval_requested",
+    "approval_decided",
     "clear",
     "run_ended",
     "turn_ended",

@@ -46,7 +46,10 @@ THIRD_PARTY: dict[str, set[str] | None] = {
         "anthropic",
         "openai",
         "httpx",
+        "jsonschema",
     },
+    # tools from elsewhere: the official MCP SDK (its types are a package of their own)
+    "worker.engine.tools.sources": {"pydantic", "structlog", "httpx", "mcp", "mcp_types"},
     "worker.lifecycle": {"redis", "structlog"},
 }
 DRES = ("ledger", "worker", "tasks")

@@ -60,8 +60,25 @@ def test_every_step_has_one_outcome_a_status_or_the_status_as_it_was(step: Step)
         assert set(rows.values()) == {to}
 
 
-def test_only_a_renewal_and_a_redispatch_leave_the_status_as_it_was() -> None:
-    assert {step for step in Step if target(step) is None} == {Step.RENEW, Step.REDISPATCH}
+def test_only_a_renewal_a_redispatch_and_a_decision_not_the_last_leave_the_status() -> None:
+    assert {step for step in Step if target(step) is None} == {
+        Step.RENEW,
+        Step.REDISPATCH,
+        Step.DECIDE,
+    }
+
+
+def test_a_waiting_turn_is_left_only_by_a_decision_or_a_stop_and_no_run_holds_it() -> None:
+    from_waiting = {
+        step: to for (status, step), to in TABLE.items() if status == TurnStatus.WAITING
+    }
+    assert from_waiting == {
+        Step.DECIDE: TurnStatus.WAITING,
+        Step.DECIDE_LAST: TurnStatus.RESUMING,
+        Step.STOP_WAITING: TurnStatus.STOPPED,
+    }
+    assert allowed_from(Step.WAIT) == (TurnStatus.RUNNING,)
+    assert not TurnStatus.WAITING.ended
 
 
 def test_allowed_from_lists_exactly_the_tables_rows_of_a_step() -> None:

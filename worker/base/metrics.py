@@ -40,6 +40,13 @@ OUTCOME_OF_REASON = {
     "identity": "refused",
     "interrupted": "refused",
 }
+#: what became of an approval request (``dres_approvals_total``), by its decision
+APPROVAL_OUTCOMES = {
+    "approve": "approved",
+    "deny": "denied",
+    "expired": "expired",
+    "voided": "voided",
+}
 #: what the reaper does to a turn it looks at (``worker.lifecycle.reaper``); ``stopped`` is any
 #: stop code (the code goes to ``dres_turns_ended_total``)
 REAPER_ACTIONS = (
@@ -53,9 +60,10 @@ REAPER_ACTIONS = (
     "finished",
     "gone",
     "unreadable",
+    "awaiting_approval",
 )
 #: how a chunk task ended, from what ``Lifecycle.run_chunk`` returned
-CHUNK_ENDS = ("completed", "stopped", "chained", "ended", "fenced-out", "failed")
+CHUNK_ENDS = ("completed", "stopped", "chained", "waiting", "ended", "fenced-out", "failed")
 #: what ``Lifecycle.run_chunk`` returns for a message that ran no chunk
 NOT_A_CHUNK = ("not-claimed", "holder", "took", "bad-message")
 
@@ -72,6 +80,8 @@ class Metrics:
     store_errors: Counter
     store_outage: Histogram
     store_eviction_allowed: Gauge
+    approvals: Counter
+    approval_wait: Histogram
     #: ``tool_calls``' two series of every tool call that ran, resolved once (the hot path)
     ran: Counter
     errored: Counter
@@ -139,6 +149,16 @@ def get() -> Metrics:
             ["store", "policy"],
             multiprocess_mode="max",  # set by the main process at start, never by the pool
         ),
+        approvals=Counter(
+            "dres_approvals_total",
+            "Approval requests decided, by decision (approved, denied, expired, voided)",
+            ["decision"],
+        ),
+        approval_wait=Histogram(
+            "dres_approval_wait_seconds",
+            "Seconds from an approval request to its decision (a person's, an expiry or a voiding)",
+            buckets=(1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600),
+        ),
         ran=tool_calls.labels("ran"),
         errored=tool_calls.labels("error"),
     )
@@ -147,6 +167,8 @@ def get() -> Metrics:
         made.tool_calls.labels(outcome)
     for reason in OUTCOME_OF_REASON:
         made.duplicates_prevented.labels(reason)
+    for decision in APPROVAL_OUTCOMES.values():
+        made.approvals.labels(decision)
     made.turns_ended.labels("completed", "")
     for code in StopCode:
         made.turns_ended.labels("stopped", code.value)
@@ -182,6 +204,20 @@ def tool_blocked(reason: str) -> None:
     m = get()
     m.tool_calls.labels(OUTCOME_OF_REASON.get(reason, "blocked")).inc()
     m.duplicates_prevented.labels(reason).inc()
+
+
+@never_fails
+def tool_denied() -> None:
+    """A call a person denied: not run, and no duplicate prevented."""
+    get().tool_calls.labels("blocked").inc()
+
+
+@never_fails
+def approval_decided(decision: str, waited_s: float | None) -> None:
+    m = get()
+    m.approvals.labels(APPROVAL_OUTCOMES.get(decision, decision)).inc()
+    if waited_s is not None:
+        m.approval_wait.observe(max(waited_s, 0.0))
 
 
 @never_fails

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import json
+import re
 from functools import lru_cache
 from typing import Any, Literal
 from urllib.parse import parse_qs, urlsplit
@@ -14,6 +14,13 @@ from redis.connection import parse_url
 
 from ledger.durability import Durability, Level
 from worker.base.errors import ConfigError
+from worker.base.tool_sources import (
+    McpServer,
+    OpenApi,
+    parse_entries,
+    parse_mcp_servers,
+    parse_openapi,
+)
 
 DEMO_TOOLS = "worker.dev.demo_tools"
 
@@ -103,132 +110,177 @@ def parse_sentinel_tls(url: str) -> dict[str, Any]:
 
 def parse_agents(raw: str) -> dict[str, AgentApp]:
     """DRES_AGENTS's apps by name; a ``ValueError`` naming what is wrong."""
-    try:
-        data = json.loads(raw or "{}")
-    except json.JSONDecodeError as e:
-        raise ValueError(f"not JSON ({e.msg} at character {e.pos})") from None
-    if not isinstance(data, dict):
-        raise ValueError('must be a JSON object: {"NAME": {"url": "http://…", "token": "…"}}')
-    apps = {}
-    for name, entry in data.items():
-        if not name.strip():
-            raise ValueError("an app's name is empty")
-        try:
-            apps[name] = AgentApp.model_validate(entry)
-        except ValidationError as e:
-            first = e.errors()[0]
-            where = ".".join(str(p) for p in first["loc"])
-            why = first["msg"]
-            if first["type"] == "missing":
-                why = "missing"
-            elif where == "url":
-                why = "must be an http:// or https:// URL"
-            raise ValueError(f"app {name!r}: {where or 'entry'}: {why}") from None
-    return apps
+    shape = '{"NAME": {"url": "http://…", "token": "…"}}'
+    return parse_entries(raw, AgentApp, "app", shape)
+
+
+#: a tool's name as DRES_APPROVAL lists it
+NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+HTTP_URL = re.compile(r"^https?://[^/\s]+\S*$")
 
 
 class Settings(BaseSettings):
+    """Every ``DRES_*`` setting: its type, its default and one line of meaning (``description``),
+    the one source ``dres config`` and the reference's table (docs/configuration.md) show."""
+
     model_config = SettingsConfigDict(env_prefix="DRES_", extra="ignore", frozen=True)
 
-    redis_url: str = "redis://127.0.0.1:6379/0"
-    #: empty: the ledger Redis
-    broker_url: str = ""
-    #: comma-separated modules whose ``@tool`` functions are registered
-    tools: str = DEMO_TOOLS
-    #: default model spec; empty: the scripted demo script
-    model: str = ""
-    #: seconds: foreground chunk soft / hard time limits
-    soft_limit_s: float = Field(60.0, gt=0)
-    hard_limit_s: float = Field(90.0, gt=0)
-    #: seconds: background chunk soft / hard time limits
-    bg_soft_limit_s: float = Field(600.0, gt=0)
-    bg_hard_limit_s: float = Field(660.0, gt=0)
-    max_auto_continue: int = Field(3, ge=0)
-    max_chunks: int = Field(50, ge=1)
-    api_token: str | None = None
-    #: seconds a finished turn's keys are kept
-    finished_ttl_s: int = Field(7 * 24 * 3600, gt=0)
-    #: model calls one turn may make before it stops (a runaway loop guard)
-    max_model_calls: int = Field(100, ge=1)
-    #: resumes of one run after resumable transport errors before the turn stops
-    max_transport_resumes: int = Field(3, ge=0)
-    #: seconds: cooldown before the one background resume after a provider rate limit
-    rate_limit_cooldown_s: float = Field(20.0, ge=0)
-    #: attempts to read the journal for the hard-block before a resumed run stops
-    journal_read_attempts: int = Field(3, ge=1)
-    #: seconds: backoff before each journal re-read
-    journal_read_backoff_s: float = Field(0.25, ge=0)
-    #: include the journal note in resume prompts (layer 1); the hard-block is always on
-    journal_note: bool = True
-    #: seconds a run's lease holds without a heartbeat; a live run renews it every third of
-    #: that, whatever its chunk's time limits, so a dead worker's turn is taken over soon after
-    lease_s: float = Field(8.0, gt=0)
-    #: takeovers of dead runs in a row without a newly completed tool call before the turn
-    #: stops (``no_progress``, Continue available)
-    max_takeovers: int = Field(3, ge=1)
-    #: seconds a recorded successor may wait unclaimed before the reaper re-dispatches it
-    handoff_grace_s: float = Field(15.0, gt=0)
-    #: re-dispatches of one lost handoff before the reaper stops the turn (loudly)
-    max_redispatches: int = Field(3, ge=0)
-    #: seconds every ledger operation rides out an unreachable Redis (a restart, a failover)
-    #: before the run gives up and stops cleanly (CONTRACT §7.13); the API never waits it out
-    store_outage_s: float = Field(30.0, ge=0)
-    #: what confirms a write tool's ``tool_start`` before its effect runs, and its ``tool_done``
-    #: before the turn goes on (CONTRACT §7.13): ``ack`` (Redis's answer, nothing more),
-    #: ``replica`` (``WAIT 1``), ``fsync`` (``WAITAOF 1 0``: the primary's AOF on disk),
-    #: ``replica+fsync`` (``WAITAOF 1 1``); anything but ``ack`` is checked against the server
-    #: at worker start
-    durability: Level = "ack"
-    #: seconds one such confirmation may wait for the replica or the fsync
-    durability_timeout_s: float = Field(1.0, gt=0)
-    #: seconds between reaper sweeps on each worker
-    reaper_interval_s: float = Field(2.0, gt=0)
-    #: seconds an unacknowledged message stays invisible before Redis redelivers it; must exceed
-    #: every hard limit (0: twice the longest hard limit)
-    visibility_timeout_s: float = Field(0.0, ge=0)
-    #: seconds between checks of the Stop flag while the model is waiting or streaming
-    cancel_poll_s: float = Field(0.2, gt=0)
-    #: milliseconds a streamed text delta may wait to be written with the ones after it (one
-    #: ``text`` event per window, not per delta); 0: every delta is its own event
-    text_flush_ms: int = Field(50, ge=0)
-    #: characters of buffered streamed text written at once, whatever the window
-    text_flush_chars: int = Field(512, ge=1)
-    #: arm the chaos runner's failpoints (worker.base.failpoints); never in production
-    failpoints: bool = False
-    #: resume naively: no journal note, no hard-block, no interrupted-write guard. Only for
-    #: ``make chaos NAIVE=1``, which counts the duplicate effects dres prevents; never in production
-    naive: bool = False
-    #: characters of a conversation's earlier turns (messages and answers) a new turn's model
-    #: sees, the oldest dropped first (CONTRACT §7.10); 0: none
-    history_chars: int = Field(24_000, ge=0)
-    #: comma-separated model specs an API client may ask for besides the default
-    #: (``anthropic:*`` allows a provider's every model; CONTRACT §3)
-    models: str = ""
-    #: JSON object of the apps ``call_agent`` may delegate to:
-    #: ``{"NAME": {"url": "http://…", "token": "…"}}`` (CONTRACT §7.9)
-    agents: str = "{}"
-    #: the ledger's Redis (``redis_url``) is a Redis Cluster; the broker is then a plain Redis
-    redis_cluster: bool = False
-    #: ``host:port,host:port`` of Redis Sentinels: the ledger, the broker and the result backend
-    #: use the master they name ``redis_master`` and follow its failovers; empty: no Sentinel
-    redis_sentinels: str = ""
-    #: the master's name the Sentinels monitor (``sentinel monitor NAME ...``)
-    redis_master: str = ""
-    #: the Sentinels' own password (their ``requirepass``), if they have one; the master's comes
-    #: from ``redis_url``'s userinfo, as its database does (its host is not used then), and a
-    #: ``rediss://`` ``redis_url`` means TLS to the master and to the Sentinels
-    #: (``sentinel_tls``)
-    redis_sentinel_password: str = ""
-    #: start even when a Redis's ``maxmemory-policy`` is not ``noeviction`` (a warning instead)
-    allow_eviction: bool = False
-    #: a worker serves Prometheus metrics on this port (all its pool processes together)
-    metrics_port: int | None = Field(None, ge=1, le=65535)
-    #: ``console`` (for a person) or ``json`` (one object per line)
-    log_format: Literal["console", "json"] = "console"
-    #: comma-separated modules of extra Celery tasks the dres worker should also run
-    celery_include: str = ""
-    foreground_queue: str = "dres.foreground"
-    background_queue: str = "dres.background"
+    redis_url: str = Field("redis://127.0.0.1:6379/0", description="the ledger's Redis")
+    broker_url: str = Field("", description="Celery's broker; empty: the ledger's Redis")
+    tools: str = Field(
+        DEMO_TOOLS, description="comma-separated modules whose @tool functions are registered"
+    )
+    model: str = Field("", description="the default model spec; empty: the scripted demo script")
+    soft_limit_s: float = Field(60.0, gt=0, description="seconds: a foreground chunk's soft limit")
+    hard_limit_s: float = Field(90.0, gt=0, description="seconds: a foreground chunk's hard limit")
+    bg_soft_limit_s: float = Field(
+        600.0, gt=0, description="seconds: a background chunk's soft limit"
+    )
+    bg_hard_limit_s: float = Field(
+        660.0, gt=0, description="seconds: a background chunk's hard limit"
+    )
+    max_auto_continue: int = Field(
+        3, ge=0, description="automatic continuations of one turn's time-limit stops"
+    )
+    max_chunks: int = Field(
+        50, ge=1, description="self-chained chunks of one turn before it stops (max_chunks)"
+    )
+    api_token: str | None = Field(
+        None, description="the bearer token the API requires; unset: none (loopback binds only)"
+    )
+    finished_ttl_s: int = Field(
+        7 * 24 * 3600, gt=0, description="seconds a finished turn's keys are kept"
+    )
+    max_model_calls: int = Field(
+        100, ge=1, description="model calls one turn may make before it stops (a runaway guard)"
+    )
+    max_transport_resumes: int = Field(
+        3, ge=0, description="resumes of one run after transport errors before the turn stops"
+    )
+    rate_limit_cooldown_s: float = Field(
+        20.0, ge=0, description="seconds before a background turn's one resume after a 429"
+    )
+    journal_read_attempts: int = Field(
+        3, ge=1, description="reads of the journal for the hard-block before a resumed run stops"
+    )
+    journal_read_backoff_s: float = Field(
+        0.25, ge=0, description="seconds of backoff before each journal re-read"
+    )
+    journal_note: bool = Field(
+        True, description="put the journal note in resume prompts (the hard-block is always on)"
+    )
+    # A live run renews its lease every third of it, whatever its chunk's time limits, so a dead
+    # worker's turn is taken over soon after.
+    lease_s: float = Field(8.0, gt=0, description="seconds a run's lease holds without a heartbeat")
+    max_takeovers: int = Field(
+        3, ge=1, description="takeovers in a row without progress before a turn stops"
+    )
+    handoff_grace_s: float = Field(
+        15.0, gt=0, description="seconds a successor may wait unclaimed before it is sent again"
+    )
+    max_redispatches: int = Field(
+        3, ge=0, description="re-sends of one lost hand-off before the reaper stops the turn"
+    )
+    store_outage_s: float = Field(
+        30.0, ge=0, description="seconds a worker's ledger writes ride out an unreachable Redis"
+    )
+    # Anything but ack is checked against the server at worker start.
+    durability: Level = Field(
+        "ack",
+        description="what confirms a write's records: ack, replica, fsync or replica+fsync",
+    )
+    durability_timeout_s: float = Field(
+        1.0, gt=0, description="seconds one such confirmation may wait"
+    )
+    reaper_interval_s: float = Field(
+        2.0, gt=0, description="seconds between reaper sweeps on each worker"
+    )
+    # It must exceed every hard limit, or a running chunk is delivered again to another worker.
+    visibility_timeout_s: float = Field(
+        0.0,
+        ge=0,
+        description="seconds before Redis redelivers an unacknowledged message; 0: twice the "
+        "longest hard limit",
+    )
+    cancel_poll_s: float = Field(
+        0.2, gt=0, description="seconds between looks at the Stop flag while a model answers"
+    )
+    text_flush_ms: int = Field(
+        50,
+        ge=0,
+        description="milliseconds streamed text may wait to be stored with what follows; 0: none",
+    )
+    text_flush_chars: int = Field(
+        512, ge=1, description="characters of streamed text stored at once, whatever the wait"
+    )
+    failpoints: bool = Field(
+        False, description="arm the chaos runner's failpoints; never in production"
+    )
+    # Only for ``make chaos NAIVE=1``, which counts the duplicate effects dres prevents.
+    naive: bool = Field(
+        False,
+        description="resume without the note, the hard-block or the guard; never in production",
+    )
+    history_chars: int = Field(
+        24_000, ge=0, description="characters of earlier turns a new turn's model sees; 0: none"
+    )
+    models: str = Field(
+        "", description="comma-separated model specs an API client may ask for (anthropic:*)"
+    )
+    agents: str = Field(
+        "{}", description='JSON: the apps call_agent may call, {"NAME": {"url", "token"}}'
+    )
+    mcp_servers: str = Field(
+        "{}",
+        description='JSON: MCP servers whose tools are registered, {"NAME": {"command" or "url"}}',
+    )
+    openapi: str = Field(
+        "{}",
+        description='JSON: HTTP APIs whose OpenAPI operations are tools, {"NAME": {"spec"}}',
+    )
+    redis_cluster: bool = Field(
+        False, description="the ledger's Redis is a Redis Cluster (the broker a plain Redis)"
+    )
+    redis_sentinels: str = Field(
+        "", description="host:port,host:port of Redis Sentinels; empty: no Sentinel"
+    )
+    redis_master: str = Field("", description="the name of the master the Sentinels monitor")
+    # The master's password and database come from redis_url's userinfo and path (its host is
+    # not used then); a rediss:// redis_url means TLS to the master and to the Sentinels.
+    redis_sentinel_password: str = Field(
+        "", description="the Sentinels' own password (their requirepass), if any"
+    )
+    allow_eviction: bool = Field(
+        False, description="start on a Redis whose maxmemory-policy is not noeviction (warn)"
+    )
+    metrics_port: int | None = Field(
+        None, ge=1, le=65535, description="a worker serves Prometheus metrics on this port"
+    )
+    log_format: Literal["console", "json"] = Field(
+        "console", description="console (for a person) or json (one object per line)"
+    )
+    celery_include: str = Field(
+        "", description="comma-separated modules of extra Celery tasks the worker also runs"
+    )
+    foreground_queue: str = Field(
+        "dres.foreground", description="the Celery queue of foreground chunks"
+    )
+    background_queue: str = Field(
+        "dres.background", description="the Celery queue of background chunks"
+    )
+    # A tool's own needs_approval adds to this.
+    approval: str = Field(
+        "none", description="which writes wait for a person: none, writes or tool names"
+    )
+    approval_ttl_s: float = Field(
+        86400.0, gt=0, description="seconds a request waits before the turn stops (expired)"
+    )
+    approval_webhook: str = Field(
+        "", description="a URL each approval request is POSTed to (JSON), best-effort"
+    )
+    public_url: str = Field(
+        "", description="the API's public base URL, for the turn's URL in a webhook's body"
+    )
 
     @field_validator("agents")
     @classmethod
@@ -237,6 +289,45 @@ class Settings(BaseSettings):
             parse_agents(raw)
         except ValueError as e:
             raise PydanticCustomError("dres_agents", str(e)) from None
+        return raw
+
+    @field_validator("mcp_servers")
+    @classmethod
+    def _mcp_servers_parse(cls, raw: str) -> str:
+        try:
+            parse_mcp_servers(raw)
+        except ValueError as e:
+            raise PydanticCustomError("dres_mcp_servers", str(e)) from None
+        return raw
+
+    @field_validator("openapi")
+    @classmethod
+    def _openapi_parse(cls, raw: str) -> str:
+        try:
+            parse_openapi(raw)
+        except ValueError as e:
+            raise PydanticCustomError("dres_openapi", str(e)) from None
+        return raw
+
+    @field_validator("approval")
+    @classmethod
+    def _approval_parse(cls, raw: str) -> str:
+        names = [name.strip() for name in raw.split(",")]
+        if not all(NAME.match(name) for name in names):
+            raise PydanticCustomError(
+                "dres_approval",
+                "must be none, writes, or comma-separated tool names (got '{raw}')",
+                {"raw": raw},
+            )
+        return raw
+
+    @field_validator("approval_webhook", "public_url")
+    @classmethod
+    def _an_http_url(cls, raw: str) -> str:
+        if raw and not HTTP_URL.match(raw):
+            raise PydanticCustomError(
+                "dres_url", "must be an http:// or https:// URL (got '{raw}')", {"raw": raw}
+            )
         return raw
 
     @field_validator("redis_sentinels")
@@ -350,9 +441,29 @@ class Settings(BaseSettings):
         return [name.strip() for name in self.tools.split(",") if name.strip()]
 
     @property
+    def approval_rule(self) -> tuple[bool, frozenset[str]]:
+        """DRES_APPROVAL as (every write waits, the tool names that wait)."""
+        names = {name.strip() for name in self.approval.split(",") if name.strip()}
+        if names <= {"none"}:
+            return False, frozenset()
+        if "writes" in names:
+            return True, frozenset(names - {"writes"})
+        return False, frozenset(names - {"none"})
+
+    @property
     def agent_apps(self) -> dict[str, AgentApp]:
         """DRES_AGENTS's apps by name (validated when the settings were read)."""
         return parse_agents(self.agents)
+
+    @property
+    def mcp_server_entries(self) -> dict[str, McpServer]:
+        """DRES_MCP_SERVERS's servers by name (validated when the settings were read)."""
+        return parse_mcp_servers(self.mcp_servers)
+
+    @property
+    def openapi_entries(self) -> dict[str, OpenApi]:
+        """DRES_OPENAPI's APIs by name (validated when the settings were read)."""
+        return parse_openapi(self.openapi)
 
 
 def load_settings(**overrides: object) -> Settings:

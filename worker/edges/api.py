@@ -12,26 +12,31 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
-from typing import Annotated
+from typing import Annotated, Literal
 
 import redis
 import redis.asyncio as aioredis
 from fastapi import APIRouter, Depends, FastAPI, Header, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
+from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger import keys
+from ledger.approvals import fold_approvals, request_fields
 from ledger.codec import text
 from ledger.errors import CorruptTurn, UnknownTurn
 from ledger.journal import build_journal
 from ledger.turn import TurnMeta, continue_refusal
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
+from worker.edges.api_document import install_document, operation_id
 from worker.edges.api_faults import add_fault_handlers, healthz
 from worker.edges.api_models import admit_model, check_allow_list
 from worker.edges.api_schemas import (
@@ -40,7 +45,15 @@ from worker.edges.api_schemas import (
     ID,
     WRITE_ERRORS,
     Accepted,
+    ApprovalList,
+    ApprovalOut,
     ContinueRequest,
+    ConversationDetail,
+    ConversationList,
+    ConversationOut,
+    ConversationTurn,
+    DecisionOut,
+    DecisionRequest,
     JournalOut,
     TurnCreated,
     TurnRequest,
@@ -51,8 +64,11 @@ from worker.edges.client import enqueue
 from worker.edges.metrics_http import serve_metrics
 from worker.edges.page import router as page_router
 from worker.edges.runtime import API_STORE_TIMEOUT_S, Runtime, ledger_reader
-from worker.edges.sse import SSE_KEEPALIVE_S, STREAM_ID, event_stream
+from worker.edges.sse import SSE_KEEPALIVE_S, event_stream
 
+#: a stream id as a client may give it (``3-14``; ``3`` is ``3-0``, as Redis reads it), ASCII
+#: digits only
+STREAM_ID_FORM = re.compile(r"^[0-9]+(-[0-9]+)?$")
 #: bytes: the largest request body accepted
 MAX_BODY_BYTES = 256 * 1024
 #: seconds an Idempotency-Key is remembered beyond DRES_FINISHED_TTL_S: a stopped turn can be
@@ -67,7 +83,11 @@ def _body_hash(body: TurnRequest) -> str:
 
 def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api = FastAPI(
-        title="dres", version="1", description="Durable resume for agent turns", lifespan=_lifespan
+        title="dres",
+        version="1",
+        description="Durable resume for agent turns",
+        lifespan=_lifespan,
+        generate_unique_id_function=operation_id,
     )
     check_allow_list(settings)  # a bad DRES_MODELS fails at start
     api.state.settings = settings
@@ -83,8 +103,11 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.add_exception_handler(ConfigError, bad_config)  # type: ignore[arg-type]
     add_fault_handlers(api)
     api.include_router(router)
+    api.include_router(approvals_router)
+    api.include_router(conversations_router)
     api.include_router(page_router)
     api.add_api_route("/healthz", healthz, methods=["GET"], responses=HEALTH_ERRORS)
+    install_document(api, settings)
     # behind the token when one is set (Prometheus scrapes with a bearer token); Prometheus text,
     # not JSON, so not in the OpenAPI schema
     api.add_api_route(
@@ -117,6 +140,12 @@ async def authorize(
 
 
 router = APIRouter(prefix="/v1/turns", dependencies=[Depends(authorize)], responses=ERRORS)
+approvals_router = APIRouter(
+    prefix="/v1/approvals", dependencies=[Depends(authorize)], responses=ERRORS
+)
+conversations_router = APIRouter(
+    prefix="/v1/conversations", dependencies=[Depends(authorize)], responses=ERRORS
+)
 
 
 def runtime_of(request: Request) -> Runtime:
@@ -163,7 +192,21 @@ class BodyLimit:
 
 
 async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
-    return JSONResponse({"detail": str(exc.detail)}, exc.status_code, headers=exc.headers)
+    headers = exc.headers
+    if exc.status_code == 405:
+        # Starlette's Allow names the methods of the first route of the path only (GET and
+        # DELETE of a conversation are two routes): name every route's
+        headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
+    return JSONResponse({"detail": str(exc.detail)}, exc.status_code, headers=headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
 
 
 async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -203,6 +246,10 @@ def create_turn(
 ) -> TurnCreated:
     """Enqueue a turn; a repeated Idempotency-Key with the same body returns the same turn."""
     admit_model(rt, body.model)  # before anything reads a file the spec names
+    if body.conversation_id and rt.lifecycle.store.conversations.erased(body.conversation_id):
+        raise HTTPException(
+            409, f"conversation {body.conversation_id!r} was deleted: start a new one"
+        )
     if not idempotency_key:
         turn = enqueue(
             rt, body.message, conversation_id=body.conversation_id, mode=body.mode, model=body.model
@@ -249,6 +296,10 @@ async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> Turn
         auto=False,
         max_auto=runtime_of(request).settings.max_auto_continue,
     )
+    approvals: list[ApprovalOut] = []
+    if meta.approvals:  # only a turn that waited reads its stream for them
+        events = await run_in_threadpool(runtime_of(request).ledger.events, turn_id)
+        approvals = [ApprovalOut(**entry.as_dict()) for entry in fold_approvals(events)]
     return TurnStatus(
         turn_id=turn_id,
         conversation_id=meta.conversation_id,
@@ -259,6 +310,7 @@ async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> Turn
         auto_continues=meta.auto_continues,
         can_continue=refusal is None,
         code=meta.code,
+        approvals=approvals,
     )
 
 
@@ -282,9 +334,15 @@ async def events(
     last_event_id: Annotated[str | None, Header()] = None,
 ) -> StreamingResponse:
     """Server-Sent Events: every ledger event with its stream id as the SSE ``id``."""
-    start = last_event_id or after or "0-0"
-    if not STREAM_ID.match(start):
-        raise HTTPException(400, f"not a stream id: {start!r} (expected like 3-14)")
+    # the header wins over ?after=, but each one given must be a stream id: given but empty is
+    # a bad one, not the start (a client that sends it lost its place)
+    given = [value for value in (last_event_id, after) if value is not None]
+    for value in given:
+        if not STREAM_ID_FORM.match(value):
+            raise HTTPException(400, f"not a stream id: {value!r} (expected like 3-14)")
+    start = given[0] if given else "0-0"
+    if "-" not in start:
+        start += "-0"  # as Redis reads an id without its sequence number
     await meta_of(reader, turn_id)
     return StreamingResponse(
         event_stream(request.app.state.tail, request, turn_id, start),
@@ -309,6 +367,132 @@ def stop_turn(rt: RT, turn_id: TurnId) -> Accepted:
     if not outcome.ok:
         raise HTTPException(409, outcome.reason)
     return Accepted(turn_id=turn_id, detail=outcome.reason)
+
+
+@router.post(
+    "/{turn_id}/approvals/{approval_id}",
+    status_code=202,
+    response_model=DecisionOut,
+    responses=WRITE_ERRORS,
+)
+def decide(
+    rt: RT,
+    turn_id: TurnId,
+    approval_id: Annotated[str, Path(pattern=ID, description="the request's id")],
+    body: DecisionRequest,
+) -> DecisionOut:
+    """A person's decision on an approval request (CONTRACT §7.14): taken once, for the
+    requested signature only; 409 when it was decided already (the detail says how), when the
+    signature is another call's, or when the turn does not wait on it."""
+    decided = rt.lifecycle.decide(
+        turn_id, approval_id, body.decision, body.signature, reason=body.reason, by=body.by or "api"
+    )
+    if not decided.ok:
+        raise HTTPException(decided.status, decided.detail)
+    return DecisionOut(
+        turn_id=turn_id,
+        approval_id=approval_id,
+        decision=body.decision,
+        detail=decided.detail,
+        run_id=decided.run_id,
+    )
+
+
+@approvals_router.get("", response_model=ApprovalList)
+def list_approvals(
+    rt: RT,
+    status: Annotated[
+        Literal["pending"], Query(description="which requests: pending (not yet decided)")
+    ] = "pending",
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[
+        # a request's score (ms) and member (turn_id/approval_id): bounded, so no digits
+        # beyond what int() reads and Redis keeps
+        str | None, Query(pattern=r"^\d{1,18}:.{1,300}$", description="a page's next_cursor")
+    ] = None,
+) -> ApprovalList:
+    """Open approval requests across turns, newest first, paged."""
+    after = None
+    if cursor is not None:
+        score, _, member = cursor.partition(":")
+        after = (int(score), member)
+    found, nxt = rt.lifecycle.store.open_approvals(limit=limit, cursor=after)
+    return ApprovalList(
+        items=[ApprovalOut(**request_fields(r)) for r in found],
+        next_cursor=None if nxt is None else f"{nxt[0]}:{nxt[1]}",
+    )
+
+
+ConversationId = Annotated[str, Path(pattern=ID, description="the conversation's id")]
+
+
+@conversations_router.get("", response_model=ConversationList)
+def list_conversations(
+    rt: RT,
+    limit: Annotated[int, Query(ge=1, le=200)] = 50,
+    cursor: Annotated[
+        str | None, Query(pattern=r"^\d+:.+$", description="a page's next_cursor")
+    ] = None,
+) -> ConversationList:
+    """Conversations, most recently updated first (newest message or Continue), paged; each
+    with its newest turn's status now. One whose newest turn's keys expired is gone."""
+    after = None
+    if cursor is not None:
+        score, _, conversation_id = cursor.partition(":")
+        after = (int(score), conversation_id)
+    found, nxt = rt.lifecycle.store.conversations.page(limit=limit, cursor=after)
+    items = [
+        ConversationOut(
+            conversation_id=c.conversation_id,
+            title=c.title,
+            updated_at=c.updated_at,
+            turn_id=c.newest.turn_id,
+            status=c.newest.status.value,
+        )
+        for c in found
+    ]
+    return ConversationList(items=items, next_cursor=None if nxt is None else f"{nxt[0]}:{nxt[1]}")
+
+
+@conversations_router.get("/{conversation_id}", response_model=ConversationDetail)
+def conversation(rt: RT, conversation_id: ConversationId) -> ConversationDetail:
+    """The conversation's turns in order, each with its message, status and whether Continue
+    is allowed now."""
+    found = rt.lifecycle.store.conversations.get(conversation_id)
+    if found is None:
+        raise HTTPException(404, f"unknown conversation {conversation_id!r}")
+    max_auto = rt.settings.max_auto_continue
+    turns = [
+        ConversationTurn(
+            turn_id=meta.turn_id,
+            message=message,
+            status=meta.status.value,
+            code=meta.code,
+            can_continue=continue_refusal(
+                meta, newest_turn=found.newest_turn, auto=False, max_auto=max_auto
+            )
+            is None,
+        )
+        for meta, message in found.turns
+    ]
+    return ConversationDetail(conversation_id=conversation_id, title=found.title, turns=turns)
+
+
+@conversations_router.delete("/{conversation_id}", status_code=204, responses=WRITE_ERRORS)
+def delete_conversation(rt: RT, conversation_id: ConversationId) -> Response:
+    """Erase the conversation for good (a user's request to delete it): every turn's ledger,
+    metadata and index entries, its list and its place in the listing. 409 while a turn of it
+    is queued, running, resuming or waiting (stop it first)."""
+    erased = rt.lifecycle.store.conversations.erase(conversation_id)
+    if not erased.known:
+        raise HTTPException(404, f"unknown conversation {conversation_id!r}")
+    if not erased.ok:
+        raise HTTPException(
+            409,
+            f"turn {erased.blocking} of the conversation is {erased.status}: stop it or let it "
+            "end before deleting the conversation",
+        )
+    return Response(status_code=204)
 
 
 def _created(turn_id: str, conversation_id: str) -> TurnCreated:

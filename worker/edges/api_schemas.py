@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ledger.journal import JournalEntry
 
+#: a character that is not a space, a tab or a line break: a message holds one. Spelled out, not
+#: ``\S``, so Python and a JSON Schema (ECMA-262) validator read the pattern alike.
+NOT_BLANK = r"[^ \t\n\r\x0b\x0c]"
+
+
+def is_blank(message: str) -> bool:
+    return re.search(NOT_BLANK, message) is None
+
+
 #: characters: the longest user message accepted
 MAX_MESSAGE_CHARS = 100_000
 ID = r"^[A-Za-z0-9_.:-]{1,128}$"
-STATUSES = ("queued", "running", "resuming", "completed", "stopped")
+STATUSES = ("queued", "running", "resuming", "waiting", "completed", "stopped")
+#: an input signature: hex sha256 of the call's canonical JSON (CONTRACT §9)
+SIGNATURE = r"^[0-9a-f]{64}$"
 
 
 class TurnRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    message: str = Field(min_length=1, max_length=MAX_MESSAGE_CHARS)
+    #: not blank: the validator below refuses it, the pattern says so in the document
+    message: str = Field(
+        min_length=1, max_length=MAX_MESSAGE_CHARS, json_schema_extra={"pattern": NOT_BLANK}
+    )
     conversation_id: str | None = Field(None, pattern=ID)
     mode: Literal["foreground", "background"] = "foreground"
     model: str | None = Field(
@@ -30,7 +45,7 @@ class TurnRequest(BaseModel):
     @classmethod
     def _not_blank(cls, value: str) -> str:
         # enqueue refuses a blank message too; refusing it here makes it a 422, not a 500
-        if not value.strip():
+        if is_blank(value):
             raise ValueError("message is blank")
         return value
 
@@ -41,10 +56,56 @@ class TurnCreated(BaseModel):
     events_url: str
 
 
+class ApprovalOut(BaseModel):
+    """An approval request and its decision (CONTRACT §7.14)."""
+
+    approval_id: str
+    turn_id: str
+    call_id: str
+    tool: str
+    #: the call's input in full: what runs if it is approved
+    input: Any
+    #: what a decision must name: the input's signature (a changed call has another)
+    signature: str
+    requested_at: float
+    expires_at: float
+    #: null while pending
+    decision: Literal["approve", "deny", "expired", "voided"] | None = None
+    reason: str | None = None
+    by: str | None = None
+    decided_at: float | None = None
+
+
+class ApprovalList(BaseModel):
+    items: list[ApprovalOut]
+    #: pass as ``cursor`` for the next page; null on the last
+    next_cursor: str | None
+
+
+class DecisionRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    decision: Literal["approve", "deny"]
+    signature: str = Field(
+        pattern=SIGNATURE,
+        description="the request's signature, as listed: a decision for another is refused (409)",
+    )
+    reason: str = Field("", max_length=2000)
+    by: str | None = Field(None, min_length=1, max_length=200, description="who decides")
+
+
+class DecisionOut(BaseModel):
+    turn_id: str
+    approval_id: str
+    decision: Literal["approve", "deny"]
+    detail: str
+    #: the run that resumes the turn (null while other requests of the turn are open)
+    run_id: str | None = None
+
+
 class TurnStatus(BaseModel):
     turn_id: str
     conversation_id: str
-    status: Literal["queued", "running", "resuming", "completed", "stopped"]
+    status: Literal["queued", "running", "resuming", "waiting", "completed", "stopped"]
     mode: str
     runs: int
     chunk: int
@@ -52,6 +113,8 @@ class TurnStatus(BaseModel):
     can_continue: bool
     #: why the turn stopped or failed, e.g. crashed, journal_unreadable
     code: str = ""
+    #: its approval requests, oldest first, each with its decision
+    approvals: list[ApprovalOut] = []
 
 
 class ContinueRequest(BaseModel):
@@ -79,7 +142,43 @@ class JournalOut(BaseModel):
     interrupted: list[JournalCall]
 
 
-class ErrorOut(BaseModel):
+class ConversationOut(BaseModel):
+    """A conversation as ``GET /v1/conversations`` lists it."""
+
+    conversation_id: str
+    #: its first message, whitespace collapsed, cut to 80 characters
+    title: str
+    #: seconds since the epoch: its newest message or Continue
+    updated_at: float
+    #: its newest turn and that turn's status now
+    turn_id: str
+    status: Literal["queued", "running", "resuming", "waiting", "completed", "stopped"]
+
+
+class ConversationList(BaseModel):
+    items: list[ConversationOut]
+    #: pass as ``cursor`` for the next page; null on the last
+    next_cursor: str | None
+
+
+class ConversationTurn(BaseModel):
+    turn_id: str
+    message: str
+    status: Literal["queued", "running", "resuming", "waiting", "completed", "stopped"]
+    code: str = ""
+    can_continue: bool
+
+
+class ConversationDetail(BaseModel):
+    conversation_id: str
+    title: str
+    #: its turns whose keys live, oldest first
+    turns: list[ConversationTurn]
+
+
+class Error(BaseModel):
+    """Every error's body (4xx, 5xx): what is wrong, in one sentence."""
+
     detail: str
 
 
@@ -91,9 +190,9 @@ RETRY_AFTER = {
 }
 #: every route's errors; 503: the ledger's Redis or the broker is unreachable (CONTRACT §7.13)
 ERRORS: dict[int | str, dict[str, Any]] = {
-    **{code: {"model": ErrorOut} for code in (400, 401, 404, 409, 413, 422)},
+    **{code: {"model": Error} for code in (400, 401, 404, 409, 413, 422)},
     503: {
-        "model": ErrorOut,
+        "model": Error,
         "description": "The ledger's Redis or the broker is unreachable; `detail` names which",
         "headers": RETRY_AFTER,
     },
@@ -109,7 +208,7 @@ HEALTH_ERRORS: dict[int | str, dict[str, Any]] = {
 #: the writes' errors besides ``ERRORS``
 WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     507: {
-        "model": ErrorOut,
+        "model": Error,
         "description": "The ledger's Redis or the broker is out of memory (`maxmemory` under "
         "`noeviction`) and refuses writes; `detail` names which",
     },

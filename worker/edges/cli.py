@@ -29,11 +29,16 @@ def _fail(message: str) -> int:
 
 
 def _runtime() -> Runtime:
+    from worker.base.logging import configure_logging_for
     from worker.base.settings import load_settings
     from worker.edges.runtime import API_STORE_OUTAGE_S, Runtime
 
+    settings = load_settings()
+    # stdout is the command's answer (a turn id, a decision) and an error is one line on stderr
+    # (CONTRACT §8): dres's logs below ERROR stay out of both
+    configure_logging_for(settings, "ERROR")
     # a person's command says at once that Redis is unreachable (exit 2), as the API answers 503
-    return Runtime.from_settings(load_settings(), store_outage_s=API_STORE_OUTAGE_S)
+    return Runtime.from_settings(settings, store_outage_s=API_STORE_OUTAGE_S)
 
 
 def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
@@ -157,7 +162,127 @@ def cmd_stop(args: argparse.Namespace, extra: list[str]) -> int:
     return 0 if outcome.ok else REFUSED
 
 
+def cmd_approvals(args: argparse.Namespace, extra: list[str]) -> int:
+    from ledger.approvals import request_fields
+
+    found, _ = _runtime().lifecycle.store.open_approvals(limit=args.limit)
+    if args.json:
+        print(json.dumps([request_fields(r) for r in found], indent=2, ensure_ascii=False))
+        return 0
+    if not found:
+        print("(no approval requests waiting)")
+        return 0
+    print(f"{'turn_id':<28} {'approval_id':<28} {'tool':<16} input")
+    for request in found:
+        shown = json.dumps(request.input, ensure_ascii=False)
+        print(f"{request.turn_id:<28} {request.approval_id:<28} {request.tool:<16} {shown[:80]}")
+    return 0
+
+
+def cmd_decide(args: argparse.Namespace, extra: list[str]) -> int:
+    rt = _runtime()
+    signature = args.signature
+    if signature is None:
+        # the request's own: an approval id names one call's input, which never changes
+        known = rt.lifecycle.store.meta(args.turn_id).approval(args.approval_id)
+        signature = known[1] if known is not None else ""
+    decision = "approve" if args.command == "approve" else "deny"
+    decided = rt.lifecycle.decide(
+        args.turn_id,
+        args.approval_id,
+        decision,
+        signature,
+        reason=args.reason or "",
+        by=args.by or "cli",
+    )
+    if decided.status == 404:  # no such request: bad input, as an unknown turn is
+        return _fail(decided.detail)
+    if not decided.ok:
+        print(f"refused: {decided.detail}")
+        return REFUSED if decided.status == 409 else USAGE_ERROR
+    print(decided.detail)
+    return 0
+
+
+def cmd_conversations(args: argparse.Namespace, extra: list[str]) -> int:
+    found, _ = _runtime().lifecycle.store.conversations.page(limit=args.limit)
+    rows = [
+        {
+            "conversation_id": c.conversation_id,
+            "title": c.title,
+            "updated_at": c.updated_at,
+            "turn_id": c.newest.turn_id,
+            "status": c.newest.status.value,
+        }
+        for c in found
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    if not rows:
+        print("(no conversations)")
+        return 0
+    print(f"{'conversation_id':<28} {'status':<10} {'turn_id':<40} title")
+    for row in rows:
+        print(
+            f"{row['conversation_id']:<28} {row['status']:<10} {row['turn_id']:<40} {row['title']}"
+        )
+    return 0
+
+
+def cmd_config(args: argparse.Namespace, extra: list[str]) -> int:
+    from dataclasses import asdict
+
+    from worker.base.settings import load_settings
+    from worker.edges.config_table import render, rows
+
+    table = rows(load_settings())
+    if args.json:
+        print(json.dumps([asdict(row) for row in table], indent=2, ensure_ascii=False))
+    else:
+        print(render(table))
+    return 0
+
+
+def cmd_tools(args: argparse.Namespace, extra: list[str]) -> int:
+    """Every registered tool: its source, read-only or write, idempotent, identity, approval."""
+    from worker.base.logging import configure_logging_for
+    from worker.base.settings import load_settings
+    from worker.engine.tools import Registry
+    from worker.engine.tools.approval import ApprovalPolicy
+
+    settings = load_settings()
+    configure_logging_for(settings, "WARNING")  # stdout is the listing's alone
+    registry = Registry.from_settings(settings)
+    policy = ApprovalPolicy.from_settings(settings)
+    rows = [
+        {
+            "name": spec.name,
+            "source": spec.source,
+            "kind": "read-only" if spec.read_only else "write",
+            "idempotent": "yes" if spec.idempotent else "no",
+            "identity": ",".join(spec.identity) or "-",
+            "approval": policy.waits_for(spec),
+        }
+        for spec in registry.schemas().values()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    table = [["TOOL", "SOURCE", "KIND", "IDEMPOTENT", "IDENTITY", "APPROVAL"]]
+    table += [list(r.values()) for r in rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(table[0]))]
+    for row in table:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+    return 0
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
+    "approvals": cmd_approvals,
+    "config": cmd_config,
+    "conversations": cmd_conversations,
+    "approve": cmd_decide,
+    "deny": cmd_decide,
     "worker": cmd_worker,
     "demo": cmd_demo,
     "api": cmd_api,
@@ -167,6 +292,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "continue": cmd_continue,
     "stop": cmd_stop,
     "up": cmd_up,
+    "tools": cmd_tools,
 }
 
 
@@ -209,6 +335,34 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         help="do not continue a time-limit stop (crash, lost hand-off, chunk limit) on my own",
     )
+    approvals = sub.add_parser("approvals", help="approval requests waiting, newest first")
+    approvals.add_argument("--json", action="store_true")
+    approvals.add_argument("--limit", type=int, default=50)
+    config = sub.add_parser(
+        "config", help="every DRES_* setting: its value (secrets masked), default and meaning"
+    )
+    config.add_argument("--json", action="store_true")
+    conversations = sub.add_parser(
+        "conversations", help="conversations, most recently updated first"
+    )
+    conversations.add_argument("--json", action="store_true")
+    conversations.add_argument("--limit", type=int, default=50)
+    for name, text in (
+        ("approve", "approve a call that waits: it runs once, with the input listed"),
+        ("deny", "deny a call that waits: it does not run; the model is told why"),
+    ):
+        decide = sub.add_parser(name, help=text)
+        decide.add_argument("turn_id")
+        decide.add_argument("approval_id")
+        decide.add_argument("--reason", default=None)
+        decide.add_argument("--by", default=None, help="who decides (default: cli)")
+        decide.add_argument(
+            "--signature", default=None, help="the request's signature (default: as requested)"
+        )
+    tools = sub.add_parser(
+        "tools", help="every registered tool: source, read-only or write, idempotent, approval"
+    )
+    tools.add_argument("--json", action="store_true")
     up = sub.add_parser("up", help="redis, a worker and the API with the page: try dres here")
     up.add_argument("--port", type=int, default=8000, help="the API's and the page's port")
     sub.choices["continue"].add_argument(

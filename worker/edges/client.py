@@ -17,6 +17,7 @@ from ledger.events import Event
 from worker.base.clock import Clock
 from worker.base.errors import InvalidInput
 from worker.base.settings import get_settings
+from worker.edges.api_schemas import is_blank
 from worker.edges.conversation import Context, conversation_context
 from worker.edges.runtime import Runtime
 from worker.engine.models import make_model
@@ -54,9 +55,13 @@ def enqueue(
     """
     if mode not in MODES:
         raise InvalidInput(f"mode must be foreground or background, not {mode!r}")
-    if not message.strip():
+    if is_blank(message):
         raise InvalidInput("message is empty")
     make_model(model or runtime.settings.model, runtime.clock)  # a bad spec fails here, not later
+    if conversation_id:
+        # A new message supersedes a turn of the conversation that waits for approval: it
+        # stops, its requests void, and the new turn's note says what was waiting (§7.14).
+        runtime.lifecycle.supersede(conversation_id)
     context = conversation_context(runtime, conversation_id) if conversation_id else Context()
     lifecycle = runtime.lifecycle
     turn_id = turn_id or runtime.ids.new("turn")

@@ -11,10 +11,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ledger import keys
+from ledger.approvals import fold_approvals
 from ledger.codec import text
 from ledger.errors import UnknownTurn
 from ledger.events import EarlierTurn, Event, TurnStarted
-from ledger.journal import build_journal
+from ledger.journal import JournalEntry, build_journal
 from ledger.turn import TurnMeta
 from worker.edges.runtime import Runtime
 from worker.engine.history import (
@@ -53,7 +54,7 @@ def conversation_context(runtime: Runtime, conversation_id: str) -> Context:
         started = next((e for e in events if isinstance(e, TurnStarted)), None)
         unfinished = None if meta.status == "completed" else _how_it_ended(meta)
         if position == 0 and unfinished is not None:
-            note = unfinished_turn_note(unfinished, build_journal(events))
+            note = unfinished_turn_note(unfinished, build_journal(events), _not_run(events))
         if started is None:
             continue
         turns.append(_earlier(turn_id, started, events, unfinished))
@@ -68,9 +69,19 @@ def _earlier(
     return EarlierTurn(turn_id=turn_id, message=started.message, answer=answer)
 
 
+def _not_run(events: list[Event]) -> list[JournalEntry]:
+    """The turn's calls that waited for approval and never ran: asked, not approved and run."""
+    return [
+        JournalEntry(e.request.tool, e.request.call_id, e.request.input, e.request.signature)
+        for e in fold_approvals(events)
+        if e.actionable and (e.decision is None or e.decision.decision != "deny")
+    ]
+
+
 def _how_it_ended(meta: TurnMeta) -> str:
     return {
         "running": "is still running",
         "resuming": "is still running",
+        "waiting": "is waiting for a person's approval",
         "queued": "has not started yet",
     }.get(meta.status, f"ended as {meta.status} ({meta.code})")

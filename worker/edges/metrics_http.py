@@ -3,9 +3,10 @@
 It serves the turns the API can see in Redis, read from the reaper's index of unfinished turns
 (``ledger.keys.active_turns``) in two round trips however many turns there are, with at most
 ``TURNS_LOOKED_AT`` statuses read per scrape; then the API process's own metrics, among them
-the names of ``worker.base.metrics``. Those count what this process did, which is none of it:
-turns end, tools run and chunks hand over on the workers, which serve their counts on
-``DRES_METRICS_PORT``; a query sums them over every process scraped.
+the names of ``worker.base.metrics``. Those count what this process did, which is little of it
+(the approval decisions, Stops and supersedes it took): turns end, tools run and chunks hand
+over on the workers, which serve their counts on ``DRES_METRICS_PORT``; a query sums them over
+every process scraped.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from worker.base import metrics
 #: unfinished turns whose status one scrape reads (the index's count is always exact)
 TURNS_LOOKED_AT = 10_000
 #: the statuses of an unfinished turn
-UNFINISHED = (TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING)
+UNFINISHED = (TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING, TurnStatus.WAITING)
 
 
 class TurnCounts:

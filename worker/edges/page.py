@@ -1,7 +1,8 @@
-"""The web page of ``dres api`` at ``/`` (CONTRACT §10): one HTML document, nothing else served.
+"""The web page of ``dres api`` at ``/`` (CONTRACT §10): an HTML document and its script modules.
 
-The page is ``static/index.html`` with its stylesheet and script inlined, so it needs no route
-beyond ``/`` and fetches nothing from anywhere but the public ``/v1`` API. The one setting the
+The page is ``static/index.html`` with its stylesheet inlined; its script is a set of ES modules
+(``static/*.js``, no build step) served as they are at ``/static/NAME.js``, and it fetches nothing
+from anywhere but this server: the modules and the public ``/v1`` API. The one setting the
 page must know, ``DRES_MAX_AUTO_CONTINUE`` (how often it may continue a time-limit stop on its
 own, §7.7), is written into the document as a ``<meta>`` value.
 """
@@ -12,12 +13,18 @@ import html
 from functools import cache
 from importlib import resources
 
-from fastapi import APIRouter, Request
-from fastapi.responses import HTMLResponse
+from fastapi import APIRouter, HTTPException, Path, Request
+from fastapi.responses import HTMLResponse, Response
 
 from worker.base.settings import Settings
 
 router = APIRouter(include_in_schema=False)
+
+#: nothing from outside: the page talks to this server only, and runs only its own modules
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; "
+    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'"
+)
 
 
 @cache
@@ -26,13 +33,12 @@ def _static(name: str) -> str:
 
 
 def render(settings: Settings) -> str:
-    """The page with its style and script inlined and the auto-continue limit filled in."""
-    # The inlined files are ours and contain no "</style>" or "</script>"; the value is escaped.
+    """The page with its style inlined and the auto-continue limit filled in."""
+    # The inlined file is ours and contains no "</style>"; the value is escaped.
     return (
         _static("index.html")
         .replace("{{max_auto_continue}}", html.escape(str(settings.max_auto_continue)))
         .replace("{{style}}", _static("style.css"))
-        .replace("{{script}}", _static("app.js"))
     )
 
 
@@ -41,12 +47,19 @@ def page(request: Request) -> HTMLResponse:
     settings: Settings = request.app.state.settings
     return HTMLResponse(
         render(settings),
-        headers={
-            "Cache-Control": "no-cache",
-            # nothing from outside: the page talks to this server only
-            "Content-Security-Policy": (
-                "default-src 'none'; script-src 'unsafe-inline'; style-src 'unsafe-inline'; "
-                "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'"
-            ),
-        },
+        headers={"Cache-Control": "no-cache", "Content-Security-Policy": CSP},
+    )
+
+
+@router.get("/static/{name}")
+def module(name: str = Path(pattern=r"^[a-z]+\.js$")) -> Response:
+    """One of the page's ES modules, as it is in ``static/``."""
+    try:
+        text = _static(name)
+    except FileNotFoundError:
+        raise HTTPException(404, f"no module {name!r}") from None
+    return Response(
+        text,
+        media_type="text/javascript",
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
     )

@@ -261,7 +261,7 @@ class Runtime:
 
     @cached_property
     def registry(self) -> Registry:
-        return Registry.from_modules(self.settings.tool_modules, agents=self.settings.agent_apps)
+        return Registry.from_settings(self.settings)
 
     @cached_property
     def app(self) -> Celery:

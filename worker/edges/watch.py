@@ -16,7 +16,17 @@ from contextlib import suppress
 from typing import Any, TextIO
 
 from ledger.codec import Envelope
-from ledger.events import Event, RunEnded, RunStarted, Text, ToolBlocked, ToolDone, ToolStart
+from ledger.events import (
+    ApprovalDecided,
+    ApprovalRequested,
+    Event,
+    RunEnded,
+    RunStarted,
+    Text,
+    ToolBlocked,
+    ToolDone,
+    ToolStart,
+)
 from ledger.note import shown
 from ledger.turn import TurnMeta
 from worker.edges.client import FOLLOW_OUTAGE_S, STORE_DOWN, follow
@@ -27,6 +37,7 @@ LABELS = {
     "queued": "Queued",
     "running": "Running",
     "resuming": "Resuming",
+    "waiting": "Waiting for approval",
     "completed": "Completed",
     "stopped": "Stopped",
 }
@@ -39,6 +50,7 @@ CAUSES = {
     "reaper": "after a dead run",
     "auto_continue": "continued automatically",
     "continue": "continued",
+    "approval": "a person decided",
 }
 #: a tool_blocked event's reason -> the call's state (CONTRACT §10's data-state words)
 BLOCKED_STATES = {"completed": "blocked", "reconciled": "completed"}
@@ -116,7 +128,15 @@ class PersonView:
             self._done(event)
         elif isinstance(event, ToolBlocked):
             self._blocked(event)
-        elif isinstance(event, RunEnded) and event.reason != "completed":
+        elif isinstance(event, ApprovalRequested):
+            self.line(
+                f"  [waiting] {event.tool} {shown(event.input, SHOWN_CHARS)} needs approval: "
+                f"dres approve {event.turn_id} {event.approval_id} (or dres deny …)"
+            )
+        elif isinstance(event, ApprovalDecided):
+            why = f": {event.reason}" if event.reason else ""
+            self.line(f"  [{event.decision}] approval {event.approval_id} by {event.by}{why}")
+        elif isinstance(event, RunEnded) and event.reason not in ("completed", "waiting"):
             for call in self.open.values():
                 self.call_line("interrupted", call, " (outcome unknown)")
             self.open.clear()
@@ -131,9 +151,13 @@ class PersonView:
 
     def _blocked(self, event: ToolBlocked) -> None:
         state = BLOCKED_STATES.get(event.reason, "refused")
-        matched = self.settled.get(event.matched_call_id or "")
-        what = f"{matched.tool} {shown(matched.input, 60)} " if matched else ""
-        extra = f" ({event.reason}): matched {what}[{event.matched_call_id or '?'}], not run"
+        if event.reason == "denied":  # a person's decision, not a match in the journal
+            said = event.result.get("error") if isinstance(event.result, dict) else None
+            extra = f" ({said or 'denied by a person'}), not run"
+        else:
+            matched = self.settled.get(event.matched_call_id or "")
+            what = f"{matched.tool} {shown(matched.input, 60)} " if matched else ""
+            extra = f" ({event.reason}): matched {what}[{event.matched_call_id or '?'}], not run"
         self.call_line(state, event, extra)
         self.settled[event.call_id or event.tool] = event
 

@@ -18,6 +18,7 @@ from worker.edges.shutdown import hand_over_on_shutdown
 from worker.edges.store_policy import check_stores
 from worker.edges.worker_metrics import WorkerMetrics
 from worker.engine.models import preload_sdks
+from worker.engine.tools.approval import ApprovalPolicy
 from worker.lifecycle.reaper import ReaperThread
 
 log = structlog.get_logger("dres.worker")
@@ -54,7 +55,11 @@ def load_before_fork(runtime: Runtime) -> None:
     settings = runtime.settings
     preload_sdks([settings.model, *settings.models.split(",")])
     metrics.get()
-    tools = runtime.registry.names()  # DRES_TOOLS's modules: a bad one stops the worker here
+    # DRES_TOOLS's modules, and the MCP servers and OpenAPI documents listed now (a worker's tool
+    # list is fixed for its life): a bad one stops the worker here, with one line naming it
+    tools = runtime.registry.names()
+    # DRES_APPROVAL may name only registered write tools: refused here, not in every chunk
+    ApprovalPolicy.from_settings(settings).check(runtime.registry)
     log.info("tools loaded", tools=tools)
 
 

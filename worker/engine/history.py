@@ -6,7 +6,9 @@ another turn: neither layer looks across turns); the user's message; each model 
 assistant message with its text and tool calls, each call followed by its result; at every
 resume, a user message with the "continue from where you left off" nudge and, when the journal
 was not empty, the journal note after it. Text an interrupted attempt had streamed is kept (a
-``clear`` drops it); a call with no recorded result gets a marker saying it was interrupted.
+``clear`` drops it); a call with no recorded result gets a marker saying it was interrupted. A call
+that waited for approval stands where the model made it (its ``approval_requested``), with the
+result its approved execution or its denial recorded later.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.events import (
+    ApprovalRequested,
     Clear,
     EarlierTurn,
     Event,
@@ -29,7 +32,7 @@ from ledger.events import (
     ToolStart,
     TurnStarted,
 )
-from ledger.journal import Journal
+from ledger.journal import Journal, JournalEntry
 from ledger.note import entry_line
 from worker.engine.models.base import (
     AssistantMessage,
@@ -48,8 +51,11 @@ INTERRUPTED_RESULT = (
 )
 
 
-def unfinished_turn_note(status: str, journal: Journal) -> str:
-    """What a new turn's prompt says of the conversation's unfinished previous turn (§7.7)."""
+def unfinished_turn_note(
+    status: str, journal: Journal, waiting: Sequence[JournalEntry] = ()
+) -> str:
+    """What a new turn's prompt says of the conversation's unfinished previous turn (§7.7);
+    ``waiting``: its calls that waited for a person's approval and did not run (§7.14)."""
     lines = [f"(Context: the previous request in this conversation did not finish: it {status}.)"]
     if journal.completed:
         lines.append("Calls it completed (their side effects happened):")
@@ -57,7 +63,10 @@ def unfinished_turn_note(status: str, journal: Journal) -> str:
     if journal.interrupted:
         lines.append("Calls it started without a recorded result (outcome unknown; verify first):")
         lines += [entry_line(entry, with_result=False) for entry in journal.interrupted]
-    if not journal:
+    if waiting:
+        lines.append("Calls it was waiting to have approved by a person (they did not run):")
+        lines += [entry_line(entry, with_result=False) for entry in waiting]
+    if not journal and not waiting:
         lines.append("It made no tool calls.")
     return "\n".join(lines)
 
@@ -138,11 +147,14 @@ class Conversation:
     built is ever changed once made: everything before it is shared by copies.
     """
 
-    __slots__ = ("_current", "_items", "_prior", "_results", "resume_step", "step")
+    __slots__ = ("_calls", "_current", "_items", "_prior", "_results", "resume_step", "step")
 
     def __init__(self) -> None:
         self._items: list[UserMessage | AssistantMessage | _Response] = []
         self._results: dict[str, ToolResultMessage] = {}
+        #: ids of the calls placed so far: a call asked about first (``approval_requested``)
+        #: is placed once, where the model made it
+        self._calls: set[str] = set()
         #: the response being built (the last item), None between responses
         self._current: _Response | None = None
         #: model calls that finished, in the turn / since its last resume
@@ -166,6 +178,7 @@ class Conversation:
         twin = Conversation()
         twin._items = list(self._items)
         twin._results = dict(self._results)
+        twin._calls = set(self._calls)
         if self._current is not None:
             twin._current = _Response(self._current.text, list(self._current.calls))
             twin._items[-1] = twin._current
@@ -204,6 +217,9 @@ class Conversation:
         return self._current
 
     def _call(self, call_id: str, tool: str, data: Any) -> None:
+        if call_id in self._calls:
+            return  # run or denied after its approval request: it stands where it was asked
+        self._calls.add(call_id)
         self._open().calls.append(RecordedCall(tool, data, call_id))
 
     def _result(self, call_id: str, tool: str, result: Any, is_error: bool) -> None:
@@ -248,6 +264,9 @@ class Conversation:
             self._call(event.call_id, event.tool, event.input)
             self._result(event.call_id, event.tool, event.result, event.is_error)
 
+    def _approval_requested(self, event: ApprovalRequested) -> None:
+        self._call(event.call_id, event.tool, event.input)
+
     def _tool_done(self, event: ToolDone) -> None:
         if event.call_id:
             self._result(event.call_id, event.tool, event.result, event.is_error)
@@ -265,6 +284,7 @@ _HANDLERS: dict[type[Any], Callable[[Conversation, Any], None]] = {
     ToolStart: Conversation._tool_start,
     ToolBlocked: Conversation._tool_blocked,
     ToolDone: Conversation._tool_done,
+    ApprovalRequested: Conversation._approval_requested,
 }
 
 

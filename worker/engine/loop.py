@@ -6,9 +6,11 @@ only what is new: a long turn's resume costs what its last chunk added, not all 
 resumed run that read is also the hard-block snapshot (layer 2), re-tried with backoff; if it
 still fails the run stops with ``journal_unreadable`` rather than run writes blind. The journal
 note (layer 1) is best-effort. Resumable transport errors resume inside the same run with the
-nudge and a fresh snapshot. Time limits are not the loop's business: whatever ``interrupts`` the
-caller names (Celery's ``SoftTimeLimitExceeded``) propagates out, once the text the run streamed
-and still buffers is written, and the caller hands the turn to its next chunk. No celery here.
+nudge and a fresh snapshot; so does a write whose outcome is unknown (``OutcomeUnknown``: it
+stays interrupted, and the resume meets it under the guard). Time limits are not the loop's
+business: whatever ``interrupts`` the caller names (Celery's ``SoftTimeLimitExceeded``)
+propagates out, once the text the run streamed and still buffers is written, and the caller
+hands the turn to its next chunk. No celery here.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from typing import Any
 import redis
 import structlog
 
+from ledger.approvals import ApprovalFold
 from ledger.cache import EventCache, F
 from ledger.durability import Confirms
 from ledger.errors import LedgerError
 from ledger.events import (
+    ApprovalRequested,
     Event,
     ModelDone,
     ModelStart,
@@ -33,12 +37,19 @@ from ledger.journal import Journal, build_journal
 from ledger.note import NoteFold, journal_note
 from ledger.store import Ledger
 from worker.base.clock import Clock, Ids
-from worker.base.errors import JournalUnreadable, ModelError, TurnCancelled, Unconfirmed
+from worker.base.errors import (
+    JournalUnreadable,
+    ModelError,
+    OutcomeUnknown,
+    TurnCancelled,
+    Unconfirmed,
+)
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
 from worker.engine.history import Conversation
 from worker.engine.models.base import ChatModel, ModelRequest, TextDelta, ToolCall, ToolSchema
 from worker.engine.recorder import Recorder, RunContext
+from worker.engine.tools.approval import ApprovalPolicy
 from worker.engine.tools.calls import Attempt
 from worker.engine.tools.executor import ToolExecutor
 from worker.engine.tools.guard import DeferSignals
@@ -66,6 +77,8 @@ class RunResult:
     run_reason: str = "completed"
     #: the run's events not yet written (``Recorder.hold``): the ending writes them first
     held: tuple[Event, ...] = ()
+    #: the turn's open approval requests when the run ends ``waiting`` (CONTRACT §7.14)
+    requests: tuple[ApprovalRequested, ...] = ()
 
 
 class AgentLoop:
@@ -105,6 +118,9 @@ class AgentLoop:
         self.tools = tuple(
             ToolSchema(s.name, s.description, s.schema) for s in registry.schemas().values()
         )
+        #: which calls wait for a person (DRES_APPROVAL, a tool's needs_approval)
+        self.approval = ApprovalPolicy.from_settings(settings)
+        self.approval.check(registry)
 
     # -- a run -------------------------------------------------------------------------------
 
@@ -153,9 +169,6 @@ class AgentLoop:
             log.error("journal unreadable; stopping the resumed run", error=str(e))
             return self._end(recorder, "error", "stopped", "journal_unreadable", str(e))
         recorder.events = events
-        if run.resumed:
-            # Written with the first model_start: the prompt needs it, the ledger can wait a step.
-            recorder.hold(Resumed, cause=run.cause, note=note)
         executor = ToolExecutor(
             self.registry,
             recorder,
@@ -163,9 +176,52 @@ class AgentLoop:
             interrupts=self.interrupts,
             redis=self.tool_redis,
             failpoints=self.failpoints,
+            approval=self.approval,
         )
+        if run.resumed:
+            seen = len(recorder.events)
+            waiting = self._settle_approvals(run, recorder, executor, journal)
+            if waiting:
+                return self._waiting(recorder, waiting)
+            if len(recorder.events) > seen and not self.settings.naive:
+                # An approved call ran (or a denial was recorded): both layers see it.
+                journal = build_journal(recorder.events)
+                if self.settings.journal_note:
+                    note = journal_note(journal)
+            # Written with the first model_start: the prompt needs it, the ledger can wait a step.
+            recorder.hold(Resumed, cause=run.cause, note=note)
         model = self.make_model(run.model)
         return self._steps(recorder, executor, model, Attempt.begin(journal))
+
+    def _settle_approvals(
+        self,
+        run: RunContext,
+        recorder: Recorder,
+        executor: ToolExecutor,
+        journal: Journal | None,
+    ) -> list[ApprovalRequested]:
+        """Before the run's first model call, act on its turn's decided approval requests
+        (CONTRACT §7.14): an approved call runs once, a denied one is recorded as blocked, an
+        expired or voided one is asked again. Returns the requests still open: the run then ends
+        waiting for them (none: it goes on to the model)."""
+        entries = self._fold(run.turn_id, recorder.events, ApprovalFold).actionable()
+        if not entries:
+            return []
+        attempt = Attempt.begin(journal)
+        waiting: list[ApprovalRequested] = []
+        for entry in entries:
+            decided = entry.decision
+            if decided is None:
+                waiting.append(entry.request)  # asked, then the run ended before it waited
+            elif decided.decision == "approve":
+                if self.is_cancelled(run.turn_id):
+                    raise TurnCancelled("Stop requested")
+                executor.run_approved(attempt, entry.request)
+            elif decided.decision == "deny":
+                executor.deny(entry.request, decided.reason)
+            else:
+                waiting.append(executor.ask_again(entry.request))
+        return waiting
 
     def _steps(
         self, recorder: Recorder, executor: ToolExecutor, model: ChatModel, attempt: Attempt
@@ -194,13 +250,17 @@ class AgentLoop:
                 recorder.record(ModelDone, tool_calls=len(calls))
                 if not calls:
                     return self._end(recorder, "completed", "completed")
-                if self._execute(recorder, executor, attempt, calls):
-                    continue
-                return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
+                waiting = self._execute(recorder, executor, attempt, calls)
+                if waiting is None:
+                    return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
+                if waiting:
+                    return self._waiting(recorder, waiting)
+                continue
             except ModelError as e:
                 ended = self._after_model_error(recorder, e, transport_resumes)
-            except Unconfirmed as e:
-                # a write's record the store could not confirm (DRES_DURABILITY)
+            except (Unconfirmed, OutcomeUnknown) as e:
+                # a write's record the store could not confirm (DRES_DURABILITY), or a write
+                # sent whose answer never came: it stays interrupted, and the resume meets it
                 ended = self._after_transport_error(recorder, str(e), transport_resumes)
             if ended is not None:
                 return ended
@@ -209,13 +269,17 @@ class AgentLoop:
 
     def _execute(
         self, recorder: Recorder, executor: ToolExecutor, attempt: Attempt, calls: list[ToolCall]
-    ) -> bool:
-        """Run the step's calls in order; False when Stop was requested before one of them."""
+    ) -> list[ApprovalRequested] | None:
+        """Run the step's calls in order; the approval requests some of them made (the run then
+        ends waiting), or None when Stop was requested before one of them."""
+        requests: list[ApprovalRequested] = []
         for call in calls:
             if self.is_cancelled(recorder.run.turn_id):
-                return False
-            executor.execute(attempt, call)
-        return True
+                return None
+            outcome = executor.execute(attempt, call)
+            if outcome.request is not None:
+                requests.append(outcome.request)
+        return requests
 
     def _stream(
         self, recorder: Recorder, model: ChatModel, request: ModelRequest
@@ -324,6 +388,13 @@ class AgentLoop:
         )
 
     # -- ending ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _waiting(recorder: Recorder, requests: list[ApprovalRequested]) -> RunResult:
+        tools = ", ".join(sorted({r.tool for r in requests}))
+        detail = f"waiting for a person's decision on {len(requests)} call(s): {tools}"
+        unwritten = tuple(recorder.take_unwritten())
+        return RunResult("waiting", "", detail, "waiting", unwritten, tuple(requests))
 
     @staticmethod
     def _end(

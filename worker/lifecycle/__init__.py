@@ -11,6 +11,6 @@ wiring), ``dev`` or ``tasks``.
 """
 
 from worker.lifecycle.dispatch import Dispatcher
-from worker.lifecycle.service import Lifecycle, NewTurn, Outcome
+from worker.lifecycle.service import Decided, Lifecycle, NewTurn, Outcome
 
-__all__ = ["Dispatcher", "Lifecycle", "NewTurn", "Outcome"]
+__all__ = ["Decided", "Dispatcher", "Lifecycle", "NewTurn", "Outcome"]

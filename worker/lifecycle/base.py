@@ -13,12 +13,13 @@ import structlog
 from ledger.cache import EventCache
 from ledger.events import Event, RunEnded, TurnEnded
 from ledger.store import Ledger, MetaValue
-from ledger.turn import Step, TurnMeta, TurnStatus
+from ledger.turn import Step, StopCode, TurnMeta, TurnStatus
 from ledger.turns import EXPIRE, TurnStore
 from worker.base import metrics
 from worker.base.clock import Clock, Ids
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
+from worker.engine.loop import RunResult
 from worker.engine.recorder import E, RunContext, make_event
 from worker.lifecycle.dispatch import Dispatcher
 
@@ -71,6 +72,12 @@ class LifecycleBase:
     def take_over(self, meta: TurnMeta, why: str) -> Outcome:
         raise NotImplementedError  # the control steps' (``Control.take_over``)
 
+    def wait(self, run: RunContext, result: RunResult) -> str:
+        raise NotImplementedError  # the approvals' (``Approvals.wait``)
+
+    def stop_waiting(self, meta: TurnMeta, code: StopCode, detail: str) -> bool:
+        raise NotImplementedError  # the approvals' (``Approvals.stop_waiting``)
+
     # -- ending a turn -----------------------------------------------------------------------
 
     def close(
@@ -81,10 +88,12 @@ class LifecycleBase:
         events: Sequence[Event],
         *,
         allow_oom: bool = False,
+        fields: Mapping[str, MetaValue] | None = None,
     ) -> None:
         """End the turn with ``events``, the last of which is its ``turn_ended``, in one step of
         the state machine; its keys then expire and the reaper stops looking at it.
-        ``allow_oom``: the step may write while Redis is out of memory (a ``store_full`` stop)."""
+        ``allow_oom``: the step may write while Redis is out of memory (a ``store_full`` stop).
+        ``fields``: metadata the step sets besides the code."""
         ended = events[-1]
         assert isinstance(ended, TurnEnded), "a turn is closed by its turn_ended"
         self.store.transition(
@@ -92,7 +101,7 @@ class LifecycleBase:
             step,
             expect=expect,
             events=events,
-            fields={"code": ended.code, "next_run": ""},
+            fields={"code": ended.code, "next_run": "", **(fields or {})},
             expiry=EXPIRE,
             allow_oom=allow_oom,
         )

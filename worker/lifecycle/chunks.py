@@ -100,7 +100,10 @@ class ChunkPath(LifecycleBase):
             return "failed"
 
     def finish(self, run: RunContext, result: RunResult) -> str:
-        """Record the run's and the turn's end in one fenced step; the turn's keys then expire."""
+        """Record the run's and the turn's end in one fenced step; the turn's keys then expire.
+        A run that ends waiting for approval leaves the turn ``waiting`` instead."""
+        if result.status == TurnStatus.WAITING:
+            return self.wait(run, result)
         if result.status == TurnStatus.COMPLETED:
             step, ended = Step.COMPLETE, self.turn_ended(run, TurnStatus.COMPLETED)
         else:

@@ -10,7 +10,7 @@ import structlog
 from ledger.errors import TransitionRefused
 from ledger.events import Event, RunEnded, ToolDone, TurnEnded
 from ledger.store import MetaValue
-from ledger.turn import Step, StopCode, TurnMeta, continue_refusal
+from ledger.turn import Step, StopCode, TurnMeta, TurnStatus, continue_refusal
 from ledger.turns import PERSIST
 from worker.lifecycle.base import LifecycleBase, Outcome
 
@@ -27,12 +27,24 @@ class Control(LifecycleBase):
             return False
 
     def stop(self, turn_id: str) -> Outcome:
-        """Cancel a running or resuming turn: a running run ends at its next safe point, a
-        pending run never runs."""
+        """Cancel a running, resuming or waiting turn: a running run ends at its next safe
+        point, a pending run never runs, a waiting turn stops now."""
         meta = self.store.meta(turn_id)
         if meta.ended:
             return Outcome(False, f"the turn is not running (status {meta.status})")
         self.store.request_stop(turn_id)
+        # Read again after the flag is set: a run that ended waiting before the flag was set is
+        # seen here as waiting; one that ends waiting after sees the flag (``Approvals.wait``).
+        meta = self.store.meta(turn_id)
+        while meta.status == TurnStatus.WAITING:
+            # no run holds it: it stops now, its open approval requests voided
+            if self.stop_waiting(meta, StopCode.CANCELLED, "Stop requested"):
+                return Outcome(True, "cancelled while waiting for approval")
+            meta = self.store.meta(turn_id)  # decided, expired or stopped meanwhile
+        if meta.ended:
+            if meta.code == StopCode.CANCELLED:
+                return Outcome(True, "cancelled")
+            return Outcome(False, f"the turn is not running (status {meta.status})")
         if not meta.next_run:
             return Outcome(True, "stopping at the next safe point")
         expect: dict[str, MetaValue] = {"next_run": meta.next_run, "epoch": meta.epoch}
@@ -77,6 +89,11 @@ class Control(LifecycleBase):
             "epoch": meta.epoch,
             "auto_continues": meta.auto_continues or "",
         }
+        # The reaper looks at the turn within the hand-off grace, watched before the step: a
+        # stopped turn is in no index, and a Continue whose message never left (its process
+        # died, or a Redis restart lost the writes after the step) must still be sent again.
+        # Refused, the look finds the turn ended and drops it.
+        self.store.watch(turn_id, self.ms(self.settings.handoff_grace_s))
         try:
             self.store.transition(
                 turn_id, Step.CONTINUE, expect=expect, fields=fields, expiry=PERSIST
@@ -84,6 +101,8 @@ class Control(LifecycleBase):
         except TransitionRefused:
             return Outcome(False, "the turn was continued or changed by another request")
         self.store.clear_stop(turn_id)
+        # a Continue updates the conversation: it moves to the top of the listing
+        self.store.conversations.touch(meta.conversation_id, self.ms())
         self.launch(turn_id, run_id, meta.mode)
         return Outcome(True, "continuing", run_id)
 

@@ -8,6 +8,7 @@ It looks at the turns in the active index whose time has come:
   than worker slots) nothing is done; a message that is nowhere (lost between the record and the
   send, or by the broker) is sent again, up to ``max_redispatches`` times, then the turn stops
   with Continue available;
+- a turn waiting for approval whose first request expired stops (``approval_expired``);
 - a turn missing from its conversation's list (a crash right after its creation) is listed;
 - an ended or vanished turn leaves the index.
 Every action is an atomic step of the turn's state machine, so every worker may run a reaper.
@@ -98,6 +99,8 @@ class Reaper:
                 self.store.watch(turn_id, self.lifecycle.ms(self.settings.lease_s - calm))
                 return "alive"
             return self.lifecycle.take_over(meta, "lease expired: the run's worker died").reason
+        if meta.status == TurnStatus.WAITING:
+            return self.lifecycle.expire_if_due(meta)
         return self._pending(meta)
 
     def _calm_for(self) -> float:
@@ -168,7 +171,8 @@ class ReaperThread(threading.Thread):
             log.error("reaper sweep failed", error=repr(e))
             return
         metrics.reaper_swept(actions.values())
-        moved = {t: a for t, a in actions.items() if a not in {"alive", "waiting", "queued"}}
+        quiet = {"alive", "waiting", "queued", "awaiting_approval"}
+        moved = {t: a for t, a in actions.items() if a not in quiet}
         if moved:
             log.info("reaper sweep", actions=moved)
 

@@ -5,8 +5,8 @@ atomically by ``TurnStore``; a step whose turn moved on in between (another clie
 reaper, the run itself) is refused there, so two actors racing for a turn get one winner and the
 others a clear refusal. The chunk task, the API, the CLI, the reaper and the test harness all call
 this service; the chunk path (``run_chunk``) is the same for all of them. Its parts:
-``ChunkPath`` (a run's own steps) and ``Control`` (Stop, Continue, takeovers), over
-``LifecycleBase``.
+``ChunkPath`` (a run's own steps), ``Control`` (Stop, Continue, takeovers) and ``Approvals``
+(waiting for a person, decisions, expiry), over ``LifecycleBase``.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from ledger.events import EarlierTurn, TurnStarted
 from worker.engine.recorder import make_event
+from worker.lifecycle.approvals import Approvals, Decided
 from worker.lifecycle.base import Outcome
 from worker.lifecycle.chunks import ChunkPath
 from worker.lifecycle.control import Control
@@ -27,7 +28,7 @@ class NewTurn:
     run_id: str
 
 
-class Lifecycle(ChunkPath, Control):
+class Lifecycle(ChunkPath, Control, Approvals):
     def create(
         self,
         message: str,
@@ -69,4 +70,4 @@ class Lifecycle(ChunkPath, Control):
         return self.store.withdraw(turn_id, conversation_id)
 
 
-__all__ = ["Lifecycle", "NewTurn", "Outcome"]
+__all__ = ["Decided", "Lifecycle", "NewTurn", "Outcome"]

@@ -9,10 +9,12 @@ run again finds the child it started.
 
 Then it follows the child's events (Server-Sent Events, ``Last-Event-ID`` on a reconnect) until
 its ``turn_ended`` and returns ``{"turn_id", "status", "text"}`` (``text``: the child's final
-answer; ``code`` too when it stopped, which is reported, not waited on). The enqueue runs inside
-the tool call's signal deferral like any write; the wait does not (``ctx.interruptible()``): a
-soft limit or a Stop landing while the child works ends the run there, the call stays
-interrupted, and the resumed run's identical call follows the same child.
+answer; ``code`` too when it stopped, which is reported, not waited on). A child that waits for a
+person's approval (§7.14) is reported at once too, as ``status: "waiting"`` with its open
+requests, so the parent's model can tell the user where to approve; it is not waited on. The
+enqueue runs inside the tool call's signal deferral like any write; the wait does not
+(``ctx.interruptible()``): a soft limit or a Stop landing while the child works ends the run
+there, the call stays interrupted, and the resumed run's identical call follows the same child.
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from typing import Any
 import httpx
 
 from ledger.errors import EventDecodeError
-from ledger.events import Event, ModelStart, Text, TurnEnded, parse_event
+from ledger.events import Event, ModelStart, RunEnded, Text, TurnEnded, parse_event
 from worker.base.errors import DresError
 from worker.base.settings import AgentApp
 from worker.engine.tools.context import ToolContext
@@ -129,6 +131,8 @@ def _follow(client: httpx.Client, agent: str, turn_id: str) -> dict[str, Any]:
                     last, got = stream_id, True
                     if answer.add(event):
                         return answer.outcome()
+                    if answer.waiting and _still_waiting(client, turn_id, answer):
+                        return answer.outcome()
         except (httpx.TransportError, httpx.DecodingError) as e:
             failure = repr(e)
         else:
@@ -137,6 +141,25 @@ def _follow(client: httpx.Client, agent: str, turn_id: str) -> dict[str, Any]:
         if quiet > MAX_RECONNECTS:
             raise DelegationError(f"agent {agent!r}: lost turn {turn_id}: {failure}")
         time.sleep(BACKOFF_S * 2 ** max(quiet - 1, 0))
+
+
+def _still_waiting(client: httpx.Client, turn_id: str, answer: Answer) -> bool:
+    """A run of the child ended waiting: is the child waiting now (a replay may be long past
+    that wait)? Its open requests go into the answer when it is."""
+    answer.waiting = False
+    response = client.get(f"/v1/turns/{turn_id}")
+    if response.status_code != 200:
+        return False
+    body = response.json()
+    if body.get("status") != "waiting":
+        return False
+    answer.status = "waiting"
+    answer.approvals = [
+        {k: a.get(k) for k in ("approval_id", "tool", "input", "expires_at")}
+        for a in body.get("approvals", [])
+        if a.get("decision") is None
+    ]
+    return True
 
 
 @dataclass
@@ -148,6 +171,10 @@ class Answer:
     code: str = ""
     #: the text of the newest model call: the final answer once the turn ends
     parts: list[str] = field(default_factory=list)
+    #: a run of the turn just ended waiting for a person's approval
+    waiting: bool = False
+    #: the open approval requests of a child that waits
+    approvals: list[dict[str, Any]] = field(default_factory=list)
 
     def add(self, event: Event) -> bool:
         """Fold one event in; True once the turn has ended."""
@@ -158,6 +185,7 @@ class Answer:
         elif isinstance(event, TurnEnded):
             self.status, self.code = event.status, event.code
             return True
+        self.waiting = isinstance(event, RunEnded) and event.reason == "waiting"
         return False
 
     def outcome(self) -> dict[str, Any]:
@@ -166,7 +194,14 @@ class Answer:
             "status": self.status,
             "text": "".join(self.parts),
         }
-        if self.status != "completed":
+        if self.status == "waiting":
+            result["approvals"] = self.approvals
+            result["note"] = (
+                "The delegated turn waits for a person to approve a call; it goes on once "
+                "they decide. Tell the user where to approve: the turn's page, or "
+                f"dres approve {self.turn_id} APPROVAL_ID."
+            )
+        elif self.status != "completed":
             result["code"] = self.code
         return result
 

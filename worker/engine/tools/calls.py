@@ -13,13 +13,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pydantic import BaseModel, ValidationError
-
+from ledger.events import ApprovalRequested
 from ledger.journal import Journal, JournalEntry
 from ledger.signature import input_signature
 from worker.engine.models.base import ToolCall
 from worker.engine.tools.registry import Registry, ToolSpec
 
+DENIED = "denied by a person: {reason}"
 ALREADY_COMPLETED = (
     "This exact call already completed in an earlier, interrupted attempt of this turn and was "
     "not run again, because that would repeat its side effect. Its recorded result is below."
@@ -45,6 +45,8 @@ class ToolOutcome:
     is_error: bool
     #: the call was not run (layer 2)
     blocked: bool = False
+    #: the call waits for a person's decision: its request (CONTRACT §7.14)
+    request: ApprovalRequested | None = None
 
 
 @dataclass
@@ -81,8 +83,9 @@ class PreparedCall:
     call_id: str
     #: the provider's id for the call, as the model streamed it (None when it gave none)
     provider_id: str | None
-    #: the validated input, as the tool is invoked with it
-    arguments: BaseModel
+    #: the validated input, as the tool is invoked with it (a pydantic model, or a tool from
+    #: elsewhere's JSON object)
+    arguments: Any
     #: the same input in its JSON form: what is recorded and signed
     data: Any
     signature: str
@@ -148,13 +151,10 @@ def prepare(registry: Registry, call: ToolCall, call_id: str) -> PreparedCall | 
     if spec is None:
         known = ", ".join(registry.names())
         return f"unknown tool {call.name!r}; known tools: {known}"
-    try:
-        arguments = spec.input_model.model_validate(call.input)
-    except ValidationError as e:
-        first = e.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "input"
-        return f"invalid input for {spec.name}: {where}: {first['msg']}"
-    data = arguments.model_dump(mode="json")
+    checked = spec.check_input(call.input)
+    if isinstance(checked, str):
+        return f"invalid input for {spec.name}: {checked}"
+    arguments, data = checked
     return PreparedCall(
         spec=spec,
         call_id=call_id,

@@ -13,6 +13,10 @@ For each call the model makes, in order:
 With ``DRES_DURABILITY`` above ``ack`` (the recorder's ``durable``) a write's ``tool_start`` is
 confirmed before its effect runs and its ``tool_done`` before the turn goes on
 (``worker.engine.tools.durable``); read-only tools and every other record confirm nothing.
+
+A tool that raises ``OutcomeUnknown`` (a tool from elsewhere whose write was sent but never
+answered) gets no ``tool_done``: the call stays interrupted, and the exception ends the attempt
+as a transport error does (``worker.engine.loop``).
 """
 
 from __future__ import annotations
@@ -23,13 +27,16 @@ import structlog
 from pydantic_core import to_jsonable_python
 
 from ledger.errors import SignatureError
-from ledger.events import ToolBlocked, ToolDone, ToolStart
+from ledger.events import ApprovalRequested, ToolBlocked, ToolDone, ToolStart
 from ledger.signature import input_signature
 from worker.base import metrics
+from worker.base.errors import OutcomeUnknown
 from worker.base.failpoints import OFF, Failpoints
 from worker.engine.models.base import ToolCall
 from worker.engine.recorder import Recorder
+from worker.engine.tools.approval import ApprovalPolicy
 from worker.engine.tools.calls import (
+    DENIED,
     Attempt,
     Block,
     PreparedCall,
@@ -59,8 +66,11 @@ class ToolExecutor:
         interrupts: tuple[type[BaseException], ...] = (),
         redis: Any = None,
         failpoints: Failpoints = OFF,
+        approval: ApprovalPolicy | None = None,
     ) -> None:
         self.registry = registry
+        #: which calls wait for a person (None: none)
+        self.approval = approval
         self.recorder = recorder
         if guard is None:
             guard = DeferSignals()
@@ -86,11 +96,84 @@ class ToolExecutor:
             return self._blocked(prepared, decision)
         if isinstance(decision, Reconcile):
             return self._reconcile(attempt, prepared, decision)
+        # A retry of an interrupted call (it supersedes one) was approved when it first ran.
+        if not decision.supersedes and self._needs_approval(attempt, prepared):
+            return self._ask(prepared)
         return self._run(attempt, prepared, decision)
+
+    # -- approvals (CONTRACT §7.14) ----------------------------------------------------------
+
+    def _needs_approval(self, attempt: Attempt, call: PreparedCall) -> bool:
+        if self.approval is None:
+            return False
+        return self.approval.needed(call.spec, call.data, self._context(attempt, call))
+
+    def _ask(self, call: PreparedCall, call_id: str | None = None) -> ToolOutcome:
+        """Record the call's approval request; nothing of it runs until a person decides."""
+        assert self.approval is not None
+        request = self.recorder.record(
+            ApprovalRequested,
+            approval_id=self.recorder.ids.new("apr"),
+            call_id=call_id or call.call_id,
+            tool=call.tool,
+            input=call.data,
+            signature=call.signature,
+            expires_at=self.recorder.clock.now() + self.approval.ttl_s,
+        )
+        log.info("tool call waits for approval", tool=call.tool, approval_id=request.approval_id)
+        return ToolOutcome(request.call_id, call.tool, None, False, request=request)
+
+    def ask_again(self, request: ApprovalRequested) -> ApprovalRequested:
+        """A request that expired or was voided, asked again (a Continue): a new request for
+        the same call, with a new id and a new expiry."""
+        ttl = self.approval.ttl_s if self.approval is not None else ApprovalPolicy().ttl_s
+        return self.recorder.record(
+            ApprovalRequested,
+            approval_id=self.recorder.ids.new("apr"),
+            call_id=request.call_id,
+            tool=request.tool,
+            input=request.input,
+            signature=request.signature,
+            expires_at=self.recorder.clock.now() + ttl,
+        )
+
+    def run_approved(self, attempt: Attempt, request: ApprovalRequested) -> ToolOutcome:
+        """Run an approved call once, with exactly the approved input: its ``tool_start`` (under
+        the call's id) names the approval, in one fenced append, so no other run uses it."""
+        call = ToolCall(request.tool, request.input)
+        prepared = prepare(self.registry, call, request.call_id)
+        if isinstance(prepared, str) or prepared.signature != request.signature:
+            why = prepared if isinstance(prepared, str) else "the tool's input schema changed"
+            message = f"not run: the approved call no longer fits its tool ({why})"
+            return self._reject(request.call_id, call, message, approval_id=request.approval_id)
+        return self._run(attempt, prepared, Run(), approval_id=request.approval_id)
+
+    def deny(self, request: ApprovalRequested, reason: str) -> ToolOutcome:
+        """A call a person denied: recorded as blocked (``denied``) with the reason; not run."""
+        result = error_result(DENIED.format(reason=reason or "no reason given"))
+        self.recorder.record(
+            ToolBlocked,
+            call_id=request.call_id,
+            tool=request.tool,
+            input=request.input,
+            signature=request.signature,
+            reason="denied",
+            result=result,
+            is_error=True,
+        )
+        metrics.tool_denied()
+        log.info("tool call denied", tool=request.tool, approval_id=request.approval_id)
+        return ToolOutcome(request.call_id, request.tool, result, True, blocked=True)
 
     # -- acting on a decision ----------------------------------------------------------------
 
-    def _run(self, attempt: Attempt, call: PreparedCall, decision: Run) -> ToolOutcome:
+    def _run(
+        self,
+        attempt: Attempt,
+        call: PreparedCall,
+        decision: Run,
+        approval_id: str | None = None,
+    ) -> ToolOutcome:
         ctx = self._context(attempt, call)
         durable = self.recorder.durable is not None and not call.spec.read_only
         self.failpoints.hit("tool.before_start")
@@ -102,6 +185,7 @@ class ToolExecutor:
                 input=call.data,
                 signature=call.signature,
                 read_only=call.spec.read_only,
+                approval_id=approval_id,
             )
             if durable:
                 confirm_start(self.recorder, call.call_id, call.tool)
@@ -109,6 +193,11 @@ class ToolExecutor:
                 result = to_jsonable_python(call.spec.invoke(call.arguments, ctx), fallback=repr)
                 is_error = False
             except self.interrupts:
+                raise
+            except OutcomeUnknown as e:
+                # Sent, never answered: no tool_done, so the call stays interrupted, and the
+                # run ends as a transport error does (the loop resumes it under the guard).
+                log.warning("tool outcome unknown; the call stays interrupted", error=str(e))
                 raise
             except Exception as e:  # a tool failure is recorded as an error result
                 result, is_error = error_result(f"{type(e).__name__}: {e}"), True
@@ -200,7 +289,9 @@ class ToolExecutor:
 
     # -- recording a call that does not run --------------------------------------------------
 
-    def _reject(self, call_id: str, call: ToolCall, message: str) -> ToolOutcome:
+    def _reject(
+        self, call_id: str, call: ToolCall, message: str, approval_id: str | None = None
+    ) -> ToolOutcome:
         """An unknown tool or invalid input: recorded as a call that failed, so the model can
         read the error and correct it."""
         try:
@@ -215,6 +306,7 @@ class ToolExecutor:
                 tool=call.name,
                 input=to_jsonable_python(call.input, fallback=repr),
                 signature=sig,
+                approval_id=approval_id,
             )
             done = self.recorder.make(
                 ToolDone, call_id=call_id, tool=call.name, result=result, is_error=True

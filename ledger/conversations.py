@@ -1,0 +1,274 @@
+"""Conversations across turns (CONTRACT §10): list them, read one, erase one on request.
+
+A conversation is its list of turn ids (``keys.conversation_turns``, oldest first), a small hash
+with its title (``keys.conversation_meta``) and an entry in one sorted set of all conversations
+(``keys.conversations``) scored by when it was last updated: its newest message or Continue.
+Those writes are single-key commands beside the turn scripts (O(log n) each), so every key stays
+in one Redis Cluster slot. A conversation's newest status is read live from its newest turn's
+metadata, never copied: the status has one writer, the turn's state machine.
+
+A conversation lives as long as its newest turn's keys: readers that find that turn gone forget
+the conversation (``lua/forget.lua``, ``lua/unlist.lua``), each step conditioned on nothing
+having joined it meanwhile, so a message that races the forgetting keeps its conversation.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+from ledger import keys
+from ledger.codec import decode_entry, text
+from ledger.errors import CorruptTurn, EventDecodeError
+from ledger.events import TurnStarted
+from ledger.store import Ledger, script
+from ledger.turn import TurnMeta, TurnStatus
+
+#: characters of the first message a conversation's title keeps
+TITLE_CHARS = 80
+#: the statuses a conversation may be erased in: every turn of it has ended
+ERASABLE = (TurnStatus.COMPLETED, TurnStatus.STOPPED)
+#: (score in ms, conversation id): where a page of the listing ends
+Cursor = tuple[int, str]
+
+
+def title_of(message: str) -> str:
+    """A conversation's title: its first message, whitespace collapsed, cut to TITLE_CHARS."""
+    flat = " ".join(message.split())
+    return flat if len(flat) <= TITLE_CHARS else flat[: TITLE_CHARS - 1] + "…"
+
+
+@dataclass(frozen=True, slots=True)
+class Listed:
+    """A conversation as the listing shows it."""
+
+    conversation_id: str
+    title: str
+    #: seconds since the epoch: its newest message or Continue
+    updated_at: float
+    newest: TurnMeta
+
+
+@dataclass(frozen=True, slots=True)
+class Conversation:
+    conversation_id: str
+    title: str
+    #: its turns whose keys live, oldest first, each with its message
+    turns: tuple[tuple[TurnMeta, str], ...]
+
+    @property
+    def newest_turn(self) -> str | None:
+        return self.turns[-1][0].turn_id if self.turns else None
+
+
+@dataclass(frozen=True, slots=True)
+class Erased:
+    """What an erase did: ``ok``, or the turn (and its status) that refused it."""
+
+    ok: bool
+    #: turns whose keys were deleted
+    turns: int = 0
+    blocking: str = ""
+    status: str = TurnStatus.QUEUED.value
+    #: False: no such conversation (no turns listed, not in the listing)
+    known: bool = True
+
+
+class Conversations:
+    def __init__(self, ledger: Ledger) -> None:
+        self.ledger = ledger
+        self.client = ledger.client
+        self._forget = self.client.register_script(script("forget.lua"))
+        self._unlist = self.client.register_script(script("unlist.lua"))
+        self._erase = self.client.register_script(script("erase.lua"))
+
+    # -- writes beside the turn scripts ------------------------------------------------------
+
+    def record(self, conversation_id: str, at_ms: int, message: str) -> None:
+        """A turn joined the conversation (after it was added to the list): its title, if it
+        has none yet, and its place in the listing. Idempotent."""
+
+        def write() -> Any:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hsetnx(keys.conversation_meta(conversation_id), "title", title_of(message))
+            pipe.zadd(keys.conversations(), {conversation_id: at_ms})
+            return pipe.execute()
+
+        self.ledger.retry(write)
+
+    def touch(self, conversation_id: str, at_ms: int) -> None:
+        """The conversation was updated (a Continue): it moves to the top of the listing."""
+        if not conversation_id:
+            return
+        self.ledger.retry(
+            lambda: self.client.zadd(keys.conversations(), {conversation_id: at_ms}, xx=True)
+        )
+
+    # -- reads -------------------------------------------------------------------------------
+
+    def page(
+        self, *, limit: int, cursor: Cursor | None = None
+    ) -> tuple[list[Listed], Cursor | None]:
+        """Conversations, most recently updated first: a page of at most ``limit`` after
+        ``cursor`` (the previous page's last (score, id)), and the next page's cursor or None.
+        A conversation whose newest turn is gone is forgotten on the way."""
+        index = keys.conversations()
+        found: list[Listed] = []
+        after = cursor
+        while True:
+            top: Any = "+inf" if after is None else after[0]
+            # the members of the cursor's own score that were on the pages before
+            skip = 0 if after is None else int(self.client.zcount(index, top, top))
+            want = limit - len(found) + 1  # one more than the page: is there a next one?
+            got: Any = self.client.zrevrangebyscore(
+                index, top, "-inf", start=0, num=want + skip, withscores=True
+            )
+            rows = [(text(m), int(score)) for m, score in got]
+            if after is not None:
+                rows = [(m, s) for m, s in rows if s < after[0] or m < after[1]]
+            for score, row in self._newest_of(rows):
+                if len(found) == limit:
+                    return found, after
+                found.append(row)
+                after = (score, row.conversation_id)
+            if len(got) < want + skip or not rows:
+                return found, None
+            after = (rows[-1][1], rows[-1][0])
+
+    def _newest_of(self, rows: Sequence[tuple[str, int]]) -> list[tuple[int, Listed]]:
+        """The listed conversations of ``rows`` with their titles and newest turns; those whose
+        newest turn is gone are forgotten."""
+        pipe = self.client.pipeline(transaction=False)
+        for conversation_id, _ in rows:
+            pipe.hget(keys.conversation_meta(conversation_id), "title")
+            pipe.lindex(keys.conversation_turns(conversation_id), -1)
+        heads = pipe.execute()
+        newest = [None if head is None else text(head) for head in heads[1::2]]
+        pipe = self.client.pipeline(transaction=False)
+        for turn_id in newest:
+            pipe.hgetall(keys.turn_meta(turn_id or "_"))
+        metas = pipe.execute()
+        listed: list[tuple[int, Listed]] = []
+        for i, (conversation_id, score) in enumerate(rows):
+            meta = _meta_or_none(newest[i], metas[i])
+            if meta is None:
+                self.forget(conversation_id, newest[i] or "", score)
+                continue
+            title = "" if heads[2 * i] is None else text(heads[2 * i])
+            listed.append((score, Listed(conversation_id, title, score / 1000, meta)))
+        return listed
+
+    def get(self, conversation_id: str) -> Conversation | None:
+        """The conversation and its turns whose keys live, oldest first; None when it has no
+        turns or its newest is gone (then it is forgotten)."""
+        conv = keys.conversation_turns(conversation_id)
+        listed = [text(t) for t in self.client.lrange(conv, 0, -1)]
+        pipe = self.client.pipeline(transaction=False)
+        for turn_id in listed:
+            pipe.hgetall(keys.turn_meta(turn_id))
+            pipe.xrange(keys.turn_events(turn_id), min="0-1", max="0-1")
+        pipe.hget(keys.conversation_meta(conversation_id), "title")
+        replies = pipe.execute()
+        turns: list[tuple[TurnMeta, str]] = []
+        for i, turn_id in enumerate(listed):
+            meta = _meta_or_none(turn_id, replies[2 * i])
+            if meta is not None:
+                turns.append((meta, _message(replies[2 * i + 1])))
+        if not listed or _meta_or_none(listed[-1], replies[2 * (len(listed) - 1)]) is None:
+            score = self.client.zscore(keys.conversations(), conversation_id)
+            self.forget(conversation_id, listed[-1] if listed else "", _ms(score))
+            return None
+        title = replies[-1]
+        return Conversation(conversation_id, "" if title is None else text(title), tuple(turns))
+
+    # -- forgetting and erasing ----------------------------------------------------------------
+
+    def forget(self, conversation_id: str, newest: str, score: int | None) -> bool:
+        """Drop a conversation whose newest turn ``newest`` is gone, unless a turn joined it
+        since (its list's newest is another); it leaves the listing unless it was updated since
+        it was read there at ``score``. False: it went on."""
+        conv = (keys.conversation_turns(conversation_id), keys.conversation_meta(conversation_id))
+        if not int(self._forget(keys=conv, args=[newest])):
+            return False
+        if score is not None:
+            self._unlist(keys=[keys.conversations()], args=[conversation_id, score])
+        return True
+
+    def erase(self, conversation_id: str) -> Erased:
+        """Delete the conversation for good: every turn's keys and index entries, its list and
+        its place in the listing. Refused, naming the turn, while a turn of it has not ended
+        (queued, running, resuming, waiting). Each turn is erased in one step conditioned on
+        its having ended, so a racing Continue is never half-erased."""
+        conv = keys.conversation_turns(conversation_id)
+        listed = [text(t) for t in self.ledger.retry(lambda: self.client.lrange(conv, 0, -1))]
+        pipe = self.client.pipeline(transaction=False)
+        for turn_id in listed:
+            pipe.hgetall(keys.turn_meta(turn_id))
+        metas = [_meta_or_none(t, raw) for t, raw in zip(listed, pipe.execute(), strict=True)]
+        for meta in metas:
+            if meta is not None and meta.status not in ERASABLE:
+                return Erased(False, blocking=meta.turn_id, status=meta.status.value)
+        score = self.client.zscore(keys.conversations(), conversation_id)
+        if not listed and score is None:
+            return Erased(False, known=False)
+        erased = 0
+        for turn_id, meta in zip(listed, metas, strict=True):
+            outcome = text(self._erase(keys=_turn_keys(turn_id), args=[s.value for s in ERASABLE]))
+            if outcome not in ("erased", "gone"):
+                return Erased(False, erased, blocking=turn_id, status=outcome)
+            erased += outcome == "erased"
+            self._unindex_turn(turn_id, meta)
+        self.client.set(
+            keys.conversation_erased(conversation_id), "1", ex=self.ledger.finished_ttl_s
+        )
+        if not self.forget(conversation_id, listed[-1] if listed else "", _ms(score)):
+            # a message joined it meanwhile: its new turn has not ended
+            newest = self.client.lindex(conv, -1)
+            return Erased(False, erased, blocking="" if newest is None else text(newest))
+        return Erased(True, erased)
+
+    def erased(self, conversation_id: str) -> bool:
+        """The conversation was erased on request (within a finished turn's keys' lifetime)."""
+        return bool(self.client.exists(keys.conversation_erased(conversation_id)))
+
+    def _unindex_turn(self, turn_id: str, meta: TurnMeta | None) -> None:
+        """The erased turn's entries in the indexes across turns (the reaper's, approvals')."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zrem(keys.active_turns(), turn_id)
+        members = [f"{turn_id}/{aid}" for aid, _, _ in (meta.approvals if meta else ())]
+        if members:
+            pipe.zrem(keys.approvals_pending(), *members)
+            pipe.hdel(keys.approval_requests(), *members)
+        pipe.execute()
+
+
+def _ms(score: Any) -> int | None:
+    return None if score is None else int(score)
+
+
+def _turn_keys(turn_id: str) -> list[str]:
+    return [*keys.turn_keys(turn_id), keys.turn_cancel(turn_id), keys.turn_durable(turn_id)]
+
+
+def _meta_or_none(turn_id: str | None, raw: Any) -> TurnMeta | None:
+    if not turn_id or not raw:
+        return None
+    try:
+        return TurnMeta.from_hash(turn_id, raw)
+    except CorruptTurn:
+        return None
+
+
+def _message(entries: Any) -> str:
+    """The message of a turn's ``turn_started`` (stream id ``0-1``); "" when unreadable."""
+    if entries:
+        with suppress(EventDecodeError):
+            event = decode_entry(entries[0][0], entries[0][1]).event
+            if isinstance(event, TurnStarted):
+                return event.message
+    return ""
+
+
+__all__ = ["Conversation", "Conversations", "Erased", "Listed", "title_of"]

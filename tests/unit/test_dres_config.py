@@ -1,0 +1,105 @@
+"""``dres config`` (CONTRACT §2) and the reference's table of settings (docs/configuration.md):
+both come from the settings class, every setting with its default and a line of meaning, and
+secrets never show."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+
+import pytest
+
+from tests.support import ROOT
+from worker.base.settings import Settings
+from worker.edges.cli import main
+from worker.edges.config_table import MASK, rows
+
+#: a row of the reference's table: | `DRES_NAME` | `default` | meaning |
+TABLE_ROW = re.compile(r"^\| `(DRES_[A-Z0-9_]+)` \| `([^`]*)` \| (.+) \|$")
+
+
+def reference_table() -> dict[str, tuple[str, str]]:
+    text = (ROOT / "docs" / "configuration.md").read_text()
+    found: dict[str, tuple[str, str]] = {}
+    for line in text.splitlines():
+        match = TABLE_ROW.match(line)
+        if match:
+            assert match.group(1) not in found, f"{match.group(1)} is listed twice"
+            found[match.group(1)] = (match.group(2), match.group(3))
+    return found
+
+
+@pytest.fixture
+def clean_env(monkeypatch: pytest.MonkeyPatch) -> pytest.MonkeyPatch:
+    for name in list(os.environ):
+        if name.startswith("DRES_"):
+            monkeypatch.delenv(name)
+    return monkeypatch
+
+
+def config_json(capsys: pytest.CaptureFixture[str]) -> list[dict[str, str]]:
+    assert main(["config", "--json"]) == 0
+    printed: list[dict[str, str]] = json.loads(capsys.readouterr().out)
+    return printed
+
+
+def test_every_field_of_the_settings_class_has_a_line_of_meaning() -> None:
+    for name, field in Settings.model_fields.items():
+        assert field.description, f"DRES_{name.upper()} has no description"
+        assert "\n" not in field.description and len(field.description) <= 100, name
+
+
+def test_the_reference_lists_exactly_the_settings_with_their_defaults(
+    clean_env: pytest.MonkeyPatch,
+) -> None:
+    documented = reference_table()
+    expected = {row.variable: row.default for row in rows(Settings())}
+    assert set(documented) == set(expected), (
+        f"missing from docs/configuration.md: {sorted(set(expected) - set(documented))}; "
+        f"not settings: {sorted(set(documented) - set(expected))}"
+    )
+    wrong = {v: (d, expected[v]) for v, (d, _) in documented.items() if d != expected[v]}
+    assert not wrong, f"defaults that differ (documented, actual): {wrong}"
+
+
+def test_dres_config_prints_each_setting_with_value_default_and_meaning(
+    clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    clean_env.setenv("DRES_SOFT_LIMIT_S", "5")
+    printed = {row["variable"]: row for row in config_json(capsys)}
+    assert set(printed) == {"DRES_" + name.upper() for name in Settings.model_fields}
+    assert printed["DRES_SOFT_LIMIT_S"] == {
+        "variable": "DRES_SOFT_LIMIT_S",
+        "value": "5",
+        "default": "60",
+        "meaning": Settings.model_fields["soft_limit_s"].description,
+    }
+
+    assert main(["config"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[0].split() == ["variable", "value", "default", "meaning"]
+    assert len(table) == 1 + len(Settings.model_fields)
+
+
+def test_dres_config_masks_tokens_passwords_and_the_password_of_a_url(
+    clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    secrets = {
+        "DRES_API_TOKEN": "tok-secret-1",
+        "DRES_REDIS_URL": "redis://app:pw-secret-2@127.0.0.1:6390/0",
+        "DRES_BROKER_URL": "redis://:pw-secret-3@127.0.0.1:6391/0",
+        "DRES_AGENTS": '{"billing": {"url": "http://b.example", "token": "tok-secret-4"}}',
+        "DRES_APPROVAL_WEBHOOK": "https://hook:pw-secret-5@hooks.example/x",
+    }
+    for name, value in secrets.items():
+        clean_env.setenv(name, value)
+    printed = {row["variable"]: row["value"] for row in config_json(capsys)}
+    assert "secret" not in json.dumps(printed)
+    assert printed["DRES_API_TOKEN"] == MASK
+    assert printed["DRES_REDIS_URL"] == f"redis://app:{MASK}@127.0.0.1:6390/0"
+    assert printed["DRES_BROKER_URL"] == f"redis://:{MASK}@127.0.0.1:6391/0"
+    assert json.loads(printed["DRES_AGENTS"])["billing"] == {
+        "url": "http://b.example",
+        "token": MASK,
+    }

@@ -1,0 +1,119 @@
+"""The API's OpenAPI document, completed where FastAPI cannot say it from the signatures alone.
+
+- ``Last-Event-ID`` and ``?after=`` are a stream id (``3-14``, or ``3`` for ``3-0`` as Redis reads
+  it): the route checks them itself so a bad one is a 400 naming it; the document gives the form.
+- ``model`` is one of the specs this server admits (its default, the ``DRES_MODELS`` entries,
+  ``PROVIDER:*`` as a pattern), so a client (or a fuzzer) knows a spec it may send.
+- Links: what a response's ids lead to (OpenAPI ``links``), from ``POST /v1/turns`` to the turn's
+  status, events, journal, Continue and Stop and to its conversation (to read or delete it);
+  from a turn's status, Stop and Continue to the next step of the turn. A listing's items have
+  no links: OpenAPI links name one value, and a page may be empty.
+
+Every 4xx and 5xx body is the one ``Error`` schema (``{"detail": …}``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+
+from worker.base.settings import Settings
+from worker.edges.api_models import default_spec
+from worker.engine.models import PROVIDERS
+from worker.engine.models.allow import ANY, parse_allowed
+
+#: a stream id, as the SSE ``id`` of each event
+STREAM_ID_SCHEMA = {
+    "type": "string",
+    "pattern": r"^[0-9]+(-[0-9]+)?$",
+    "examples": ["3-14"],
+    "description": "a stream id, as each event's SSE id; `3` is `3-0`",
+}
+TURN = "$response.body#/turn_id"
+CONVERSATION = "$response.body#/conversation_id"
+
+
+def operation_id(route: APIRoute) -> str:
+    """An operation's id is its function's name (``create_turn``): what links name."""
+    return route.name
+
+
+def _links(*targets: tuple[str, str, dict[str, str]]) -> dict[str, Any]:
+    return {
+        name: {"operationId": op, "parameters": params, "description": f"{op} of this answer"}
+        for name, op, params in targets
+    }
+
+
+#: (method, path, status) -> the links of that response
+LINKS: dict[tuple[str, str, str], dict[str, Any]] = {
+    ("post", "/v1/turns", "202"): _links(
+        ("Status", "turn_status", {"turn_id": TURN}),
+        ("Events", "events", {"turn_id": TURN}),
+        ("Journal", "journal", {"turn_id": TURN}),
+        ("Continue", "continue_turn", {"turn_id": TURN}),
+        ("Stop", "stop_turn", {"turn_id": TURN}),
+        ("Conversation", "conversation", {"conversation_id": CONVERSATION}),
+        ("DeleteConversation", "delete_conversation", {"conversation_id": CONVERSATION}),
+    ),
+    ("post", "/v1/turns/{turn_id}/stop", "202"): _links(
+        ("Status", "turn_status", {"turn_id": TURN}),
+        ("Continue", "continue_turn", {"turn_id": TURN}),
+        ("Journal", "journal", {"turn_id": TURN}),
+    ),
+    ("post", "/v1/turns/{turn_id}/continue", "202"): _links(
+        ("Status", "turn_status", {"turn_id": TURN}),
+        ("Stop", "stop_turn", {"turn_id": TURN}),
+        ("Events", "events", {"turn_id": TURN}),
+    ),
+    ("get", "/v1/turns/{turn_id}", "200"): _links(
+        ("Continue", "continue_turn", {"turn_id": TURN}),
+        ("Stop", "stop_turn", {"turn_id": TURN}),
+        ("Conversation", "conversation", {"conversation_id": CONVERSATION}),
+    ),
+}
+
+
+def model_forms(settings: Settings) -> list[dict[str, Any]]:
+    """The specs this server admits from a client: its default and the ``DRES_MODELS`` entries
+    by name, and every model of a provider listed as ``PROVIDER:*``."""
+    allowed = parse_allowed(settings.models)
+    exact = sorted({default_spec(settings)} | {s for s in allowed if not s.endswith(":" + ANY)})
+    forms: list[dict[str, Any]] = [{"type": "string", "enum": exact}]
+    for provider in sorted(PROVIDERS):
+        if f"{provider}:{ANY}" in allowed:
+            forms.append({"type": "string", "pattern": rf"^{provider}:[^*\s]+$"})
+    return forms
+
+
+def build_document(api: FastAPI, settings: Settings) -> dict[str, Any]:
+    document = get_openapi(
+        title=api.title,
+        version=api.version,
+        description=api.description,
+        routes=api.routes,
+    )
+    paths = document["paths"]
+    for (method, path, status), links in LINKS.items():
+        paths[path][method]["responses"][status]["links"] = links
+    for param in paths["/v1/turns/{turn_id}/events"]["get"]["parameters"]:
+        if param["name"] in ("after", "last-event-id"):
+            param["schema"] = dict(STREAM_ID_SCHEMA)
+    model = document["components"]["schemas"]["TurnRequest"]["properties"]["model"]
+    model["anyOf"] = [*model_forms(settings), {"type": "null"}]
+    model.pop("maxLength", None)
+    return document
+
+
+def install_document(api: FastAPI, settings: Settings) -> None:
+    """Serve ``build_document`` as the app's ``/openapi.json`` (built once, on first ask)."""
+
+    def openapi() -> dict[str, Any]:
+        if api.openapi_schema is None:
+            api.openapi_schema = build_document(api, settings)
+        return api.openapi_schema
+
+    api.openapi = openapi  # type: ignore[method-assign]

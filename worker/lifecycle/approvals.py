@@ -1,0 +1,320 @@
+"""Approval of writes (CONTRACT §7.14): a turn that waits for a person, and the decisions on it.
+
+A run whose model made calls that need approval records their ``approval_requested`` and ends
+``waiting`` (``Step.WAIT``): no run holds the turn, no worker slot waits. Each request is a field
+of the turn's metadata (``ap:<id>`` = state|signature), so a decision is one step of the state
+machine whose conditions are the request's state and signature: decided once, atomically, only
+for the requested call. The last open request decided resumes the turn (``Step.DECIDE_LAST``,
+a run of cause ``approval``); Stop, the expiry (the reaper) and a new message in the
+conversation end a waiting turn (``Step.STOP_WAITING``), their requests ``voided`` or
+``expired``. A person is told through ``DRES_APPROVAL_WEBHOOK``, best-effort.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import urllib.request
+from contextlib import suppress
+from dataclasses import dataclass
+from typing import Any
+
+import structlog
+
+from ledger.approvals import request_fields
+from ledger.errors import TransitionRefused, UnknownTurn
+from ledger.events import ApprovalDecided, ApprovalRequested, TurnEnded
+from ledger.store import MetaValue
+from ledger.turn import (
+    PENDING,
+    Step,
+    StopCode,
+    TurnMeta,
+    TurnStatus,
+    approval_field,
+    approval_state,
+)
+from worker.base import metrics
+from worker.engine.loop import RunResult
+from worker.engine.recorder import RunContext
+from worker.lifecycle.base import LifecycleBase
+
+log = structlog.get_logger("dres.approvals")
+
+DECISIONS = ("approve", "deny")
+#: a decision as a person reads it in the answer's detail
+DECIDED = {"approve": "approved", "deny": "denied"}
+#: attempts at a decision whose turn another decision changed meanwhile
+DECIDE_ATTEMPTS = 8
+#: seconds a webhook POST may take
+WEBHOOK_TIMEOUT_S = 5.0
+
+
+@dataclass(frozen=True)
+class Decided:
+    """What became of a decision: ``status`` is the HTTP status it answers with."""
+
+    status: int
+    detail: str
+    #: the request's decision: this one, or the one that came first
+    decision: str | None = None
+    run_id: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 202
+
+
+class Approvals(LifecycleBase):
+    # -- a run ends waiting ------------------------------------------------------------------
+
+    def wait(self, run: RunContext, result: RunResult) -> str:
+        """End ``run`` waiting for decisions on its turn's open ``result.requests``: one fenced
+        step, the requests listed for a person before it and the reaper told when the first
+        expires."""
+        requests = result.requests
+        expires = min(r.expires_at for r in requests)
+        fields: dict[str, MetaValue] = {
+            "next_run": "",
+            "approvals_pending": len(requests),
+            "approval_expires": expires,
+        }
+        for request in requests:
+            fields[approval_field(request.approval_id)] = approval_state(PENDING, request.signature)
+        ran = self.run_ended(run, "waiting", result.detail)
+        self.store.index_approvals(requests)
+        self.store.transition(
+            run.turn_id,
+            Step.WAIT,
+            expect=self.store.holder(run.lease),
+            events=[*result.held, ran],
+            fields=fields,
+        )
+        self.store.watch(run.turn_id, int(expires * 1000))
+        if self.store.stop_requested(run.turn_id):
+            # Stop came while the run was ending: it stops the waiting turn (``Control.stop``
+            # reads the status again after setting the flag, so one of the two sees the other)
+            with suppress(UnknownTurn):
+                if self.stop_waiting(
+                    self.store.meta(run.turn_id), StopCode.CANCELLED, "Stop requested"
+                ):
+                    return f"stopped: {StopCode.CANCELLED}"
+        self.notify(requests)
+        log.info("turn waits for approval", approvals=[r.approval_id for r in requests])
+        return "waiting"
+
+    def notify(self, requests: tuple[ApprovalRequested, ...]) -> None:
+        """POST each request to DRES_APPROVAL_WEBHOOK in a thread of its own: best-effort, the
+        turn never waits for it."""
+        url = self.settings.approval_webhook
+        if not url:
+            return
+        bodies = [self.webhook_body(r) for r in requests]
+        threading.Thread(
+            target=_post_all, args=(url, bodies), name="dres-approval-webhook", daemon=True
+        ).start()
+
+    def webhook_body(self, request: ApprovalRequested) -> dict[str, Any]:
+        base = self.settings.public_url.rstrip("/")
+        path = f"/v1/turns/{request.turn_id}"
+        return {
+            **request_fields(request),
+            "turn_url": base + path,
+            "decide_url": f"{base}{path}/approvals/{request.approval_id}",
+        }
+
+    # -- a person decides --------------------------------------------------------------------
+
+    def decide(
+        self,
+        turn_id: str,
+        approval_id: str,
+        decision: str,
+        signature: str,
+        *,
+        reason: str = "",
+        by: str = "api",
+    ) -> Decided:
+        """Take a person's decision on one request: once, atomically, for the requested
+        signature only. The last open request decided resumes the turn in a new run."""
+        if decision not in DECISIONS:
+            return Decided(422, f"decision must be approve or deny, not {decision!r}")
+        for _ in range(DECIDE_ATTEMPTS):
+            meta = self.store.meta(turn_id)
+            refused = self._refusal(meta, approval_id, signature)
+            if refused is not None:
+                return refused
+            try:
+                return self._decide(meta, approval_id, decision, signature, reason, by)
+            except TransitionRefused:
+                continue  # another decision (or Stop, or the expiry) came first: read again
+        return Decided(409, "the turn kept changing while the decision was taken; try again")
+
+    def _refusal(self, meta: TurnMeta, approval_id: str, signature: str) -> Decided | None:
+        known = meta.approval(approval_id)
+        if known is None:
+            if meta.status == TurnStatus.WAITING:
+                return Decided(404, f"turn {meta.turn_id} has no approval request {approval_id}")
+            return Decided(
+                409, f"the turn is not waiting on approval {approval_id} (status {meta.status})"
+            )
+        state, requested = known
+        if state != PENDING:
+            return Decided(409, f"approval {approval_id} was already decided: {state}", state)
+        if meta.status != TurnStatus.WAITING:
+            return Decided(
+                409, f"the turn is not waiting on approval {approval_id} (status {meta.status})"
+            )
+        if signature != requested:
+            return Decided(
+                409,
+                f"signature {signature!r} is not the requested call's ({requested}): the call "
+                "changed since it was shown; read the request again",
+            )
+        return None
+
+    def _decide(
+        self,
+        meta: TurnMeta,
+        approval_id: str,
+        decision: str,
+        signature: str,
+        reason: str,
+        by: str,
+    ) -> Decided:
+        field = approval_field(approval_id)
+        left = meta.approvals_pending - 1
+        expect: dict[str, MetaValue] = {
+            field: approval_state(PENDING, signature),
+            "approvals_pending": meta.approvals_pending,
+        }
+        fields: dict[str, MetaValue] = {
+            field: approval_state(decision, signature),
+            "approvals_pending": left,
+        }
+        run_id = None
+        step = Step.DECIDE
+        if left <= 0:
+            step, run_id = Step.DECIDE_LAST, self.ids.new("run")
+            fields.update(
+                next_run=run_id,
+                next_chunk=meta.chunk + 1,
+                next_cause="approval",
+                dispatched=self.clock.now(),
+                redispatches=0,
+                takeovers=0,
+                approval_expires=0,
+            )
+        decided = self.event(
+            meta, ApprovalDecided, approval_id=approval_id, decision=decision, reason=reason, by=by
+        )
+        request = self.store.open_request(meta.turn_id, approval_id)
+        if run_id is not None:
+            # Watched before the step, not only by ``launch`` after it: the reaper's look at a
+            # waiting turn is set for its requests' expiry (a day off), so a step whose message
+            # then never left (the decider died, or Redis lost the writes after the step) would
+            # wait that long to be sent again. Refused, the step leaves an early look that finds
+            # the turn waiting and sets the expiry's again.
+            self.store.watch(meta.turn_id, self.ms(self.settings.handoff_grace_s))
+        self.store.transition(meta.turn_id, step, expect=expect, events=[decided], fields=fields)
+        self.store.unindex_approvals(meta.turn_id, [approval_id])
+        waited = None if request is None else decided.ts - request.ts
+        metrics.approval_decided(decision, waited)
+        log.info(
+            "approval decided",
+            turn_id=meta.turn_id,
+            approval_id=approval_id,
+            by=by,
+            decision=decision,
+        )
+        if run_id is None:
+            return Decided(202, f"{DECIDED[decision]}; {left} request(s) still open", decision)
+        self.launch(meta.turn_id, run_id, meta.mode)
+        return Decided(202, f"{DECIDED[decision]}; the turn resumes", decision, run_id)
+
+    # -- a waiting turn ends -----------------------------------------------------------------
+
+    def stop_waiting(self, meta: TurnMeta, code: StopCode, detail: str) -> bool:
+        """End a waiting turn: its open requests ``expired`` (``approval_expired``) or
+        ``voided`` (Stop, a new message). False when the turn changed meanwhile."""
+        decision = "expired" if code == StopCode.APPROVAL_EXPIRED else "voided"
+        open_ids = meta.pending_approvals
+        events: list[ApprovalDecided] = [
+            self.event(
+                meta, ApprovalDecided, approval_id=aid, decision=decision, reason=detail, by="dres"
+            )
+            for aid in open_ids
+        ]
+        can_continue = code != StopCode.SUPERSEDED and self.is_newest(
+            meta.turn_id, meta.conversation_id
+        )
+        ended = self.event(
+            meta,
+            TurnEnded,
+            status="stopped",
+            code=code.value,
+            detail=detail,
+            can_continue=can_continue,
+        )
+        asked = {aid: self.store.open_request(meta.turn_id, aid) for aid in open_ids}
+        fields: dict[str, MetaValue] = {"approvals_pending": 0, "approval_expires": 0}
+        for aid, state, signature in meta.approvals:
+            if state == PENDING:
+                fields[approval_field(aid)] = approval_state(decision, signature)
+        try:
+            self.close(
+                meta.turn_id,
+                Step.STOP_WAITING,
+                {"epoch": meta.epoch},
+                [*events, ended],
+                fields=fields,
+            )
+        except TransitionRefused:
+            return False
+        self.store.unindex_approvals(meta.turn_id, open_ids)
+        for event in events:
+            request = asked.get(event.approval_id)
+            metrics.approval_decided(decision, None if request is None else event.ts - request.ts)
+        log.warning("waiting turn stopped", turn_id=meta.turn_id, code=code.value)
+        return True
+
+    def expire_if_due(self, meta: TurnMeta) -> str:
+        """The reaper's look at a waiting turn: stop it once its first request expired."""
+        if meta.approval_expires and self.clock.now() >= meta.approval_expires:
+            detail = (
+                f"no decision within {self.settings.approval_ttl_s:g} s "
+                f"(DRES_APPROVAL_TTL_S); Continue asks again"
+            )
+            if self.stop_waiting(meta, StopCode.APPROVAL_EXPIRED, detail):
+                return f"stopped: {StopCode.APPROVAL_EXPIRED}"
+            return "changed"
+        self.store.watch(meta.turn_id, int((meta.approval_expires or self.clock.now()) * 1000))
+        return "awaiting_approval"
+
+    def supersede(self, conversation_id: str) -> str | None:
+        """A new message in the conversation: its newest turn, if waiting, stops
+        (``superseded``); returns that turn's id."""
+        newest = self.store.newest_turn(conversation_id)
+        if newest is None:
+            return None
+        for _ in range(DECIDE_ATTEMPTS):
+            meta = self.store.meta(newest)
+            if meta.status != TurnStatus.WAITING:
+                return None
+            detail = "a new message in the conversation came while it waited for approval"
+            if self.stop_waiting(meta, StopCode.SUPERSEDED, detail):
+                return newest
+        return None
+
+
+def _post_all(url: str, bodies: list[dict[str, Any]]) -> None:
+    for body in bodies:
+        data = json.dumps(body).encode()
+        request = urllib.request.Request(
+            url, data=data, headers={"Content-Type": "application/json"}, method="POST"
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_S) as answer:
+                answer.read()
+        except Exception as e:  # best-effort: the request stands in the ledger and the lists
+            log.warning("approval webhook failed", url=url, error=repr(e))
