@@ -108,32 +108,26 @@ class ToolExecutor:
             return False
         return self.approval.needed(call.spec, call.data, self._context(attempt, call))
 
-    def _ask(self, call: PreparedCall, call_id: str | None = None) -> ToolOutcome:
+    def _ask(self, call: PreparedCall) -> ToolOutcome:
         """Record the call's approval request; nothing of it runs until a person decides."""
-        assert self.approval is not None
-        request = self.recorder.record(
-            ApprovalRequested,
-            approval_id=self.recorder.ids.new("apr"),
-            call_id=call_id or call.call_id,
-            tool=call.tool,
-            input=call.data,
-            signature=call.signature,
-            expires_at=self.recorder.clock.now() + self.approval.ttl_s,
-        )
+        request = self._request(call.call_id, call.tool, call.data, call.signature)
         log.info("tool call waits for approval", tool=call.tool, approval_id=request.approval_id)
         return ToolOutcome(request.call_id, call.tool, None, False, request=request)
 
     def ask_again(self, request: ApprovalRequested) -> ApprovalRequested:
         """A request that expired or was voided, asked again (a Continue): a new request for
         the same call, with a new id and a new expiry."""
-        ttl = self.approval.ttl_s if self.approval is not None else ApprovalPolicy().ttl_s
+        return self._request(request.call_id, request.tool, request.input, request.signature)
+
+    def _request(self, call_id: str, tool: str, data: Any, signature: str) -> ApprovalRequested:
+        ttl = (self.approval or ApprovalPolicy()).ttl_s
         return self.recorder.record(
             ApprovalRequested,
             approval_id=self.recorder.ids.new("apr"),
-            call_id=request.call_id,
-            tool=request.tool,
-            input=request.input,
-            signature=request.signature,
+            call_id=call_id,
+            tool=tool,
+            input=data,
+            signature=signature,
             expires_at=self.recorder.clock.now() + ttl,
         )
 
