@@ -1,4 +1,5 @@
-"""A 20-trial subset of ``make chaos``: faults at random points on a real worker, no violation."""
+"""A few of ``make chaos``'s trials (few, for CI's time): faults at random points on a real
+worker, no violation."""
 
 from __future__ import annotations
 
@@ -8,12 +9,13 @@ from chaos.approvals import APPROVAL
 from chaos.runner import run, table
 from worker.dev.redis_server import RedisServer
 
-TRIALS = 20
+#: the default kinds' trials: enough that most fault kinds fire, few enough for CI's 20 minutes
+TRIALS = 12
 SEED = 20261202
 
 
 @pytest.mark.timeout(600)
-def test_twenty_chaos_trials_keep_every_invariant(redis_server: RedisServer) -> None:
+def test_chaos_trials_keep_every_invariant(redis_server: RedisServer) -> None:
     """No write twice, no blind retry, a terminal state, no zombie event, no lost record."""
     outcomes, _ = run(TRIALS, SEED)
     print(table(outcomes))
