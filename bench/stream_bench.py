@@ -19,21 +19,19 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import openai
 
-from bench.ledger_bench import Row
-from bench.scale_support import events_json_bytes, process_env, turn_bytes, workers
+from bench.celery_worker import process_env
+from bench.harness import Row
+from bench.scale_support import ScalePlan, events_json_bytes, turn_bytes, workers
 from ledger.events import Text
 from tests.support import ApiProcess
 from tests.support.providers import chunk
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
-
-if TYPE_CHECKING:
-    from bench.scale_bench import ScalePlan
 
 #: bytes of Redis per byte of streamed text, for a 2,000-token answer (issue 16)
 BYTES_TARGET = 2.0

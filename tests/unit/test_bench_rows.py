@@ -10,8 +10,9 @@ from bench import failover_bench
 from bench.durability_bench import LevelRow
 from bench.failover_bench import FailoverPlan, failover_rows
 from bench.failover_bench import Trial as FailoverTrial
-from bench.ledger_bench import Row, misses, table_lines
+from bench.harness import Row, misses, table_lines
 from bench.pickup_bench import PickupPlan, Trial, pickup_rows
+from bench.report import failover_details, keep_written_sections
 
 
 def test_a_paired_rows_ratio_is_the_median_of_its_pair_ratios() -> None:
@@ -75,8 +76,6 @@ def test_a_pickup_trial_without_a_new_run_counts_at_its_deadline() -> None:
 
 
 def test_a_new_report_keeps_the_sections_written_by_hand_and_replaces_its_own() -> None:
-    from bench.__main__ import keep_written_sections
-
     old = (
         "# dres benchmark results\n\nold intro\n\n## Results\n\nold table\n\n"
         "## Issue 16 by hand\n\nrows S1-S3\n\n## Details\n\nold details\n\n"
@@ -98,8 +97,6 @@ def test_a_durability_rows_wording_names_its_level_against_ack() -> None:
 
 
 def test_each_failover_fault_gets_a_row_of_its_next_event_and_one_of_its_next_model_call() -> None:
-    from bench.__main__ import failover_details
-
     plan = FailoverPlan(trials=2, deadline_s=30.0)
     trials = [
         FailoverTrial("sentinel failover", "t1", 1, 2, 1.1, 1.2, event_type="model_done"),
