@@ -364,9 +364,10 @@ class TurnStore:
 
     # -- the reaper's index ------------------------------------------------------------------
 
-    def watch(self, turn_id: str, at_ms: int) -> None:
-        """Have the reaper look at the turn at ``at_ms`` (ms since the epoch)."""
-        self.client.zadd(keys.active_turns(), {turn_id: at_ms})
+    def watch(self, turn_id: str, at_ms: int, *, sooner: bool = False) -> None:
+        """Have the reaper look at the turn at ``at_ms`` (ms since the epoch); ``sooner``: only
+        if that is sooner than the look already set (or there is none)."""
+        self.client.zadd(keys.active_turns(), {turn_id: at_ms}, lt=sooner)
 
     def unwatch(self, turn_id: str) -> None:
         self.client.zrem(keys.active_turns(), turn_id)
