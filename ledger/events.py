@@ -7,7 +7,7 @@ event carries ``v``, the schema version: a reader meeting a version it does not 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -67,6 +67,8 @@ class TurnStarted(_Event):
 RunCause = Literal[
     "first", "next_chunk", "redelivery", "reaper", "auto_continue", "continue", "approval"
 ]
+#: every cause a run may have (the claim's script checks the pending run's against them)
+RUN_CAUSES: tuple[str, ...] = get_args(RunCause)
 
 
 class RunStarted(_Event):

@@ -72,8 +72,9 @@ def turn_cancel(turn_id: str) -> str:
 def active_turns() -> str:
     """Sorted set of unfinished turn ids, scored by when the reaper should look at them (ms).
 
-    Global on purpose (the reaper scans it) and written beside the turn scripts, never inside
-    them, so it does not break the one-slot rule of a turn's keys. On a Redis Cluster it stays
+    Global on purpose (the reaper scans it). On one server the claim's script writes it too (one
+    round trip for the claim and its look); on a Redis Cluster it is written beside the turn
+    scripts, never inside them, so it does not break the one-slot rule of a turn's keys. It stays
     one key, on one master, touched only by single-key commands: the reaper takes the most
     overdue turns in one ZRANGEBYSCORE, and it is written a few times per chunk (create, claim,
     hand-over, end), never per event, which one master carries far beyond what the one broker

@@ -177,7 +177,7 @@ class Ledger:
             return lease.last[1]
         stream = keys.turn_events(lease.turn_id)
         fields: dict[Any, Any] = {FIELD: encode(event)}
-        outage = _Outage(self.outage_s)
+        outage: _Outage | None = None  # made at the first failure: the hot path has none
         refusals = 0
         while refusals < _REFUSALS:
             sid = lease.next_id()
@@ -188,6 +188,7 @@ class Ledger:
                 raise StoreFull(f"append to turn {lease.turn_id}", [event]) from e
             except STORE_ERRORS as e:  # before ResponseError: READONLY is one
                 self._failed("append", e)
+                outage = outage or _Outage(self.outage_s)
                 outage.wait(started, e, f"append to turn {lease.turn_id}")
                 continue
             except redis.ResponseError as e:
@@ -199,7 +200,8 @@ class Ledger:
                     return sid
                 refusals += 1
                 continue
-            self._ridden(outage)
+            if outage is not None:
+                self._ridden(outage)
             if added is None:
                 raise UnknownTurn(lease.turn_id)
             lease.seq += 1
