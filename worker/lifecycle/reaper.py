@@ -7,7 +7,8 @@ It looks at the turns in the active index whose time has come:
 - a pending run not yet claimed: while its message waits in the broker (a backlog: more turns
   than worker slots) nothing is done; a message that is nowhere (lost between the record and the
   send, or by the broker) is sent again, up to ``max_redispatches`` times, then the turn stops
-  with Continue available;
+  with Continue available. The message's mark in the broker answers "still there?" for each due
+  run at O(1) (``worker.edges.marks``); only a run without one costs a read of the queues;
 - a turn waiting for approval whose first request expired stops (``approval_expired``);
 - a turn missing from its conversation's list (a crash right after its creation) is listed;
 - an ended or vanished turn leaves the index.
@@ -115,8 +116,7 @@ class Reaper:
         if waited < grace:
             self.store.watch(meta.turn_id, self.lifecycle.ms(grace - waited))
             return "waiting"
-        queued = self._broker_runs()
-        if queued is None or meta.next_run in queued:
+        if self._in_broker(meta):
             # In the broker: a backlog delays a turn, it never stops it nor gets a second message.
             self.store.watch(meta.turn_id, self.lifecycle.ms(grace))
             return "queued"
@@ -139,6 +139,20 @@ class Reaper:
         self.lifecycle.launch(meta.turn_id, meta.next_run, meta.mode)
         log.warning("re-dispatched a lost message", turn_id=meta.turn_id, run_id=meta.next_run)
         return "redispatched"
+
+    def _in_broker(self, meta: TurnMeta) -> bool:
+        """Is the pending run's message in the broker (queued, or held by a worker), or can the
+        broker not be looked into (then nothing is taken for lost)? Its mark answers at O(1)
+        (``worker.edges.marks``); without one, the broker's queues are read as before, at most
+        once per sweep: a message sent without a mark is never taken for lost."""
+        try:
+            if self.lifecycle.dispatcher.marked(meta.turn_id, meta.next_run):
+                return True
+        except Exception as e:  # an unreachable broker: take nothing for lost this sweep
+            log.warning("could not look into the broker", error=repr(e))
+            return True
+        queued = self._broker_runs()
+        return queued is None or meta.next_run in queued
 
     def _broker_runs(self) -> set[str] | None:
         if not self._queued_read:
