@@ -95,11 +95,12 @@ def parse_monitor(raw: bytes) -> Calls:
     """Commands per name in ``MONITOR`` output: (sent by clients, run inside scripts)."""
     sent: Counter[str] = Counter()
     scripted: Counter[str] = Counter()
-    for line in raw.split(b"\r\n"):
+    # the last piece is empty, or a line the window's end cut off
+    for line in raw.split(b"\r\n")[:-1]:
         # +1700000000.123456 [0 127.0.0.1:40000] "EXISTS" "key"; a script's: [0 lua] "HGET" ...
         source, sep, rest = line.partition(b'] "')
         if not line.startswith(b"+") or not sep:
-            continue  # +OK, or the window's cut-off last line
+            continue  # +OK
         name = rest.partition(b'"')[0].decode(errors="replace").lower()
         (scripted if source.endswith(b" lua") else sent)[name] += 1
     return Calls(sent, scripted)
