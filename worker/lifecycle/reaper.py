@@ -17,6 +17,7 @@ Every action is an atomic step of the turn's state machine, so every worker may 
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -34,6 +35,9 @@ log = structlog.get_logger("dres.reaper")
 
 #: turns looked at per sweep
 BATCH = 100
+#: each wait between sweeps is ``reaper_interval_s`` times 1 +- this, at random: workers started
+#: together (a deploy) do not sweep in step, and the due turns' sweeps are spread out
+JITTER = 0.2
 
 
 class Reaper:
@@ -166,15 +170,20 @@ class Reaper:
 
 
 class ReaperThread(threading.Thread):
-    """Sweeps every ``reaper_interval_s`` in the worker's main process until stopped."""
+    """Sweeps every ``reaper_interval_s`` (+-``JITTER``) in the worker's main process until
+    stopped."""
 
     def __init__(self, reaper: Reaper) -> None:
         super().__init__(name="dres-reaper", daemon=True)
         self.reaper = reaper
         self.stopping = threading.Event()
 
+    def wait_s(self) -> float:
+        """Seconds until the next sweep."""
+        return self.reaper.settings.reaper_interval_s * random.uniform(1 - JITTER, 1 + JITTER)
+
     def run(self) -> None:
-        while not self.stopping.wait(self.reaper.settings.reaper_interval_s):
+        while not self.stopping.wait(self.wait_s()):
             with no_fork():  # the pool's forks wait: no child starts with a lock it holds
                 self._sweep()
 
