@@ -175,7 +175,10 @@ def commands(label: str) -> None:
             resume_model = write_script(tmp / "resume.json", resume_script(2))
             dres_resume_round(rt, resume_model, 2)  # warm-up: every pool process, both paths
             lines = [f"# Redis commands of one turn ({label})", ""]
-            for name, model in (("two tool calls", calls_model), ("two chunk boundaries", resume_model)):
+            for name, model in (
+                ("two tool calls", calls_model),
+                ("two chunk boundaries", resume_model),
+            ):
                 with monitored(server.url) as seen:
                     turn_id = run_turn(rt, model, name)
                 mine = [(c, lua) for c, lua in seen if turn_id in c]
