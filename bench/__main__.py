@@ -53,6 +53,7 @@ import redis
 from bench import (
     celery_bench,
     cluster_bench,
+    cost_bench,
     durability_bench,
     failover_bench,
     ledger_bench,
@@ -83,6 +84,7 @@ GROUPS: tuple[Group, ...] = (
     cluster_bench.GROUP,
     durability_bench.GROUP,
     failover_bench.GROUP,
+    cost_bench.GROUP,
 )
 #: groups of rows ``--only`` runs alone
 ONLY = {group.name: group.about for group in GROUPS}

@@ -63,6 +63,15 @@ METHOD = [
     "while the turn goes on (a killed node restarted; the old master a replica of the new one; "
     "every sentinel agreeing), the turn stopped, and the next trial starts on the same worker. "
     "Faults alternate; median [min–max] over the trials, no baseline.",
+    "**K1** `bench.reaper_bench`: a private redis-server whose chunk queues hold 1k / 10k / 100k "
+    "copies of a real chunk message (and four held unacknowledged), one due run of a real turn "
+    "sent by the real dispatcher; one reaper sweep, the server's `total_net_output_bytes` across "
+    "it and its time, the sweep of issue 27 (one `EXISTS` of the run's mark) beside a copy of "
+    "the one before (every priority list read whole and every unacknowledged message), "
+    "interleaved, medians of 7. **K2** `bench.heartbeat_bench`: a private redis-server and one "
+    "`dres worker -c 1` per setting, `MONITOR` for 30 s with the worker idle, then 30 s while it "
+    "runs a turn whose tool waits: commands sent per second (and those run by scripts), at "
+    "the defaults of issue 27 (lease 3 s, sweep 1 s) beside lease 8 s, sweep 2 s.",
 ]
 
 NOISE = [
