@@ -220,7 +220,13 @@ class TurnStore:
             raise
         meta = TurnMeta.from_hash(turn_id, pairs(reply[1]), stop_requested=bool(reply[2]))
         if int(reply[0]) == 1:
-            lease = Lease(turn_id, run_id, int(reply[3]), meta.next_chunk, meta.next_cause, seq=1)
+            epoch = int(reply[3])
+            lease = Lease(turn_id, run_id, epoch, meta.next_chunk, meta.next_cause, seq=1)
+            # the run_started the claim wrote at E-0 (the template, as the script filled it in):
+            # the run's text is stored against it
+            lease.opened = started.model_copy(
+                update={"chunk": meta.next_chunk, "cause": meta.next_cause, "epoch": epoch}
+            )
             if len(reply) < 5:
                 return Claim(lease, meta)
             raw = [(sid, pairs(flat)) for sid, flat in reply[4]]
@@ -238,6 +244,7 @@ class TurnStore:
             started = self._opening(meta.turn_id, meta.epoch)
             if started is not None and started.event_id == event_id:
                 lease = Lease(meta.turn_id, run_id, meta.epoch, started.chunk, started.cause, seq=1)
+                lease.opened = started
                 return Claim(lease, meta)
         return Claim(None, meta, status=meta.status, holder=meta.run_id)
 
