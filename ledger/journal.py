@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.events import Clear, Event, ToolDone, ToolStart
+from ledger.gcpause import gc_paused
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,6 +84,11 @@ class JournalBuilder:
         self._order = 0
 
     def feed(self, events: Iterable[Event]) -> JournalBuilder:
+        with gc_paused():  # the fold makes no cycles: see ledger.gcpause
+            self._fold(events)
+        return self
+
+    def _fold(self, events: Iterable[Event]) -> None:
         open_calls, completed, order = self._open, self._completed, self._order
         for event in events:
             # ``type(...) is``, not isinstance: events are final classes, and a pydantic model's
@@ -103,7 +109,6 @@ class JournalBuilder:
             elif type(event) is Clear:
                 open_calls.clear()
         self._order = order
-        return self
 
     def journal(self) -> Journal:
         return Journal(

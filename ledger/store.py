@@ -33,6 +33,7 @@ from ledger import keys
 from ledger.codec import FIELD, Envelope, decode_entry, encode, text
 from ledger.errors import EventDecodeError, FencedOut, LedgerUnavailable, StoreFull, UnknownTurn
 from ledger.events import Event
+from ledger.gcpause import gc_paused
 from ledger.lease import Lease
 from ledger.turn import TurnMeta
 
@@ -338,18 +339,24 @@ class Ledger:
 
     def _pages(self, turn_id: str, first: str, limit: int | None) -> Iterator[Envelope]:
         """Decoded entries from the XRANGE bound ``first`` (``(id`` exclusive, ``id`` inclusive)."""
-        stream = keys.turn_events(turn_id)
         bound, left = first, limit
         while left is None or left > 0:
             count = self.page if left is None else min(self.page, left)
-            page = partial(self.client.xrange, stream, min=bound, max="+", count=count)
-            entries: Any = self.retry(page, "read")
-            yield from self.decode(turn_id, entries)
+            page = partial(self._page, turn_id, bound, count)
+            entries, events = self.retry(page, "read")
+            yield from events
             if len(entries) < count:
                 return
             bound = f"({text(entries[-1][0])}"
             if left is not None:
                 left -= len(entries)
+
+    def _page(self, turn_id: str, bound: str, count: int) -> tuple[Any, list[Envelope]]:
+        """One XRANGE page and its decoded entries, the collector held off (``ledger.gcpause``)."""
+        with gc_paused():
+            stream = keys.turn_events(turn_id)
+            entries: Any = self.client.xrange(stream, min=bound, max="+", count=count)
+            return entries, list(self.decode(turn_id, entries))
 
     def tail(
         self, turn_id: str, after: str = "0-0", *, block_ms: int = 15_000, count: int = 100
