@@ -45,12 +45,7 @@ class _Open:
 
 def _entry(start: ToolStart, result: Any = None) -> JournalEntry:
     return JournalEntry(
-        tool=start.tool,
-        call_id=start.call_id,
-        input=start.input,
-        signature=start.signature,
-        result=result,
-        read_only=start.read_only,
+        start.tool, start.call_id, start.input, start.signature, result, start.read_only
     )
 
 
