@@ -343,20 +343,27 @@ class Ledger:
         while left is None or left > 0:
             count = self.page if left is None else min(self.page, left)
             page = partial(self._page, turn_id, bound, count)
-            entries, events = self.retry(page, "read")
+            read, last, events = self.retry(page, "read")
             yield from events
-            if len(entries) < count:
+            if read < count:
                 return
-            bound = f"({text(entries[-1][0])}"
+            bound = f"({last}"
             if left is not None:
-                left -= len(entries)
+                left -= read
 
-    def _page(self, turn_id: str, bound: str, count: int) -> tuple[Any, list[Envelope]]:
-        """One XRANGE page and its decoded entries, the collector held off (``ledger.gcpause``)."""
+    def _page(self, turn_id: str, bound: str, count: int) -> tuple[int, str, list[Envelope]]:
+        """One XRANGE page: entries read, the last one's id, the decodable ones decoded.
+
+        The collector is held off (``ledger.gcpause``); the reply is let go before it resumes, so
+        that its first pass walks only what outlives the page.
+        """
         with gc_paused():
             stream = keys.turn_events(turn_id)
             entries: Any = self.client.xrange(stream, min=bound, max="+", count=count)
-            return entries, list(self.decode(turn_id, entries))
+            read, last = len(entries), text(entries[-1][0]) if entries else ""
+            events = list(self.decode(turn_id, entries))
+            del entries
+        return read, last, events
 
     def tail(
         self, turn_id: str, after: str = "0-0", *, block_ms: int = 15_000, count: int = 100
