@@ -6,8 +6,9 @@ allocations it walks the younger generations, and now and then everything alive,
 events included: on a long turn that walking costs more than the decoding. Held off, the
 collector finds the new objects in one pass when the pause ends.
 
-Pauses are short and bounded by the caller: a page of a read (never a wait for Redis to come
-back), or one fold over events already in memory. The collector is process-wide, so pauses
+Pauses are short and bounded by the caller: one XRANGE page and its decoding (a command that
+fails ends its pause: the waits before it is sent again are outside), or one fold over events
+already in memory. The collector is process-wide, so pauses
 from several threads nest: the first one in turns it off (only if it was on), the last one out
 turns it back on.
 """
