@@ -215,6 +215,8 @@ Event = Annotated[
 ]
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+#: the adapter's validator itself, without the adapter's Python wrapper around each call
+_VALIDATE_JSON = EVENT_ADAPTER.validator.validate_json
 
 
 def parse_event(data: dict[str, Any]) -> Event:
@@ -230,7 +232,8 @@ def parse_event(data: dict[str, Any]) -> Event:
 def parse_event_json(raw: bytes | str) -> Event:
     """Validate an event from its JSON text (parsed in pydantic-core, the fast path for reads)."""
     try:
-        return EVENT_ADAPTER.validate_json(raw)
+        event: Event = _VALIDATE_JSON(raw)
+        return event
     except ValidationError as e:
         raise EventDecodeError(_describe(e)) from e
 

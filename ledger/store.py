@@ -38,6 +38,7 @@ from ledger import keys
 from ledger.codec import FIELD, Decoder, Envelope, encode, same_payload, text
 from ledger.errors import EventDecodeError, FencedOut, LedgerUnavailable, StoreFull, UnknownTurn
 from ledger.events import Event
+from ledger.gcpause import gc_paused
 from ledger.lease import Lease
 from ledger.turn import TurnMeta
 
@@ -347,19 +348,34 @@ class Ledger:
 
     def _pages(self, turn_id: str, first: str, limit: int | None) -> Iterator[Envelope]:
         """Decoded entries from the XRANGE bound ``first`` (``(id`` exclusive, ``id`` inclusive)."""
-        stream = keys.turn_events(turn_id)
         decoder = Decoder(turn_id)
         bound, left = first, limit
         while left is None or left > 0:
             count = self.page if left is None else min(self.page, left)
-            page = partial(self.client.xrange, stream, min=bound, max="+", count=count)
-            entries: Any = self.retry(page, "read")
-            yield from self.decode(turn_id, entries, decoder)
-            if len(entries) < count:
+            page = partial(self._page, turn_id, bound, count, decoder)
+            read, last, events = self.retry(page, "read")
+            yield from events
+            if read < count:
                 return
-            bound = f"({text(entries[-1][0])}"
+            bound = f"({last}"
             if left is not None:
-                left -= len(entries)
+                left -= read
+
+    def _page(
+        self, turn_id: str, bound: str, count: int, decoder: Decoder
+    ) -> tuple[int, str, list[Envelope]]:
+        """One XRANGE page: entries read, the last one's id, the decodable ones decoded.
+
+        The collector is held off (``ledger.gcpause``); the reply is let go before it resumes, so
+        that its first pass walks only what outlives the page.
+        """
+        with gc_paused():
+            stream = keys.turn_events(turn_id)
+            entries: Any = self.client.xrange(stream, min=bound, max="+", count=count)
+            read, last = len(entries), text(entries[-1][0]) if entries else ""
+            events = list(self.decode(turn_id, entries, decoder))
+            del entries
+        return read, last, events
 
     def tail(
         self, turn_id: str, after: str = "0-0", *, block_ms: int = 15_000, count: int = 100
