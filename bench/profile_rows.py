@@ -140,10 +140,10 @@ def tree(folded: str, root: str, depth: int = 3, least: int = 5) -> str:
 
 
 @contextmanager
-def monitored(url: str) -> Iterator[list[tuple[str, bool]]]:
-    """Every command the server runs meanwhile, as MONITOR prints it, and whether a script ran
-    it (not a round trip of its own)."""
-    seen: list[tuple[str, bool]] = []
+def monitored(url: str) -> Iterator[list[tuple[str, bool, str]]]:
+    """Every command the server runs meanwhile, as MONITOR prints it, whether a script ran it
+    (not a round trip of its own), and the connection that sent it."""
+    seen: list[tuple[str, bool, str]] = []
     client = redis.Redis.from_url(url)
     ready = threading.Event()
 
@@ -151,7 +151,8 @@ def monitored(url: str) -> Iterator[list[tuple[str, bool]]]:
         with client.monitor() as monitor:
             ready.set()
             for command in monitor.listen():
-                seen.append((str(command["command"]), command.get("client_type") == "lua"))
+                lua = command.get("client_type") == "lua"
+                seen.append((str(command["command"]), lua, str(command.get("client_port"))))
                 if "profile-rows-stop" in seen[-1][0]:
                     return
 
@@ -181,7 +182,7 @@ def commands(label: str) -> None:
             ):
                 with monitored(server.url) as seen:
                     turn_id = run_turn(rt, model, name)
-                mine = [(c, lua) for c, lua in seen if turn_id in c]
+                mine = of_turn(seen, turn_id)
                 sent = collections.Counter(command_name(c) for c, lua in mine if not lua)
                 lines += [
                     f"## A turn of {name}: {sum(sent.values())} commands sent "
@@ -195,6 +196,31 @@ def commands(label: str) -> None:
             write(f"commands-{label}.md", "\n".join(lines))
     finally:
         server.stop()
+
+
+#: commands that name no key but go with one that does, on the same connection
+FRAMING = ("MULTI", "EXEC", "SCRIPT")
+
+
+def of_turn(seen: list[tuple[str, bool, str]], turn_id: str) -> list[tuple[str, bool]]:
+    """The commands that name the turn, with the transactions and script checks around them
+    (``MULTI``/``EXEC``, ``SCRIPT EXISTS``: sent by the same connection next to one of them)."""
+    by_port: dict[str, list[int]] = collections.defaultdict(list)
+    for i, (_, lua, port) in enumerate(seen):
+        if not lua:
+            by_port[port].append(i)
+    mine: list[tuple[str, bool]] = []
+    for i, (command, lua, port) in enumerate(seen):
+        if not lua and command_name(command) in FRAMING:
+            sent = by_port[port]
+            at = sent.index(i)
+            near = [seen[j][0] for j in sent[max(at - 1, 0) : at + 2] if j != i]
+            if not any(turn_id in c for c in near):
+                continue
+        elif turn_id not in command:
+            continue
+        mine.append((command, lua))
+    return mine
 
 
 def run_turn(rt: Runtime, model: str, what: str) -> str:
