@@ -17,7 +17,8 @@ from tests.support import wait_until
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
-RESUME_TARGET = 3.0
+#: issue 27 (was 3.0)
+RESUME_TARGET = 2.0
 #: seconds each resume step "thinks" on its first attempt: far past the soft limit
 STEP_DELAY_S = 3.0
 

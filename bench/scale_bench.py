@@ -42,6 +42,8 @@ from worker.edges.runtime import Runtime
 
 #: what ``--only scale`` runs, in a line
 ABOUT = "rows S1-S3: scaling out, a streamed answer and a turn in Redis (issue 16)"
+#: issue 27: a short turn's Redis bytes beside its events' JSON (S3)
+SHORT_TURN_TARGET = 2.0
 
 
 FULL = ScalePlan(turns=1000, rounds=2, tokens=2000, trials=3, pace_s=0.01, cost_turns=20, calls=10)
@@ -120,7 +122,7 @@ def measure_costs(
     rows = [
         Row("Redis per recorded tool call", "B", per_call, raw_call, None, extra,
             number="S3", baseline="its events' JSON (tool_start + tool_done)"),
-        Row("Redis per ended short turn", "B", mem["short"], raw["short"], None, extra,
+        Row("Redis per ended short turn", "B", mem["short"], raw["short"], SHORT_TURN_TARGET, extra,
             number="S3", baseline="its events' JSON"),
     ]  # fmt: skip
     return rows, extra

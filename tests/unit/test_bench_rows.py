@@ -61,18 +61,18 @@ def test_a_row_without_a_baseline_reads_its_median_against_its_limit() -> None:
 def test_a_pickup_trial_without_a_new_run_counts_at_its_deadline() -> None:
     plan = PickupPlan(trials=2, deadline_s=40.0)
     trials = [
-        Trial("child", "t1", "run_a", 11, 8.3, True, "reaper", "same worker", "completed"),
+        Trial("child", "t1", "run_a", 11, 3.3, True, "reaper", "same worker", "completed"),
         Trial("child", "t2", "run_b", 12, plan.deadline_s, False),
-        Trial("whole worker", "t3", "run_c", 13, 9.1, True, "reaper", "other worker", "completed"),
+        Trial("whole worker", "t3", "run_c", 13, 4.1, True, "reaper", "other worker", "completed"),
     ]
 
-    child, whole = pickup_rows(trials, plan, {"settings": {"lease_s": 8.0}})
+    child, whole = pickup_rows(trials, plan, {"settings": {"lease_s": 3.0}})
 
     assert (child.name, child.number, child.unit) == ("crash pickup, child", "7", "s")
-    assert child.dres == [8.3, 40.0] and child.raw == []
+    assert child.dres == [3.3, 40.0] and child.raw == []
     assert (child.extra["missed_deadline"], child.extra["over_target"]) == (1, 1)
     assert child.extra["causes"] == {"reaper": 1, "none": 1}
-    assert (whole.dres, whole.verdict) == ([9.1], "meets")
+    assert (whole.dres, whole.verdict) == ([4.1], "meets")
 
 
 def test_a_new_report_keeps_the_sections_written_by_hand_and_replaces_its_own() -> None:
