@@ -114,6 +114,13 @@ def _is_json(raw: bytes | str) -> bool:
     return (raw[0] if isinstance(raw, bytes) else ord(raw[0])) == _JSON if raw else True
 
 
+def _opening(stream_id: bytes | str) -> bool:
+    """The id is an epoch's first, ``E-0`` (where a claim writes its ``run_started``)."""
+    if isinstance(stream_id, bytes):
+        return stream_id.endswith(b"-0")
+    return stream_id.endswith("-0")
+
+
 def _position(stream_id: str) -> tuple[int, int]:
     epoch, _, seq = stream_id.partition("-")
     try:
@@ -136,17 +143,20 @@ class Decoder:
         known = set(self.opened)
         wanted: list[int] = []
         for stream_id, fields in entries:
-            raw = fields.get(_FIELD_BYTES, fields.get(FIELD))
+            raw = fields.get(_FIELD_BYTES)
+            if raw is None:
+                raw = fields.get(FIELD)
+            # most entries are JSON events past their epoch's opening: no id to parse for them
+            if raw is None or (_is_json(raw) and not _opening(stream_id)):
+                continue
             try:
-                epoch, seq = _position(text(stream_id))
+                epoch = _position(text(stream_id))[0]
             except EventDecodeError:
                 continue
-            if raw is None or epoch in known:
+            if epoch in known:
                 continue
             if not _is_json(raw):
                 wanted.append(epoch)
-            elif seq != 0:
-                continue
             known.add(epoch)  # looked up, or its opening is read with the rest
         return wanted
 
