@@ -128,3 +128,13 @@ def test_only_failover_runs_the_failover_rows_alone() -> None:
 
     assert parse_args(["--only", "failover", "--quick"]).only == "failover"
     assert OWN_MAIN["failover"] is failover_bench.main
+
+
+def test_a_cost_figure_with_nothing_before_is_a_row_without_a_ratio() -> None:
+    """K2: a command the old defaults never sent (0 per second before) has no ratio to show."""
+    from bench.cost_bench import row_of
+    from bench.harness import table_lines
+
+    row = row_of({"row": "sweeps", "before": 0.0, "after": 0.03, "unit": "cmd/s"}, "K2", "old")
+    assert row.raw == [] and row.extra == {"before": 0.0}
+    assert any("sweeps" in line for line in table_lines([row]))
