@@ -42,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import asdict, replace
@@ -180,6 +181,10 @@ def rows_1_to_7(
     return rows, pickup_rows
 
 
+#: every row's figures as measured, written before the report (outside the tree)
+RAW = Path(tempfile.gettempdir()) / "dres-bench-rows.json"
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     if args.only:
@@ -198,6 +203,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     extra_rows, peer = peer_rows(rows, args.peers)
     rows += extra_rows + pickup_rows + groups
     env["elapsed_s"] = round(time.monotonic() - started, 1)
+    # what was measured, before anything renders it: a row that cannot be rendered loses nothing
+    RAW.write_text(json.dumps([asdict(row) for row in rows], default=str) + "\n")
     missed = misses(rows)
     print("\n".join([*header_lines(env, mode), *table_lines(rows)]))
     print()

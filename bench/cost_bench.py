@@ -47,8 +47,8 @@ def row_of(figure: Mapping[str, Any], number: str, baseline: str) -> Row:
         # the bound is absolute; the old sweep's figure stays beside it in extra
         extra = {"before": before[0]}
         return Row(name, unit, after, [], extra=extra, number=number, limit=SWEEP_BYTES_LIMIT)
-    if not before[0]:  # nothing before (a command the old code did not send): no ratio
-        return Row(name, unit, after, [], extra={"before": 0.0}, number=number)
+    if not before[0] or not after[0]:  # a command one side never sent: no ratio to show
+        return Row(name, unit, after, [], extra={"before": before[0]}, number=number)
     return Row(name, unit, after, before, number=number, baseline=baseline)
 
 

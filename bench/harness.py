@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import json
+import math
 import os
 import platform
 import statistics
@@ -73,7 +74,8 @@ class Row:
 
     @property
     def ratio_of_medians(self) -> float:
-        return statistics.median(self.dres) / statistics.median(self.raw)
+        raw = statistics.median(self.raw)
+        return statistics.median(self.dres) / raw if raw else math.inf
 
     @property
     def paired(self) -> bool:
@@ -84,7 +86,7 @@ class Row:
     def pair_ratios(self) -> list[float]:
         if not self.paired:
             return []
-        return [d / r for d, r in zip(self.dres, self.raw, strict=True)]
+        return [d / r if r else math.inf for d, r in zip(self.dres, self.raw, strict=True)]
 
     @property
     def verdict(self) -> str:
@@ -123,6 +125,8 @@ class Row:
             return f"no baseline; {kept}/{len(self.dres)} {self.target_text}"
         ratio = self.ratio
         dres_faster = ratio > 1 if self.higher_is_better else ratio < 1
+        if ratio <= 0 or math.isinf(ratio):  # a side at zero: no factor to tell
+            return f"dres {'faster' if dres_faster else 'slower'}: one side is 0"
         factor = max(ratio, 1 / ratio)
         if factor < 1.005:
             return "same"

@@ -7,6 +7,7 @@ import re
 import pytest
 
 from bench import failover_bench
+from bench.cost_bench import row_of
 from bench.durability_bench import LevelRow
 from bench.failover_bench import FailoverPlan, failover_rows
 from bench.failover_bench import Trial as FailoverTrial
@@ -132,9 +133,10 @@ def test_only_failover_runs_the_failover_rows_alone() -> None:
 
 def test_a_cost_figure_with_nothing_before_is_a_row_without_a_ratio() -> None:
     """K2: a command the old defaults never sent (0 per second before) has no ratio to show."""
-    from bench.cost_bench import row_of
-    from bench.harness import table_lines
-
     row = row_of({"row": "sweeps", "before": 0.0, "after": 0.03, "unit": "cmd/s"}, "K2", "old")
     assert row.raw == [] and row.extra == {"before": 0.0}
-    assert any("sweeps" in line for line in table_lines([row]))
+    gone = row_of({"row": "looks", "before": 0.07, "after": 0.0, "unit": "cmd/s"}, "K2", "old")
+    assert gone.raw == [] and gone.extra == {"before": 0.07}
+    zero = Row("z", "cmd/s", [0.0], [0.5], number="K2")  # any row with a side at zero renders
+    lines = table_lines([row, gone, zero])
+    assert any("sweeps" in line for line in lines) and "one side is 0" in lines[-1]
