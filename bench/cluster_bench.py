@@ -20,13 +20,11 @@ It reports and never asserts.
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,9 +32,10 @@ import redis
 import redis.cluster
 
 from bench import ledger_bench
-from bench.ledger_bench import CALLS_1000, Plan, Row, summary, table_lines
+from bench.harness import Group, Row, loadavg, private_redis, summary, table_lines, write_result
+from bench.ledger_bench import Plan
+from bench.rebuild_bench import CALLS_1000
 from tests.support.redis_cluster import LocalCluster
-from worker.dev.redis_server import RedisServer
 
 
 @dataclass(frozen=True)
@@ -123,7 +122,7 @@ def compare(single: Sequence[Row], cluster: Sequence[Row]) -> list[Row]:
 def measure(plan: ClusterPlan) -> tuple[list[Row], dict[str, Any]]:
     """Rows C1-C3, each group of servers started here and stopped after."""
     single, cluster = _Side([]), _Side([])
-    with RedisServer(appendfsync="everysec") as server, LocalCluster() as nodes:
+    with private_redis() as server, LocalCluster() as nodes:
         one = redis.Redis(port=server.port)
         many = nodes.client()
         try:
@@ -134,7 +133,7 @@ def measure(plan: ClusterPlan) -> tuple[list[Row], dict[str, Any]]:
             info = {
                 "masters": len(nodes.nodes),
                 "redis_server": one.info("server").get("redis_version", "?"),
-                "loadavg_end": [round(x, 2) for x in os.getloadavg()],
+                "loadavg_end": loadavg(),
             }
         finally:
             one.close()
@@ -158,9 +157,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(table_lines(rows)))
     print(f"elapsed {info['elapsed_s']} s")
     if args.json:
-        result = {"plan": asdict(plan), "info": info, "rows": [row.as_dict() for row in rows]}
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_result(args.json, plan, info, rows)
     return 0
+
+
+GROUP = Group(
+    "cluster",
+    "rows C1-C3: the ledger rows 1-3 on a Redis Cluster beside one Redis (issue 16)",
+    lambda args: measure(QUICK if args.quick else FULL),
+    main,
+)
 
 
 if __name__ == "__main__":

@@ -34,19 +34,18 @@ from __future__ import annotations
 import argparse
 import gc
 import itertools
-import json
-import os
 import statistics
 import sys
 import time
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import redis
 
-from bench.ledger_bench import Row, open_turn, table_lines, time_each
+from bench.harness import Group, Row, loadavg, table_lines, time_each, write_result
+from bench.ledger_turns import open_turn
 from ledger.durability import Confirmer, Durability, Level
 from ledger.store import Ledger
 from tests.support.redis_durability import ReplicatedRedis, server_version, waitaof_binary
@@ -157,7 +156,7 @@ def measure(plan: DurabilityPlan) -> tuple[list[Row], dict[str, Any]]:
         with always, redis.Redis(port=always.port) as one:
             name = "tool call at fsync, appendfsync always"
             rows.insert(2, compare(one, "fsync", plan.ops, plan.blocks, name, "D3"))
-    info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+    info["loadavg_end"] = loadavg()
     return rows, info
 
 
@@ -177,9 +176,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(table_lines(rows)))
     print(f"server {info['server']}; elapsed {info['elapsed_s']} s")
     if args.json:
-        result = {"plan": asdict(plan), "info": info, "rows": [row.as_dict() for row in rows]}
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_result(args.json, plan, info, rows)
     return 0
+
+
+GROUP = Group(
+    "durability",
+    "rows D1-D4: a tool call at each DRES_DURABILITY level beside ack (issue 23)",
+    lambda args: measure(QUICK if args.quick else FULL),
+    main,
+)
 
 
 if __name__ == "__main__":

@@ -42,8 +42,6 @@ from __future__ import annotations
 
 import argparse
 import itertools
-import json
-import os
 import statistics
 import sys
 import tempfile
@@ -52,20 +50,23 @@ import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
-from functools import partial
 from pathlib import Path
 from typing import Any
 
-import redis
-
-from bench.ledger_bench import Row, table_lines
-from bench.pickup_bench import TOOLS, default_settings, reported_settings
-from ledger import keys
+from bench.default_workers import TOOLS, default_settings, reported_settings
+from bench.failover_rig import (
+    LOOK_S,
+    agreement,
+    ended_on,
+    events_on,
+    make_fault,
+    restore,
+    watch_new_master,
+)
+from bench.harness import Group, Row, loadavg, table_lines, write_result
 from ledger.events import Event, ModelStart, RunStarted, TurnEnded
-from ledger.store import Ledger
 from tests.support import ROOT, WorkerProcess, poll, subprocess_env, write_script
 from tests.support.redis_sentinel import DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, QUORUM, LocalSentinel
-from worker.dev.redis_server import RedisServerError
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 from worker.edges.sentinel_watch import FAILOVER_HOLD_S
@@ -81,17 +82,12 @@ STEP_S = 0.05
 STEPS = 800
 #: the step whose model_start sets the fault off
 TRIGGER_STEP = 5
-#: seconds between polls of the new master
-POLL_S = 0.01
-#: seconds between other looks (the turn's progress, the rig, the turn's end)
-LOOK_S = 0.05
 #: seconds a trial's turn may take to reach TRIGGER_STEP; longer: the set-up is broken
 START_S = 60.0
 #: seconds after the fault before a trial counts as a miss (its figure is then this deadline)
 TRIAL_DEADLINE_S = 30.0
-#: seconds a stopped turn may take to end, and the rig to be whole again
+#: seconds a stopped turn may take to end
 END_S = 30.0
-RESTORE_S = 60.0
 WORKER_READY_S = 60.0
 WORKER_ENV = {"DRES_TOOLS": TOOLS, "DRES_MAX_MODEL_CALLS": str(STEPS + 10)}
 RIG = {
@@ -114,19 +110,6 @@ class FailoverPlan:
 
 FULL = FailoverPlan(trials=10)
 QUICK = FailoverPlan(trials=3)
-
-
-@dataclass
-class Seen:
-    """What the poller of the new master saw, each a ``time.time()`` (None: not by the
-    deadline): it answered as a master, the turn's first entry there, its first model_start."""
-
-    promoted_at: float | None = None
-    event_at: float | None = None
-    event: Event | None = None
-    model_call_at: float | None = None
-    #: that model_start's own ts
-    model_call_ts: float | None = None
 
 
 @dataclass
@@ -168,13 +151,8 @@ def busy_script() -> list[dict[str, Any]]:
     return [*record, {"text": "Done."}]
 
 
-def _events(rig: LocalSentinel, port: int, turn_id: str) -> list[Event]:
-    with rig.node(port) as client:
-        return Ledger(client).events(turn_id)
-
-
 def _at_trigger(rig: LocalSentinel, port: int, turn_id: str) -> list[Event] | None:
-    events = _events(rig, port, turn_id)
+    events = events_on(rig, port, turn_id)
     reached = any(isinstance(e, ModelStart) and e.step >= TRIGGER_STEP for e in events)
     return events if reached else None
 
@@ -189,91 +167,6 @@ def longest_gap(times: Sequence[float], *, median: bool = False) -> float | None
     if not gaps:
         return None
     return statistics.median(gaps) if median else max(gaps)
-
-
-def _newest(client: redis.Redis, stream: str) -> tuple[bool, str | None]:
-    """Is the node a master, and its newest entry of ``stream``, in one MULTI."""
-    with client.pipeline(transaction=True) as pipe:
-        pipe.role()
-        pipe.xrevrange(stream, count=1)
-        role, newest = pipe.execute()
-    last = newest[0][0] if newest else None
-    found = last.decode() if isinstance(last, bytes) else last
-    return role[0] in (b"master", "master"), found
-
-
-def watch_new_master(rig: LocalSentinel, port: int, turn_id: str, until: float) -> Seen:
-    """Poll the node on ``port`` until the turn's first model_start there, or ``until``. The
-    first poll that finds it a master notes the turn's newest entry (what replication had
-    brought); an entry after it was written to it as the master."""
-    seen = Seen()
-    stream, cursor = keys.turn_events(turn_id), "0-0"
-    with rig.node(port) as client:  # the node itself, with the rig's credentials
-        while seen.model_call_at is None and time.time() < until:
-            try:
-                master, last = _newest(client, stream)
-                now = time.time()
-                if master and seen.promoted_at is None:
-                    seen.promoted_at, cursor = now, last or cursor
-                elif master and last != cursor:
-                    fresh = Ledger(client).read_after(turn_id, cursor)
-                    if fresh and seen.event_at is None:
-                        seen.event_at, seen.event = now, fresh[0].event
-                    calls = [env.event for env in fresh if isinstance(env.event, ModelStart)]
-                    if calls:
-                        seen.model_call_at, seen.model_call_ts = now, calls[0].ts
-                    cursor = fresh[-1].stream_id if fresh else cursor
-            except redis.RedisError:
-                pass
-            time.sleep(POLL_S)
-    return seen
-
-
-def _agreement(rig: LocalSentinel, old: int, timeout: float, out: dict[str, Any]) -> None:
-    try:
-        out["port"] = rig.wait_master(other_than=old, timeout=timeout)
-        out["at"] = time.time()
-    except RedisServerError:
-        pass
-
-
-def make_fault(rig: LocalSentinel, fault: str) -> tuple[int, float]:
-    """The old master's port and the fault's time (taken just before the rig acts)."""
-    at = time.time()
-    old = rig.failover() if fault == "sentinel failover" else rig.kill_master()
-    return old, at
-
-
-def _replica_of(rig: LocalSentinel, port: int, master: int) -> bool:
-    try:
-        with rig.node(port) as client:
-            info: Any = client.info("replication")
-    except redis.RedisError:
-        return False
-    up = info.get("master_link_status") == "up"
-    return info.get("role") == "slave" and int(info.get("master_port", 0)) == master and up
-
-
-def restore(rig: LocalSentinel, master: int) -> float:
-    """Restart a killed node, wait until every other node replicates ``master`` and every
-    sentinel agrees on it; the seconds it took."""
-    started = time.monotonic()
-    for node in rig.nodes:
-        if node.process is None:
-            node.start()  # its port and AOF: Sentinel makes it a replica of ``master``
-    for port in (node.port for node in rig.nodes if node.port != master):
-        if poll(partial(_replica_of, rig, port, master), RESTORE_S, LOOK_S) is None:
-            raise RuntimeError(f"node {port} is no replica of {master} after {RESTORE_S} s")
-    rig.wait_master(master, timeout=RESTORE_S)
-    return time.monotonic() - started
-
-
-def _ended(rig: LocalSentinel, port: int, turn_id: str) -> list[Event] | None:
-    try:
-        events = _events(rig, port, turn_id)
-    except redis.RedisError:
-        return None
-    return events if any(isinstance(e, TurnEnded) for e in events) else None
 
 
 def _since(fault_at: float, at: float | None, default: float | None = None) -> float | None:
@@ -291,7 +184,7 @@ def run_trial(rt: Runtime, rig: LocalSentinel, fault: str, model: str, plan: Fai
         raise RuntimeError(f"turn {turn_id} did not reach step {TRIGGER_STEP} in {START_S} s")
     agreed: dict[str, Any] = {}
     old, fault_at = make_fault(rig, fault)
-    sentinels = threading.Thread(target=_agreement, args=(rig, old, plan.deadline_s, agreed))
+    sentinels = threading.Thread(target=agreement, args=(rig, old, plan.deadline_s, agreed))
     sentinels.start()
     seen = watch_new_master(rig, new, turn_id, fault_at + plan.deadline_s)
     sentinels.join()
@@ -299,7 +192,8 @@ def run_trial(rt: Runtime, rig: LocalSentinel, fault: str, model: str, plan: Fai
         raise RuntimeError(f"the sentinels chose {agreed['port']}, not the replica {new}")
     restore_s = restore(rig, new)
     rt.lifecycle.stop(turn_id)
-    events = poll(lambda: _ended(rig, new, turn_id), END_S, LOOK_S) or _events(rig, new, turn_id)
+    stopped = poll(lambda: ended_on(rig, new, turn_id), END_S, LOOK_S)
+    events = stopped or events_on(rig, new, turn_id)
     ended = [e.status for e in events if isinstance(e, TurnEnded)]
     runs = [e for e in events if isinstance(e, RunStarted) and e.ts > fault_at]
     deadline = plan.deadline_s
@@ -387,11 +281,11 @@ def measure(plan: FailoverPlan) -> tuple[list[Row], dict[str, Any]]:
         try:
             worker.wait_ready(timeout=WORKER_READY_S)
             model = write_script(Path(tmp) / "busy.json", busy_script())
-            info["loadavg_before"] = [round(x, 2) for x in os.getloadavg()]
+            info["loadavg_before"] = loadavg()
             started = time.monotonic()
             trials = bench_failover(rt, rig, plan, model)
             info["trials_s"] = round(time.monotonic() - started, 1)
-            info["loadavg_end"] = [round(x, 2) for x in os.getloadavg()]
+            info["loadavg_end"] = loadavg()
             info["same_worker"] = worker.alive()
         except BaseException:
             print(f"failover worker's log tail:\n{worker.log()[-4000:]}", file=sys.stderr)
@@ -437,9 +331,16 @@ def main(argv: Sequence[str] | None = None) -> int:
     print("\n".join(trial_lines(rows)))
     print(f"\nrig {info['rig']}; elapsed {info['elapsed_s']} s")
     if args.json:
-        result = {"plan": asdict(plan), "info": info, "rows": [r.as_dict() for r in rows]}
-        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        write_result(args.json, plan, info, rows)
     return 0
+
+
+GROUP = Group(
+    "failover",
+    "rows D5-D6: a Sentinel failover mid-turn -> the turn's next event (issue 23)",
+    lambda args: measure(QUICK if args.quick else FULL),
+    main,
+)
 
 
 if __name__ == "__main__":

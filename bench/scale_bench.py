@@ -18,37 +18,32 @@ Every group runs on the private redis-server ``python -m bench`` hands it. Run a
 
 from __future__ import annotations
 
+import argparse
 import statistics
+import sys
 import tempfile
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.celery_bench import bench_settings, throughput_script
-from bench.celery_bench import wait_turns as wait_ended
-from bench.ledger_bench import Row
-from bench.scale_support import MILLION, events_json_bytes, process_env, turn_bytes, workers
+from bench.celery_worker import bench_settings, process_env
+from bench.celery_worker import wait_turns as wait_ended
+from bench.harness import HERE, Group, Row, private_redis, progress, table_lines, write_result
+from bench.scale_support import MILLION, ScalePlan, events_json_bytes, turn_bytes, workers
 from bench.stream_bench import bytes_rows, measure_streaming
+from bench.throughput_bench import throughput_script
 from ledger import keys
 from ledger.events import TurnEnded, TurnStarted
 from tests.support import write_script
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
-
-@dataclass(frozen=True)
-class ScalePlan:
-    #: short turns per throughput round, and rounds (each: one worker, then two)
-    turns: int
-    rounds: int
-    #: tokens of the streamed answer, trials per streaming case, seconds between paced tokens
-    tokens: int
-    trials: int
-    pace_s: float
-    #: turns measured per cost case, tool calls of a tool turn
-    cost_turns: int
-    calls: int
+#: what ``--only scale`` runs, in a line
+ABOUT = "rows S1-S3: scaling out, a streamed answer and a turn in Redis (issue 16)"
+#: issue 27: a short turn's Redis bytes beside its events' JSON (S3)
+SHORT_TURN_TARGET = 2.0
 
 
 FULL = ScalePlan(turns=1000, rounds=2, tokens=2000, trials=3, pace_s=0.01, cost_turns=20, calls=10)
@@ -127,7 +122,7 @@ def measure_costs(
     rows = [
         Row("Redis per recorded tool call", "B", per_call, raw_call, None, extra,
             number="S3", baseline="its events' JSON (tool_start + tool_done)"),
-        Row("Redis per ended short turn", "B", mem["short"], raw["short"], None, extra,
+        Row("Redis per ended short turn", "B", mem["short"], raw["short"], SHORT_TURN_TARGET, extra,
             number="S3", baseline="its events' JSON"),
     ]  # fmt: skip
     return rows, extra
@@ -157,3 +152,39 @@ def measure(redis_url: str, plan: ScalePlan) -> tuple[list[Row], dict[str, Any]]
 def plan_for(quick: bool, turns: int | None) -> ScalePlan:
     plan = QUICK if quick else FULL
     return plan if turns is None else replace(plan, turns=turns)
+
+
+def on_private_redis(plan: ScalePlan) -> tuple[list[Row], dict[str, Any]]:
+    """Rows S1-S3 on a redis-server of their own, started here and stopped after."""
+    with private_redis() as server:
+        return measure(server.url, plan)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Rows S1-S3 alone: printed, and their JSON written (``results-scale.json`` by default)."""
+    parser = argparse.ArgumentParser(prog="python -m bench.scale_bench", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="few, short rounds: a smoke test")
+    parser.add_argument("--json", metavar="PATH", type=Path, default=HERE / "results-scale.json")
+    parser.add_argument("--turns", metavar="N", type=int, help="row S1's short turns per round")
+    args = parser.parse_args(argv)
+    plan = plan_for(args.quick, args.turns)
+    started = time.monotonic()
+    progress(started, ABOUT)
+    rows, info = on_private_redis(plan)
+    print("\n".join(table_lines(rows)))
+    write_result(args.json, plan, info, rows)
+    print(f"elapsed {time.monotonic() - started:.1f} s; wrote {args.json}")
+    return 0
+
+
+GROUP = Group(
+    "scale",
+    ABOUT,
+    lambda args: on_private_redis(plan_for(args.quick, args.turns)),
+    main,
+    forward=("turns",),
+)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,4 +1,4 @@
-"""What rows S1-S3 share: the environment and the workers they run, and a turn's Redis bytes."""
+"""What rows S1-S3 share: their plan, the workers they run, and a turn's Redis bytes."""
 
 from __future__ import annotations
 
@@ -6,22 +6,29 @@ import contextlib
 import os
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
-from bench.celery_bench import WORKER_ARGS, worker_env
+from bench.celery_worker import WORKER_ARGS
 from ledger import keys
-from tests.support import ROOT, WorkerProcess
+from tests.support import WorkerProcess
 from worker.edges.runtime import Runtime
 
 MILLION = 1_000_000
 
 
-def process_env(redis_url: str, **extra: str) -> dict[str, str]:
-    env = {**os.environ, **worker_env(redis_url), **extra}
-    env["PYTHONPATH"] = os.pathsep.join(
-        p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
-    )
-    return env
+@dataclass(frozen=True)
+class ScalePlan:
+    #: short turns per throughput round, and rounds (each: one worker, then two)
+    turns: int
+    rounds: int
+    #: tokens of the streamed answer, trials per streaming case, seconds between paced tokens
+    tokens: int
+    trials: int
+    pace_s: float
+    #: turns measured per cost case, tool calls of a tool turn
+    cost_turns: int
+    calls: int
 
 
 @contextlib.contextmanager

@@ -19,26 +19,24 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 import openai
 
-from bench.ledger_bench import Row
-from bench.scale_support import events_json_bytes, process_env, turn_bytes, workers
+from bench.celery_worker import process_env
+from bench.harness import Row
+from bench.scale_support import ScalePlan, events_json_bytes, turn_bytes, workers
 from ledger.events import Text
 from tests.support import ApiProcess
 from tests.support.providers import chunk
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
-if TYPE_CHECKING:
-    from bench.scale_bench import ScalePlan
-
 #: bytes of Redis per byte of streamed text, for a 2,000-token answer (issue 16)
 BYTES_TARGET = 2.0
 #: milliseconds from the provider's last token to an SSE client (issue 16: ~100 ms, median)
-DELAY_LIMIT_MS = 100.0
+DELAY_LIMIT_MS = 50.0
 #: seconds the provider waits after the last token before it ends the response
 PAUSE_AFTER_LAST_S = 0.3
 TOKEN = "tok "
@@ -201,12 +199,24 @@ def measure_streaming(
             rt, redis_url, tmp, fast, 1, DRES_TEXT_FLUSH_MS="0"
         )
     rows = [
-        Row(f"streamed {plan.tokens} tokens, {name}: provider's last token -> SSE client", "ms",
-            [t["delay_ms"] for t in results[name]], alone[name], None,
-            {"pause_after_last_s": PAUSE_AFTER_LAST_S, "case": name}, number="S2",
-            baseline="the same stream read by the SDK directly (the stream alone)")
+        Row(
+            f"streamed {plan.tokens} tokens, {name}: provider's last token -> SSE client",
+            "ms",
+            [t["delay_ms"] for t in results[name]],
+            alone[name],
+            None,
+            {"pause_after_last_s": PAUSE_AFTER_LAST_S, "case": name},
+            number="S2",
+            baseline="the same stream read by the SDK directly (the stream alone)",
+        )
         for name in (fast_name, paced)
-    ]  # fmt: skip
+    ]
+    # issue 27: the paced delay's own bound, in ms (the ratio above is for information)
+    rows.append(
+        Row(f"streamed {plan.tokens} tokens, {paced}: provider's last token -> SSE client, "
+            "bound", "ms", [t["delay_ms"] for t in results[paced]], [], number="S2",
+            limit=DELAY_LIMIT_MS)
+    )  # fmt: skip  # fmt: skip
     return rows, {"streaming": results}
 
 
@@ -220,7 +230,8 @@ def bytes_rows(
         share = [(t["redis_bytes"] - short_turn) / t["text_bytes"] for t in trials]
         extra = {k: statistics.median(t[k] for t in trials) for k in trials[0]}
         extra.update(case=name, short_turn_bytes=short_turn)
-        target = BYTES_TARGET if name == "as fast as sent" else None
+        # issue 27: at a provider's pace (100 tokens/s); issue 16 set it on "as fast as sent"
+        target = BYTES_TARGET if name.startswith("paced") else None
         label = f"streamed {tokens} tokens, {name}: Redis bytes per text byte"
         base = "the answer's text bytes"
         rows += [

@@ -1,6 +1,6 @@
-"""``python -m chaos [--trials N] [--seed S] [--naive] [--only ACTION ...]``: run the chaos
-trials; exit 1 on any violation (with ``--naive``: on any but the duplicate effects naive resume
-is there to count)."""
+"""``python -m chaos [--trials N] [--seed S] [--naive] [--only ACTION ...] [--hog N]``: run the
+chaos trials; exit 1 on any violation (with ``--naive``: on any but the duplicate effects naive
+resume is there to count)."""
 
 from __future__ import annotations
 
@@ -28,9 +28,17 @@ if __name__ == "__main__":
         " an HTTP API; approval, alone: every write waits for a person the runner plays; none"
         " drawn otherwise)",
     )
+    parser.add_argument(
+        "--hog",
+        type=int,
+        default=0,
+        metavar="N",
+        help="run N busy loops beside the worker for the whole run (a host at load: no live "
+        "run's late heartbeat may look dead; false takeovers are counted)",
+    )
     args = parser.parse_args()
     if "elsewhere" in args.only:  # tools from MCP servers and HTTP APIs: servers of their own
         from chaos.elsewhere import main as elsewhere
 
         sys.exit(elsewhere(args.trials, args.seed, naive=args.naive))
-    sys.exit(main(args.trials, args.seed, naive=args.naive, only=args.only))
+    sys.exit(main(args.trials, args.seed, naive=args.naive, only=args.only, hog=args.hog))

@@ -10,6 +10,8 @@ from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from chaos.takeovers import Takeovers
+
 
 @dataclass
 class TurnResult:
@@ -39,6 +41,9 @@ class Outcome:
     duplicate_notes: list[str] = field(default_factory=list)
     #: an approval trial's decisions, by decision (``approve``, ``deny``)
     decisions: Counter[str] = field(default_factory=Counter)
+    #: runs started to take a turn over, in the trial's turns (judged after the trial)
+    taken: int = 0
+    takeovers: Takeovers = field(default_factory=lambda: Takeovers(0, 0, 0))
 
     @property
     def status(self) -> str:

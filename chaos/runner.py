@@ -57,6 +57,7 @@ from chaos.approvals import (
 from chaos.cluster import BACKLOG, DEFAULT, STORE, BrokerCensus, Cluster, Profile
 from chaos.failover import HOWS, SentinelCluster
 from chaos.report import Outcome, TurnResult, naive_table, table
+from chaos.takeovers import WorkerLogs, count, cpu_hog, taken_over
 from chaos.tools import read_effects
 from ledger import keys
 from ledger.errors import LedgerUnavailable
@@ -315,6 +316,8 @@ def arm(client: Any, trial: Trial) -> None:
 
 def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
     client = cluster.runtime.redis
+    logs = WorkerLogs(cluster.tmp)
+    logs.mark()
     answered(lambda: arm(client, trial))
     cluster.ensure_worker(trial.profile)
     restarts = cluster.restarts
@@ -348,6 +351,7 @@ def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
     if trial.store:
         exits = cluster.restarts - restarts + (not cluster.worker_alive())
         outcome.violations += invariants.worker_stayed(exits)
+    outcome.takeovers = count(outcome.taken, trial.action, fired, logs.since())
     outcome.seconds = time.monotonic() - started
     cluster.recover()  # for the next trial, out of this one's time
     return outcome
@@ -375,6 +379,7 @@ def judge(
         duplicates += invariants.approval_checks([env.event for env in envelopes], effects)
     if not trial.naive:
         others, duplicates = [*duplicates, *others], []
+    outcome.taken += taken_over([env.event for env in envelopes])
     outcome.violations += [prefix + v for v in others]
     outcome.duplicate_notes += [prefix + v for v in duplicates]
     outcome.turns.append(
@@ -411,11 +416,11 @@ def drawn(only: Collection[str]) -> list[tuple[str, str]]:
 
 
 def run(
-    trials: int, seed: int, naive: bool = False, only: Collection[str] = ()
+    trials: int, seed: int, naive: bool = False, only: Collection[str] = (), hog: int = 0
 ) -> tuple[list[Outcome], Cluster]:
     """Run the trials; ``only``: draw just the faults of these actions (all but ``failover``
     and ``approval`` when empty; ``failover`` alone, on a Sentinel set-up; ``approval`` alone,
-    on a worker where writes wait for a person)."""
+    on a worker where writes wait for a person); ``hog``: busy loops beside the worker."""
     faults = drawn(only)
     approval = faults == APPROVAL_FAULTS
     rng = random.Random(seed)
@@ -425,36 +430,55 @@ def run(
     if approval:
         configure_logging("WARNING")  # the person's decisions: the trials' lines say enough
     cluster = SentinelCluster(tmp, naive=naive) if sentinel else Cluster(tmp, naive=naive)
-    outcomes = []
+    outcomes: list[Outcome] = []
     try:
-        for index in range(trials):
-            outcome = run_trial(cluster, Trial.draw(rng, naive, faults, approval), script)
-            outcomes.append(outcome)
-            mark = "VIOLATION" if outcome.violations else "ok"
-            if approval:
-                made = outcome.decisions
-                mark += f"  {made['approve']} approved, {made['deny']} denied"
-            if naive:
-                mark += f"  {outcome.duplicates} duplicate effect(s)"
-            print(
-                f"[{index + 1:>3}/{trials}] {outcome.fault:<44} -> {outcome.status:<10} "
-                f"{outcome.seconds:5.1f} s  {mark}",
-                flush=True,
-            )
-            for violation in outcome.violations:
-                print(f"        ! {violation}", flush=True)
-            for note in outcome.duplicate_notes:
-                print(f"        = {note}", flush=True)
+        with cpu_hog(hog):
+            trial_loop(cluster, rng, trials, faults, script, outcomes)
     finally:
         cluster.close()
     return outcomes, cluster
 
 
-def main(trials: int, seed: int, naive: bool = False, only: Collection[str] = ()) -> int:
+def trial_loop(
+    cluster: Cluster,
+    rng: random.Random,
+    trials: int,
+    faults: Sequence[tuple[str, str]],
+    script: str,
+    outcomes: list[Outcome],
+) -> None:
+    """Draw and run each trial into ``outcomes``, printing its line as it ends."""
+    naive, approval = cluster.naive, faults == APPROVAL_FAULTS
+    for index in range(trials):
+        outcome = run_trial(cluster, Trial.draw(rng, naive, faults, approval), script)
+        outcomes.append(outcome)
+        mark = "VIOLATION" if outcome.violations else "ok"
+        if approval:
+            made = outcome.decisions
+            mark += f"  {made['approve']} approved, {made['deny']} denied"
+        if naive:
+            mark += f"  {outcome.duplicates} duplicate effect(s)"
+        if outcome.takeovers.false:
+            mark += f"  {outcome.takeovers.false} FALSE TAKEOVER(S)"
+        print(
+            f"[{index + 1:>3}/{trials}] {outcome.fault:<44} -> {outcome.status:<10} "
+            f"{outcome.seconds:5.1f} s  {mark}",
+            flush=True,
+        )
+        for violation in outcome.violations:
+            print(f"        ! {violation}", flush=True)
+        for note in outcome.duplicate_notes:
+            print(f"        = {note}", flush=True)
+
+
+def main(
+    trials: int, seed: int, naive: bool = False, only: Collection[str] = (), hog: int = 0
+) -> int:
     """Run the trials and print the tables; 1 if any invariant broke (in a naive run: any but
-    the duplicate-effect ones, which naive resume is expected to break)."""
+    the duplicate-effect ones, which naive resume is expected to break). ``hog``: busy loops
+    beside the worker for the whole run."""
     started = time.monotonic()
-    outcomes, cluster = run(trials, seed, naive, only)
+    outcomes, cluster = run(trials, seed, naive, only, hog)
     print()
     print(table(outcomes))
     if naive:
@@ -466,6 +490,13 @@ def main(trials: int, seed: int, naive: bool = False, only: Collection[str] = ()
         f"\n{len(outcomes)} trials ({mode}), seed {seed}, {violations} with violations, "
         f"{sum(o.duplicates for o in outcomes)} duplicate effects, {cluster.restarts} worker "
         f"restarts, {cluster.switches} worker switches, {time.monotonic() - started:.0f} s"
+    )
+    taken = [o.takeovers for o in outcomes]
+    print(
+        f"takeovers: {sum(t.taken for t in taken)}, {sum(t.deaths for t in taken)} process "
+        f"deaths (the faults' kills, hard limits); false takeovers (of live runs): "
+        f"{sum(t.false for t in taken)}, {sum(t.zombies for t in taken)} live runs found their "
+        f"turn taken; CPU hog: {hog} busy loop(s)"
     )
     decisions = sum((o.decisions for o in outcomes), Counter[str]())
     if decisions:

@@ -3,9 +3,9 @@
 A turn's stream is append-only while the turn lives: entries are never changed or removed, and a
 new entry always has a larger id than every entry before it. So the events read up to stream id
 ``last``, followed by the entries after ``last``, are the whole turn. Each lookup reads from
-``last`` inclusive: finding that very event again (its stream id and its event id: stream ids
-are ``epoch-n`` and repeat in a turn created again under the same id) shows the stream still holds
-what was remembered; when it is gone the turn is read whole.
+``last`` inclusive: finding that very event again (its stream id and the event itself: stream
+ids are ``epoch-n`` and repeat in a turn created again under the same id) shows the stream still
+holds what was remembered; when it is gone the turn is read whole.
 
 A chunk's claim does that read in its own atomic step (``read_point``, then ``absorb`` the
 claim's entries): nothing can be appended between the claim and the read, and a resumed run
@@ -133,7 +133,9 @@ class EventCache:
 
     @staticmethod
     def _same(entry: Envelope, known: _Known) -> bool:
-        return entry.stream_id == known.last and entry.event.event_id == known.events[-1].event_id
+        # The whole event, not its id alone: a compact text's id is derived from its place
+        # (``ledger.codec``), and the place repeats in a turn created again under the same id.
+        return entry.stream_id == known.last and entry.event == known.events[-1]
 
     def forget(self, turn_id: str) -> None:
         self._turns.pop(turn_id, None)

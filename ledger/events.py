@@ -7,7 +7,7 @@ event carries ``v``, the schema version: a reader meeting a version it does not 
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
@@ -67,6 +67,8 @@ class TurnStarted(_Event):
 RunCause = Literal[
     "first", "next_chunk", "redelivery", "reaper", "auto_continue", "continue", "approval"
 ]
+#: every cause a run may have (the claim's script checks the pending run's against them)
+RUN_CAUSES: tuple[str, ...] = get_args(RunCause)
 
 
 class RunStarted(_Event):
@@ -213,6 +215,8 @@ Event = Annotated[
 ]
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+#: the adapter's validator itself, without the adapter's Python wrapper around each call
+_VALIDATE_JSON = EVENT_ADAPTER.validator.validate_json
 
 
 def parse_event(data: dict[str, Any]) -> Event:
@@ -228,7 +232,8 @@ def parse_event(data: dict[str, Any]) -> Event:
 def parse_event_json(raw: bytes | str) -> Event:
     """Validate an event from its JSON text (parsed in pydantic-core, the fast path for reads)."""
     try:
-        return EVENT_ADAPTER.validate_json(raw)
+        event: Event = _VALIDATE_JSON(raw)
+        return event
     except ValidationError as e:
         raise EventDecodeError(_describe(e)) from e
 

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ledger.events import Clear, Event, ToolDone, ToolStart
+from ledger.gcpause import gc_paused
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,12 +45,7 @@ class _Open:
 
 def _entry(start: ToolStart, result: Any = None) -> JournalEntry:
     return JournalEntry(
-        tool=start.tool,
-        call_id=start.call_id,
-        input=start.input,
-        signature=start.signature,
-        result=result,
-        read_only=start.read_only,
+        start.tool, start.call_id, start.input, start.signature, result, start.read_only
     )
 
 
@@ -83,6 +79,11 @@ class JournalBuilder:
         self._order = 0
 
     def feed(self, events: Iterable[Event]) -> JournalBuilder:
+        with gc_paused():  # the fold makes no cycles: see ledger.gcpause
+            self._fold(events)
+        return self
+
+    def _fold(self, events: Iterable[Event]) -> None:
         open_calls, completed, order = self._open, self._completed, self._order
         for event in events:
             # ``type(...) is``, not isinstance: events are final classes, and a pydantic model's
@@ -103,7 +104,6 @@ class JournalBuilder:
             elif type(event) is Clear:
                 open_calls.clear()
         self._order = order
-        return self
 
     def journal(self) -> Journal:
         return Journal(

@@ -38,6 +38,15 @@ def turn_durable(turn_id: str) -> str:
     return f"{PREFIX}:turn:{_tag(turn_id)}:durable"
 
 
+def chunk_message(turn_id: str, run_id: str) -> str:
+    """String in the **broker's** Redis, there exactly while a chunk message of that run is in
+    the broker (queued, or held unacknowledged by a worker): dres's kombu transport writes it in
+    the transaction that queues the message and deletes it in the one that acknowledges it
+    (``worker.edges.marks``), so the reaper asks "is this due run's message still there?" with
+    one ``EXISTS`` instead of reading the queues."""
+    return f"{PREFIX}:turn:{_tag(turn_id)}:message:{run_id}"
+
+
 def conversation_turns(conversation_id: str) -> str:
     """List of the conversation's turn ids, oldest first."""
     return f"{PREFIX}:conv:{_tag(conversation_id)}:turns"
@@ -72,8 +81,9 @@ def turn_cancel(turn_id: str) -> str:
 def active_turns() -> str:
     """Sorted set of unfinished turn ids, scored by when the reaper should look at them (ms).
 
-    Global on purpose (the reaper scans it) and written beside the turn scripts, never inside
-    them, so it does not break the one-slot rule of a turn's keys. On a Redis Cluster it stays
+    Global on purpose (the reaper scans it). On one server the claim's script writes it too (one
+    round trip for the claim and its look); on a Redis Cluster it is written beside the turn
+    scripts, never inside them, so it does not break the one-slot rule of a turn's keys. It stays
     one key, on one master, touched only by single-key commands: the reaper takes the most
     overdue turns in one ZRANGEBYSCORE, and it is written a few times per chunk (create, claim,
     hand-over, end), never per event, which one master carries far beyond what the one broker

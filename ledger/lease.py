@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ledger.codec import Envelope
+from ledger.events import RunStarted
 from ledger.turn import TurnMeta
 
 
@@ -20,6 +21,9 @@ class Lease:
     seq: int = 1
     #: the last event appended and its stream id: appending it again returns that id
     last: tuple[str, str] = ("", "")
+    #: the run's ``run_started`` at ``E-0`` (from its claim): the run's streamed text is stored
+    #: compactly against it (``ledger.codec``); None: every event is stored as JSON
+    opened: RunStarted | None = None
 
     def next_id(self) -> str:
         return f"{self.epoch}-{self.seq}"

@@ -6,10 +6,15 @@ claiming its turn, ``lua/transition.lua`` for the rest) bumps the epoch and writ
 at ``E-0`` in the same atomic step, so once a successor holds epoch E+1 every XADD of the old
 epoch is refused by Redis itself ("equal or smaller than the top item"): the hot path is one plain
 XADD, and the fence needs no read. A refused or interrupted append is resolved by looking at the
-stream: the event already at its id (a retried XADD that had landed) is success, a newer
-epoch is ``FencedOut``. A batch of a run's events goes through ``lua/append.lua``, which compares
-what it finds at a taken id with what it would write: our own event there is success, anything
-else sends the writer on after the stream's top, never past one of its own events.
+stream: the event already at its id (a retried XADD that had landed: its very payload) is
+success, a newer epoch is ``FencedOut``. A batch of a run's events goes through
+``lua/append.lua``, which compares what it finds at a taken id with what it would write: our own
+event there is success, anything else sends the writer on after the stream's top, never past one
+of its own events.
+
+A run's streamed text is stored compactly against its ``run_started`` (``ledger.codec``; the
+lease carries it from the claim). Every read decodes through one ``Decoder`` per pass over a
+turn, which looks up the ``run_started`` of an epoch it meets mid-way (one XRANGE at ``E-0``).
 
 ``Ledger`` takes an injected redis-py client (``redis.Redis`` or ``fakeredis.FakeRedis``, with or
 without ``decode_responses``, or a ``redis.cluster.RedisCluster``: every command and script here
@@ -30,9 +35,10 @@ import redis
 from redis.cluster import RedisCluster
 
 from ledger import keys
-from ledger.codec import FIELD, Envelope, decode_entry, encode, text
+from ledger.codec import FIELD, Decoder, Envelope, encode, same_payload, text
 from ledger.errors import EventDecodeError, FencedOut, LedgerUnavailable, StoreFull, UnknownTurn
 from ledger.events import Event
+from ledger.gcpause import gc_paused
 from ledger.lease import Lease
 from ledger.turn import TurnMeta
 
@@ -176,8 +182,9 @@ class Ledger:
         if lease.last[0] == event.event_id:
             return lease.last[1]
         stream = keys.turn_events(lease.turn_id)
-        fields: dict[Any, Any] = {FIELD: encode(event)}
-        outage = _Outage(self.outage_s)
+        payload = encode(event, lease.opened)
+        fields: dict[Any, Any] = {FIELD: payload}
+        outage: _Outage | None = None  # made at the first failure: the hot path has none
         refusals = 0
         while refusals < _REFUSALS:
             sid = lease.next_id()
@@ -188,18 +195,20 @@ class Ledger:
                 raise StoreFull(f"append to turn {lease.turn_id}", [event]) from e
             except STORE_ERRORS as e:  # before ResponseError: READONLY is one
                 self._failed("append", e)
+                outage = outage or _Outage(self.outage_s)
                 outage.wait(started, e, f"append to turn {lease.turn_id}")
                 continue
             except redis.ResponseError as e:
                 if "equal or smaller" not in str(e):
                     raise
                 # Our own XADD, cut off with its connection, may have landed: the stream says.
-                if self._landed(stream, sid, event.event_id, lease):
+                if self._landed(stream, sid, payload, lease):
                     lease.last = (event.event_id, sid)
                     return sid
                 refusals += 1
                 continue
-            self._ridden(outage)
+            if outage is not None:
+                self._ridden(outage)
             if added is None:
                 raise UnknownTurn(lease.turn_id)
             lease.seq += 1
@@ -207,10 +216,11 @@ class Ledger:
             return sid
         raise LedgerUnavailable(f"turn {lease.turn_id}: append of {event.event_id} kept failing")
 
-    def _landed(self, stream: str, sid: str, event_id: str, lease: Lease) -> bool:
-        """After a refused XADD: True if our event is already at ``sid``; else fence or catch up."""
+    def _landed(self, stream: str, sid: str, payload: bytes, lease: Lease) -> bool:
+        """After a refused XADD: True if our event is already at ``sid`` (its very payload, as
+        ``lua/append.lua`` compares: a compact text holds no event id); else fence or catch up."""
         at: Any = self.retry(partial(self.client.xrange, stream, min=sid, max=sid), "read")
-        if at and decode_entry(at[0][0], at[0][1]).event.event_id == event_id:
+        if at and same_payload(at[0][1], payload):
             lease.seq += 1
             return True
         top: Any = self.retry(partial(self.client.xrevrange, stream, count=1), "read")
@@ -236,7 +246,7 @@ class Ledger:
     def _append_batch(
         self, turn_keys: Sequence[str], lease: Lease, batch: Sequence[Event]
     ) -> list[str]:
-        payloads = [encode(event) for event in batch]
+        payloads = [encode(event, lease.opened) for event in batch]
         while True:
             ids = [f"{lease.epoch}-{lease.seq + i}" for i in range(len(batch))]
             args: list[MetaValue] = [lease.epoch, len(batch)]
@@ -338,18 +348,34 @@ class Ledger:
 
     def _pages(self, turn_id: str, first: str, limit: int | None) -> Iterator[Envelope]:
         """Decoded entries from the XRANGE bound ``first`` (``(id`` exclusive, ``id`` inclusive)."""
-        stream = keys.turn_events(turn_id)
+        decoder = Decoder(turn_id)
         bound, left = first, limit
         while left is None or left > 0:
             count = self.page if left is None else min(self.page, left)
-            page = partial(self.client.xrange, stream, min=bound, max="+", count=count)
-            entries: Any = self.retry(page, "read")
-            yield from self.decode(turn_id, entries)
-            if len(entries) < count:
+            page = partial(self._page, turn_id, bound, count, decoder)
+            read, last, events = self.retry(page, "read")
+            yield from events
+            if read < count:
                 return
-            bound = f"({text(entries[-1][0])}"
+            bound = f"({last}"
             if left is not None:
-                left -= len(entries)
+                left -= read
+
+    def _page(
+        self, turn_id: str, bound: str, count: int, decoder: Decoder
+    ) -> tuple[int, str, list[Envelope]]:
+        """One XRANGE page: entries read, the last one's id, the decodable ones decoded.
+
+        The collector is held off (``ledger.gcpause``); the reply is let go before it resumes, so
+        that its first pass walks only what outlives the page.
+        """
+        with gc_paused():
+            stream = keys.turn_events(turn_id)
+            entries: Any = self.client.xrange(stream, min=bound, max="+", count=count)
+            read, last = len(entries), text(entries[-1][0]) if entries else ""
+            events = list(self.decode(turn_id, entries, decoder))
+            del entries
+        return read, last, events
 
     def tail(
         self, turn_id: str, after: str = "0-0", *, block_ms: int = 15_000, count: int = 100
@@ -361,13 +387,14 @@ class Ledger:
         iterating; the client's socket timeout must exceed ``block_ms``.
         """
         stream = keys.turn_events(turn_id)
+        decoder = Decoder(turn_id)
         last = after
         while True:
             reply: Any = self.client.xread({stream: last}, count=count, block=block_ms)
             entries: list[tuple[Any, Any]] = [e for _, batch in (reply or []) for e in batch]
             if entries:
                 last = text(entries[-1][0])
-            yield list(self.decode(turn_id, entries))
+            yield list(self.decode(turn_id, entries, decoder))
 
     def last_id(self, turn_id: str) -> str | None:
         """The stream id of the turn's newest entry, or None for an empty or missing stream."""
@@ -375,11 +402,22 @@ class Ledger:
         newest: Any = self.retry(last, "read")
         return text(newest[0][0]) if newest else None
 
-    @staticmethod
-    def decode(turn_id: str, entries: Iterable[tuple[Any, Any]]) -> Iterator[Envelope]:
+    def decode(
+        self, turn_id: str, entries: Iterable[tuple[Any, Any]], decoder: Decoder | None = None
+    ) -> Iterator[Envelope]:
+        """The decodable ``entries`` of the turn, in order; ``decoder`` carries what earlier
+        reads of the same pass saw (the epochs' ``run_started``)."""
+        decoder = decoder if decoder is not None else Decoder(turn_id)
+        entries = list(entries)
+        for epoch in decoder.missing(entries):
+            sid = f"{epoch}-0"
+            opening = partial(self.client.xrange, keys.turn_events(turn_id), min=sid, max=sid)
+            at: Any = self.retry(opening, "read")
+            if at:
+                decoder.learn(at[0][0], at[0][1])
         for stream_id, fields in entries:
             try:
-                yield decode_entry(stream_id, fields)
+                yield decoder.entry(stream_id, fields)
             except EventDecodeError as e:
                 # A reader never crashes on a bad entry: it is skipped and named in the log.
                 log.warning(

@@ -17,14 +17,20 @@ from contextlib import suppress
 from typing import Any
 
 import redis
-from pydantic import ValidationError
 from redis.cluster import RedisCluster
 
 from ledger import keys
 from ledger.codec import decode_entry, encode, text
 from ledger.conversations import Conversations
 from ledger.errors import CorruptTurn, EventDecodeError, TransitionRefused, UnknownTurn
-from ledger.events import ApprovalRequested, Event, RunStarted, TurnStarted, parse_event_json
+from ledger.events import (
+    RUN_CAUSES,
+    ApprovalRequested,
+    Event,
+    RunStarted,
+    TurnStarted,
+    parse_event_json,
+)
 from ledger.lease import Claim, Lease
 from ledger.store import Ledger, MetaValue, pairs, script
 from ledger.turn import (
@@ -172,21 +178,11 @@ class TurnStore:
         for the start) to read the turn from in the same step, up to a page of entries.
         ``Claim.meta`` is the metadata as it was just before, with the Stop flag.
         """
-        read = self.meta(turn_id)
-        if read.next_run != run_id:
-            return self._not_pending(read, run_id, event_id)
-        try:
-            started = RunStarted(
-                event_id=event_id,
-                turn_id=turn_id,
-                run_id=run_id,
-                chunk=read.next_chunk,
-                ts=ts,
-                cause=read.next_cause,
-                epoch=read.epoch + 1,
-            )
-        except ValidationError:
-            raise CorruptTurn(turn_id, f"next_cause {read.next_cause!r}") from None
+        # The pending run's chunk and cause, and the new epoch, are the metadata's: the script
+        # sets them in this template (no read of the metadata before the claim).
+        started = RunStarted.model_construct(
+            event_id=event_id, turn_id=turn_id, run_id=run_id, chunk=0, ts=ts, epoch=0
+        )
         count = self.ledger.page if read_from else 0
         allowed = allowed_from(Step.CLAIM)
         args: list[MetaValue] = [
@@ -194,38 +190,43 @@ class TurnStore:
             encode(started),
             lease_until_ms,
             _CLAIMED.value,
-            read.epoch,
             read_from,
             count,
             len(allowed),
             *(status.value for status in allowed),
+            len(RUN_CAUSES),
+            *RUN_CAUSES,
         ]
-        turn_keys = (*keys.turn_keys(turn_id), keys.turn_cancel(turn_id))
+        turn_keys = [*keys.turn_keys(turn_id), keys.turn_cancel(turn_id)]
 
         def claim_and_watch() -> Any:
-            # The reaper's look at the lease's end goes with the claim (a key of no turn's slot,
-            # so beside the script, not in it); a look at a turn this claim did not take is
-            # harmless: the reaper finds it as it is. One round trip on one server; a cluster
-            # refuses scripts in a pipeline (it splits one by node, never MULTI), so there the
-            # claim and the look are two commands, in the same order.
+            # The reaper's look at the lease's end goes with the claim: inside the script on one
+            # server; a cluster refuses a key of no turn's slot in a turn's script, so there it
+            # is a second command, after the claim. A look at a turn this claim did not take is
+            # harmless: the reaper finds it as it is.
             if isinstance(self.client, RedisCluster):
                 claimed = self._claim(keys=turn_keys, args=args)
                 self.client.zadd(keys.active_turns(), {turn_id: lease_until_ms})
                 return claimed
-            pipe = self.client.pipeline(transaction=False)
-            self._claim(keys=turn_keys, args=args, client=pipe)
-            pipe.zadd(keys.active_turns(), {turn_id: lease_until_ms})
-            return pipe.execute(raise_on_error=True)[0]
+            return self._claim(keys=[*turn_keys, keys.active_turns()], args=args)
 
         try:
             reply: Any = self.ledger.retry(claim_and_watch)
         except redis.ResponseError as e:
             if str(e).startswith("NOTURN"):
                 raise UnknownTurn(turn_id) from e
+            if str(e).startswith("CORRUPT"):
+                raise CorruptTurn(turn_id, str(e).split(" ", 1)[-1]) from None
             raise
         meta = TurnMeta.from_hash(turn_id, pairs(reply[1]), stop_requested=bool(reply[2]))
         if int(reply[0]) == 1:
-            lease = Lease(turn_id, run_id, int(reply[3]), meta.next_chunk, meta.next_cause, seq=1)
+            epoch = int(reply[3])
+            lease = Lease(turn_id, run_id, epoch, meta.next_chunk, meta.next_cause, seq=1)
+            # the run_started the claim wrote at E-0 (the template, as the script filled it in):
+            # the run's text is stored against it
+            lease.opened = started.model_copy(
+                update={"chunk": meta.next_chunk, "cause": meta.next_cause, "epoch": epoch}
+            )
             if len(reply) < 5:
                 return Claim(lease, meta)
             raw = [(sid, pairs(flat)) for sid, flat in reply[4]]
@@ -243,6 +244,7 @@ class TurnStore:
             started = self._opening(meta.turn_id, meta.epoch)
             if started is not None and started.event_id == event_id:
                 lease = Lease(meta.turn_id, run_id, meta.epoch, started.chunk, started.cause, seq=1)
+                lease.opened = started
                 return Claim(lease, meta)
         return Claim(None, meta, status=meta.status, holder=meta.run_id)
 
@@ -369,9 +371,10 @@ class TurnStore:
 
     # -- the reaper's index ------------------------------------------------------------------
 
-    def watch(self, turn_id: str, at_ms: int) -> None:
-        """Have the reaper look at the turn at ``at_ms`` (ms since the epoch)."""
-        self.client.zadd(keys.active_turns(), {turn_id: at_ms})
+    def watch(self, turn_id: str, at_ms: int, *, sooner: bool = False) -> None:
+        """Have the reaper look at the turn at ``at_ms`` (ms since the epoch); ``sooner``: only
+        if that is sooner than the look already set (or there is none)."""
+        self.client.zadd(keys.active_turns(), {turn_id: at_ms}, lt=sooner)
 
     def unwatch(self, turn_id: str) -> None:
         self.client.zrem(keys.active_turns(), turn_id)

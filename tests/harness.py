@@ -83,6 +83,9 @@ class KeptMessages:
     def revoke(self, turn_id: str, run_id: str) -> None:
         self.revoked.append(run_id)
 
+    def marked(self, turn_id: str, run_id: str) -> bool:
+        return False  # no marks: the reaper asks queued_runs
+
     def queued_runs(self) -> set[str] | None:
         return {run_id for _, run_id, _ in self.sent}
 

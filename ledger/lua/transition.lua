@@ -56,6 +56,17 @@ if i <= #ARGV then
   redis.call('HSET', KEYS[2], unpack(ARGV, i))
 end
 local ttl = tonumber(ARGV[3])
+-- A turn that ends (its keys expire from now) gives back the room its stream holds for entries
+-- to come: Redis keeps the newest node of a stream at 4 KB for its next entries, most of a short
+-- turn's memory. A stream written anew from its own dump is packed tight (same ids, same
+-- entries); a long one, where that room counts for little, is left as it is. Where DUMP or
+-- RESTORE is refused (no memory for the copy), the stream simply stays as it was.
+if ttl > 0 and redis.call('XLEN', KEYS[1]) <= 1000 then
+  local dumped = redis.pcall('DUMP', KEYS[1])
+  if type(dumped) == 'string' then
+    redis.pcall('RESTORE', KEYS[1], ttl * 1000, dumped, 'REPLACE')
+  end
+end
 for _, key in ipairs(KEYS) do
   if ttl > 0 then
     redis.call('EXPIRE', key, ttl)

@@ -52,6 +52,9 @@ class LosingDispatcher:
     def revoke(self, turn_id: str, run_id: str) -> None:
         pass
 
+    def marked(self, turn_id: str, run_id: str) -> bool:
+        return False  # no marks: the reaper asks queued_runs
+
     def queued_runs(self) -> set[str] | None:
         return set()
 
@@ -138,6 +141,7 @@ def test_a_successor_waiting_in_a_queue_no_worker_consumes_is_never_resent_nor_s
     meta = runtime.ledger.meta(turn_id)
     assert (meta.status, meta.next_run, meta.redispatches) == ("resuming", successor, 0)
     assert runtime.redis.llen(settings.foreground_queue) == 1, "one message, never a second"
+    assert runtime.redis.exists(keys.chunk_message(turn_id, successor)), "its mark answered"
     assert not of(runtime.ledger.events(turn_id), "turn_ended")
 
 

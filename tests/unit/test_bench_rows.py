@@ -7,11 +7,13 @@ import re
 import pytest
 
 from bench import failover_bench
+from bench.cost_bench import row_of
 from bench.durability_bench import LevelRow
 from bench.failover_bench import FailoverPlan, failover_rows
 from bench.failover_bench import Trial as FailoverTrial
-from bench.ledger_bench import Row, misses, table_lines
+from bench.harness import Row, misses, table_lines
 from bench.pickup_bench import PickupPlan, Trial, pickup_rows
+from bench.report import failover_details, keep_written_sections
 
 
 def test_a_paired_rows_ratio_is_the_median_of_its_pair_ratios() -> None:
@@ -60,23 +62,21 @@ def test_a_row_without_a_baseline_reads_its_median_against_its_limit() -> None:
 def test_a_pickup_trial_without_a_new_run_counts_at_its_deadline() -> None:
     plan = PickupPlan(trials=2, deadline_s=40.0)
     trials = [
-        Trial("child", "t1", "run_a", 11, 8.3, True, "reaper", "same worker", "completed"),
+        Trial("child", "t1", "run_a", 11, 3.3, True, "reaper", "same worker", "completed"),
         Trial("child", "t2", "run_b", 12, plan.deadline_s, False),
-        Trial("whole worker", "t3", "run_c", 13, 9.1, True, "reaper", "other worker", "completed"),
+        Trial("whole worker", "t3", "run_c", 13, 4.1, True, "reaper", "other worker", "completed"),
     ]
 
-    child, whole = pickup_rows(trials, plan, {"settings": {"lease_s": 8.0}})
+    child, whole = pickup_rows(trials, plan, {"settings": {"lease_s": 3.0}})
 
     assert (child.name, child.number, child.unit) == ("crash pickup, child", "7", "s")
-    assert child.dres == [8.3, 40.0] and child.raw == []
+    assert child.dres == [3.3, 40.0] and child.raw == []
     assert (child.extra["missed_deadline"], child.extra["over_target"]) == (1, 1)
     assert child.extra["causes"] == {"reaper": 1, "none": 1}
-    assert (whole.dres, whole.verdict) == ([9.1], "meets")
+    assert (whole.dres, whole.verdict) == ([4.1], "meets")
 
 
 def test_a_new_report_keeps_the_sections_written_by_hand_and_replaces_its_own() -> None:
-    from bench.__main__ import keep_written_sections
-
     old = (
         "# dres benchmark results\n\nold intro\n\n## Results\n\nold table\n\n"
         "## Issue 16 by hand\n\nrows S1-S3\n\n## Details\n\nold details\n\n"
@@ -98,8 +98,6 @@ def test_a_durability_rows_wording_names_its_level_against_ack() -> None:
 
 
 def test_each_failover_fault_gets_a_row_of_its_next_event_and_one_of_its_next_model_call() -> None:
-    from bench.__main__ import failover_details
-
     plan = FailoverPlan(trials=2, deadline_s=30.0)
     trials = [
         FailoverTrial("sentinel failover", "t1", 1, 2, 1.1, 1.2, event_type="model_done"),
@@ -131,3 +129,14 @@ def test_only_failover_runs_the_failover_rows_alone() -> None:
 
     assert parse_args(["--only", "failover", "--quick"]).only == "failover"
     assert OWN_MAIN["failover"] is failover_bench.main
+
+
+def test_a_cost_figure_with_nothing_before_is_a_row_without_a_ratio() -> None:
+    """K2: a command the old defaults never sent (0 per second before) has no ratio to show."""
+    row = row_of({"row": "sweeps", "before": 0.0, "after": 0.03, "unit": "cmd/s"}, "K2", "old")
+    assert row.raw == [] and row.extra == {"before": 0.0}
+    gone = row_of({"row": "looks", "before": 0.07, "after": 0.0, "unit": "cmd/s"}, "K2", "old")
+    assert gone.raw == [] and gone.extra == {"before": 0.07}
+    zero = Row("z", "cmd/s", [0.0], [0.5], number="K2")  # any row with a side at zero renders
+    lines = table_lines([row, gone, zero])
+    assert any("sweeps" in line for line in lines) and "one side is 0" in lines[-1]

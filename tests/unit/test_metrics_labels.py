@@ -98,12 +98,13 @@ def test_a_metric_that_cannot_be_recorded_is_logged_and_fails_nothing(
     with capture_logs() as logs:
         metrics.tool_blocked("completed")
         metrics.turn_ended("completed")
-        metrics.observe_append(0.001)
+        metrics.observe_append(0.001)  # batched: recorded with the run's end, below
+        metrics.flush_appends()
 
     assert [(e["event"], e["metric"]) for e in logs] == [
         ("metric not recorded", "tool_blocked"),
         ("metric not recorded", "turn_ended"),
-        ("metric not recorded", "observe_append"),
+        ("metric not recorded", "flush_appends"),
     ]
 
 

@@ -14,7 +14,10 @@ before that (before its pool forks).
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Callable, Iterable, Sequence
+from contextlib import suppress
 from dataclasses import dataclass
 from functools import cache, wraps
 from typing import TYPE_CHECKING, ParamSpec
@@ -247,10 +250,36 @@ def eviction_allowed(store: str, policy: str) -> None:
     get().store_eviction_allowed.labels(store, policy).set(1)
 
 
-@never_fails
+#: append latencies not yet in the histogram. An observation costs ~3.5 us (a lock for the sum
+#: and one for the bucket), and a tool call appends twice: in a burst of appends they go in by
+#: batches (every ``APPEND_BATCH`` appends, ``APPEND_FLUSH_S`` after the last batch at the latest
+#: and when a run's recorder closes: ``flush_appends``); an append after a quiet second goes in
+#: at once. A process killed in a burst loses its unflushed observations, no more.
+_appends: deque[float] = deque()
+_flushed_at = [0.0]
+APPEND_BATCH = 32
+APPEND_FLUSH_S = 1.0
+
+
 def observe_append(seconds: float) -> None:
     """One append of a run's events (a fenced round trip to Redis) took ``seconds``."""
-    get().ledger_append.observe(seconds)
+    _appends.append(seconds)
+    if len(_appends) >= APPEND_BATCH or time.monotonic() - _flushed_at[0] >= APPEND_FLUSH_S:
+        flush_appends()
+
+
+@never_fails
+def flush_appends() -> None:
+    """Put the appends observed so far into the histogram (any thread; each goes in once)."""
+    _flushed_at[0] = time.monotonic()
+    batch: list[float] = []
+    with suppress(IndexError):
+        while True:  # taken one by one: another thread may append meanwhile
+            batch.append(_appends.popleft())
+    if batch:  # a batch that cannot be recorded is left out, once
+        histogram = get().ledger_append
+        for seconds in batch:
+            histogram.observe(seconds)
 
 
 def handoff(cause: str, events: Sequence[Event] | None) -> float | None:

@@ -170,8 +170,12 @@ class Settings(BaseSettings):
         True, description="put the journal note in resume prompts (the hard-block is always on)"
     )
     # A live run renews its lease every third of it, whatever its chunk's time limits, so a dead
-    # worker's turn is taken over soon after.
-    lease_s: float = Field(8.0, gt=0, description="seconds a run's lease holds without a heartbeat")
+    # worker's turn is taken over soon after (within about a lease and a reaper sweep). Three
+    # renewals per lease: a heartbeat may be two thirds of a lease late (a tool holding the GIL,
+    # a starved host) before its run is taken for dead.
+    lease_s: float = Field(
+        3.0, gt=0, description="seconds a run's lease holds without a heartbeat (one every third)"
+    )
     max_takeovers: int = Field(
         3, ge=1, description="takeovers in a row without progress before a turn stops"
     )
@@ -192,8 +196,10 @@ class Settings(BaseSettings):
     durability_timeout_s: float = Field(
         1.0, gt=0, description="seconds one such confirmation may wait"
     )
+    # Each sweep waits this long +-20 % at random, so that workers started together do not sweep
+    # in step.
     reaper_interval_s: float = Field(
-        2.0, gt=0, description="seconds between reaper sweeps on each worker"
+        1.0, gt=0, description="seconds between reaper sweeps on each worker (+-20 % at random)"
     )
     # It must exceed every hard limit, or a running chunk is delivered again to another worker.
     visibility_timeout_s: float = Field(

@@ -45,6 +45,9 @@ dres's transport; ``create_app`` installs it. Tests: ``tests/unit/test_broker_tr
 (a switch through every alternate keeps the transport) and
 ``tests/integration/test_sentinel.py`` (a worker with a free slot stays up through two SIGKILLs
 of the master in a row while chunks run).
+
+Both channels also mark each chunk message's presence in the broker (``worker.edges.marks``), so
+the reaper asks about a due run without reading the queues.
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ import redis
 from celery.app import amqp
 from kombu import connection
 from kombu.transport import redis as kombu_redis
+
+from worker.edges.marks import MarkingChannel
 
 #: the transport's class path, for Celery's ``broker_transport``
 TRANSPORT = f"{__name__}:Transport"
@@ -72,11 +77,11 @@ class _ClosedConnectionGuard(kombu_redis.Channel):
         return super()._connparams(asynchronous=asynchronous)
 
 
-class Channel(_ClosedConnectionGuard):
+class Channel(MarkingChannel, _ClosedConnectionGuard):
     pass
 
 
-class SentinelChannel(_ClosedConnectionGuard, kombu_redis.SentinelChannel):
+class SentinelChannel(MarkingChannel, _ClosedConnectionGuard, kombu_redis.SentinelChannel):
     pass
 
 

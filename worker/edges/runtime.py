@@ -21,6 +21,7 @@ from redis.backoff import ExponentialBackoff, NoBackoff
 from redis.cluster import RedisCluster
 from redis.retry import Retry
 
+from ledger import keys
 from ledger.cache import EventCache
 from ledger.durability import Confirmer
 from ledger.store import Client, Ledger
@@ -31,6 +32,7 @@ from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
 from worker.edges import sentinel
 from worker.edges.celery_app import chunk_task, create_app
+from worker.edges.marks import MarkingChannel
 from worker.engine.loop import AgentLoop
 from worker.engine.models import Models
 from worker.engine.recorder import RunContext
@@ -177,8 +179,18 @@ class CeleryDispatcher:
         except kombu.exceptions.OperationalError as e:
             log.warning("could not revoke a stopped run's message", run_id=run_id, error=str(e))
 
+    def marked(self, turn_id: str, run_id: str) -> bool:
+        """Is the run's message in the broker, by its mark (``worker.edges.marks``)? One
+        ``EXISTS`` on a pooled broker connection; False also when the transport keeps no marks."""
+        with self.app.pool.acquire(block=True) as connection:
+            channel: Any = connection.default_channel
+            if not isinstance(channel, MarkingChannel) or not channel.marks_messages():
+                return False
+            return bool(channel.client.exists(keys.chunk_message(turn_id, run_id)))
+
     def queued_runs(self) -> set[str] | None:
-        """Run ids in the chunk queues or held unacknowledged (kombu's Redis transport)."""
+        """Run ids in the chunk queues or held unacknowledged (kombu's Redis transport): every
+        message read, O(backlog) bytes. The reaper asks only for a due run without a mark."""
         with self.app.connection_for_read() as connection:
             channel: Any = connection.default_channel
             client = getattr(channel, "client", None)

@@ -19,7 +19,7 @@ import structlog
 from starlette.requests import Request
 
 from ledger import keys
-from ledger.codec import decode_entry, text
+from ledger.codec import Decoder, text
 from ledger.errors import EventDecodeError
 
 log = structlog.get_logger("dres.api")
@@ -65,16 +65,22 @@ async def _follow(
     reader: aioredis.Redis, request: Request, turn_id: str, start: str
 ) -> AsyncIterator[bytes]:
     stream = keys.turn_events(turn_id)
+    decoder = Decoder(turn_id)
     last = start
     block: int | None = None  # the first read replays without waiting
     while True:
         reply: Any = await reader.xread({stream: last}, count=200, block=block)
         entries = [entry for _, batch in (reply or []) for entry in batch]
+        # a replay from mid-turn meets text whose run_started (at E-0) came before: look it up
+        for epoch in decoder.missing(entries):
+            opening: Any = await reader.xrange(stream, min=f"{epoch}-0", max=f"{epoch}-0")
+            if opening:
+                decoder.learn(opening[0][0], opening[0][1])
         ended = False
         for stream_id, fields in entries:
             last = text(stream_id)
             try:
-                envelope = decode_entry(stream_id, fields)
+                envelope = decoder.entry(stream_id, fields)
             except EventDecodeError as e:
                 log.warning("skipped an unreadable entry", turn_id=turn_id, error=str(e))
                 continue  # malformed entries are skipped by every reader

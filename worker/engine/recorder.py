@@ -239,6 +239,7 @@ class Recorder:
         with self._lock:
             self._closed = True
             self._wake.notify()
+        metrics.flush_appends()
 
     # -- inside the lock -------------------------------------------------------------------
 

@@ -164,7 +164,11 @@ class ChunkPath(LifecycleBase):
         if fault == "drop":
             self.store.watch(run.turn_id, self.ms(self.settings.handoff_grace_s))
             return "chained (message dropped)"
-        self.launch(run.turn_id, successor, run.mode)
+        # The successor's message first, its look after: until the look lands, the one set
+        # for this run's lease end stands in for it, and a look that lands after the
+        # successor's claim does not put off the claim's own (sooner only).
+        self.dispatcher.dispatch(run.turn_id, successor, run.mode)
+        self.store.watch(run.turn_id, self.ms(self.settings.handoff_grace_s), sooner=True)
         if fault == "duplicate":
             self.dispatcher.dispatch(run.turn_id, successor, run.mode)
         log.info("chained the next chunk", successor=successor, why=detail or "soft limit")

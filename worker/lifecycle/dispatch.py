@@ -18,6 +18,11 @@ class Dispatcher(Protocol):
     def revoke(self, turn_id: str, run_id: str) -> None:
         """Best effort: tell the workers not to run a queued message."""
 
+    def marked(self, turn_id: str, run_id: str) -> bool:
+        """True: the run's message is in the broker (queued or held unacknowledged), as its mark
+        there says, a cost of O(1); False: no mark, which does not say lost (a transport that
+        keeps none): ``queued_runs`` decides then."""
+
     def queued_runs(self) -> set[str] | None:
         """The run ids whose messages wait in the broker or are held unacknowledged by a worker;
         None when the broker cannot be looked into (then nothing is taken for lost)."""

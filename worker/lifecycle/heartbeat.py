@@ -10,13 +10,20 @@ The same thread watches for Stop (CONTRACT §7.8): every ``poll_s`` it reads the
 and once it is set calls ``on_stop``, which interrupts the run's thread wherever it waits — on a
 provider that has not sent a byte, in an SDK's retry sleep — at a safe point (the guard defers it
 past a tool's ``tool_done``).
+
+The thread is the process's own, started with its first run and kept: a run's heartbeat joins it
+and leaves it, so a chunk does not wait for a new thread to be scheduled before it starts (a
+pool process runs one chunk at a time; several runs of one process share the thread). Each beat
+runs in the context of the run that made it, so it logs with that run's bound fields.
 """
 
 from __future__ import annotations
 
 import contextvars
+import os
 import signal
 import threading
+import time
 from collections.abc import Callable
 from types import TracebackType
 
@@ -60,14 +67,16 @@ class Heartbeat:
         #: renewals done; False once the lease was found lost
         self.beats = 0
         self.held = True
-        # The thread logs with the run's bound context (turn_id, run_id, chunk, epoch).
-        context = contextvars.copy_context()
-        self._thread = threading.Thread(
-            target=context.run, args=(self._beat,), name=f"dres-heartbeat-{run.run_id}", daemon=True
-        )
+        #: the run's logging context (turn_id, run_id, chunk, epoch): each beat runs in it
+        self.context = contextvars.copy_context()
+        self.renew_at = 0.0
+        self.stop_seen = False
+        #: monotonic seconds of the next tick (the process's heartbeat thread keeps it)
+        self.next_tick = 0.0
 
     def __enter__(self) -> Heartbeat:
-        self._thread.start()
+        self.renew_at = self.clock.now() + self.interval_s
+        _beats().join(self)
         return self
 
     def __exit__(
@@ -77,27 +86,24 @@ class Heartbeat:
         tb: TracebackType | None,
     ) -> None:
         self.stopping.set()
-        # No join: the run's ending must not wait on a renewal stuck on a slow Redis; a late
-        # renewal is refused once the turn has ended or been handed over.
+        _beats().leave(self)
+        # No wait for a beat under way: the run's ending must not wait on a renewal stuck on a
+        # slow Redis; a late renewal is refused once the turn has ended or been handed over.
 
-    def _beat(self) -> None:
-        # The soft limit (SIGUSR1) and shutdown signals must reach the main thread: delivered to
-        # this one, they would not interrupt a blocking call of the run (a socket read, a sleep).
-        signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
-        renew_at = self.clock.now() + self.interval_s
-        stop_seen = False
-        while not self.stopping.wait(self.tick_s):
-            if self.on_stop is not None:
-                # Once seen, the flag is not read again; on_stop is called on every tick (it
-                # sends its nudge again only while the run has not taken it).
-                stop_seen = stop_seen or self._stop_requested()
-                if stop_seen and not self.stopping.is_set():
-                    self.on_stop()
-            if self.clock.now() < renew_at:
-                continue
-            renew_at = self.clock.now() + self.interval_s
-            if not self._renew():
-                return
+    def tick(self) -> bool:
+        """One wake-up: look for Stop, renew when due. False once the lease was found lost."""
+        if self.stopping.is_set():
+            return False
+        if self.on_stop is not None:
+            # Once seen, the flag is not read again; on_stop is called on every tick (it sends
+            # its nudge again only while the run has not taken it).
+            self.stop_seen = self.stop_seen or self._stop_requested()
+            if self.stop_seen and not self.stopping.is_set():
+                self.on_stop()
+        if self.clock.now() < self.renew_at:
+            return True
+        self.renew_at = self.clock.now() + self.interval_s
+        return self._renew()
 
     def _stop_requested(self) -> bool:
         try:
@@ -123,3 +129,67 @@ class Heartbeat:
             return False
         self.beats += 1
         return True
+
+
+class _Beats:
+    """The process's heartbeat thread and the runs it beats for."""
+
+    def __init__(self) -> None:
+        self.pid = os.getpid()
+        self._wake = threading.Condition()
+        self._runs: list[Heartbeat] = []
+        self._thread: threading.Thread | None = None
+
+    def join(self, beat: Heartbeat) -> None:
+        with self._wake:
+            beat.next_tick = time.monotonic() + beat.tick_s
+            self._runs.append(beat)
+            if self._thread is None:
+                self._thread = threading.Thread(
+                    target=self._loop, name="dres-heartbeat", daemon=True
+                )
+                self._thread.start()
+            self._wake.notify()
+
+    def leave(self, beat: Heartbeat) -> None:
+        with self._wake:
+            if beat in self._runs:
+                self._runs.remove(beat)
+
+    def _loop(self) -> None:
+        # The soft limit (SIGUSR1) and shutdown signals must reach the run's thread: delivered to
+        # this one, they would not interrupt a blocking call of the run (a socket read, a sleep).
+        signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
+        while True:
+            with self._wake:
+                if not self._runs:
+                    self._wake.wait()
+                    continue
+                now = time.monotonic()
+                due = [beat for beat in self._runs if beat.next_tick <= now]
+                if not due:
+                    self._wake.wait(min(beat.next_tick for beat in self._runs) - now)
+                    continue
+                for beat in due:
+                    beat.next_tick = now + beat.tick_s
+            for beat in due:  # outside the lock: a renewal may wait on a slow Redis
+                try:
+                    beating = beat.context.run(beat.tick)
+                except Exception:  # one run's failure must not stop the beats of the process
+                    log.exception("a heartbeat failed; the next tick tries again")
+                    beating = True
+                if not beating:
+                    self.leave(beat)
+
+
+_process_beats: _Beats | None = None
+_process_lock = threading.Lock()
+
+
+def _beats() -> _Beats:
+    """The process's heartbeat thread (a forked pool process starts its own)."""
+    global _process_beats
+    with _process_lock:
+        if _process_beats is None or _process_beats.pid != os.getpid():
+            _process_beats = _Beats()
+        return _process_beats

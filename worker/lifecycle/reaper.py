@@ -7,7 +7,8 @@ It looks at the turns in the active index whose time has come:
 - a pending run not yet claimed: while its message waits in the broker (a backlog: more turns
   than worker slots) nothing is done; a message that is nowhere (lost between the record and the
   send, or by the broker) is sent again, up to ``max_redispatches`` times, then the turn stops
-  with Continue available;
+  with Continue available. The message's mark in the broker answers "still there?" for each due
+  run at O(1) (``worker.edges.marks``); only a run without one costs a read of the queues;
 - a turn waiting for approval whose first request expired stops (``approval_expired``);
 - a turn missing from its conversation's list (a crash right after its creation) is listed;
 - an ended or vanished turn leaves the index.
@@ -16,6 +17,7 @@ Every action is an atomic step of the turn's state machine, so every worker may 
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -33,6 +35,9 @@ log = structlog.get_logger("dres.reaper")
 
 #: turns looked at per sweep
 BATCH = 100
+#: each wait between sweeps is ``reaper_interval_s`` times 1 +- this, at random: workers started
+#: together (a deploy) do not sweep in step, and the due turns' sweeps are spread out
+JITTER = 0.2
 
 
 class Reaper:
@@ -115,8 +120,7 @@ class Reaper:
         if waited < grace:
             self.store.watch(meta.turn_id, self.lifecycle.ms(grace - waited))
             return "waiting"
-        queued = self._broker_runs()
-        if queued is None or meta.next_run in queued:
+        if self._in_broker(meta):
             # In the broker: a backlog delays a turn, it never stops it nor gets a second message.
             self.store.watch(meta.turn_id, self.lifecycle.ms(grace))
             return "queued"
@@ -140,6 +144,20 @@ class Reaper:
         log.warning("re-dispatched a lost message", turn_id=meta.turn_id, run_id=meta.next_run)
         return "redispatched"
 
+    def _in_broker(self, meta: TurnMeta) -> bool:
+        """Is the pending run's message in the broker (queued, or held by a worker), or can the
+        broker not be looked into (then nothing is taken for lost)? Its mark answers at O(1)
+        (``worker.edges.marks``); without one, the broker's queues are read as before, at most
+        once per sweep: a message sent without a mark is never taken for lost."""
+        try:
+            if self.lifecycle.dispatcher.marked(meta.turn_id, meta.next_run):
+                return True
+        except Exception as e:  # an unreachable broker: take nothing for lost this sweep
+            log.warning("could not look into the broker", error=repr(e))
+            return True
+        queued = self._broker_runs()
+        return queued is None or meta.next_run in queued
+
     def _broker_runs(self) -> set[str] | None:
         if not self._queued_read:
             self._queued_read = True
@@ -152,15 +170,20 @@ class Reaper:
 
 
 class ReaperThread(threading.Thread):
-    """Sweeps every ``reaper_interval_s`` in the worker's main process until stopped."""
+    """Sweeps every ``reaper_interval_s`` (+-``JITTER``) in the worker's main process until
+    stopped."""
 
     def __init__(self, reaper: Reaper) -> None:
         super().__init__(name="dres-reaper", daemon=True)
         self.reaper = reaper
         self.stopping = threading.Event()
 
+    def wait_s(self) -> float:
+        """Seconds until the next sweep."""
+        return self.reaper.settings.reaper_interval_s * random.uniform(1 - JITTER, 1 + JITTER)
+
     def run(self) -> None:
-        while not self.stopping.wait(self.reaper.settings.reaper_interval_s):
+        while not self.stopping.wait(self.wait_s()):
             with no_fork():  # the pool's forks wait: no child starts with a lock it holds
                 self._sweep()
 

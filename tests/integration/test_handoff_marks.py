@@ -1,0 +1,145 @@
+"""A chunk message's mark in the broker (``worker.edges.marks``): there while the message is
+queued or held unacknowledged, gone with its acknowledgement, and what the reaper reads instead
+of the queues. On the real broker (kombu's Redis transport, dres's channel), no worker process:
+a message is taken and acknowledged here as a worker's consumer does (``basic_get``, ``ack``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+import redis
+from harness import FakeClock, SeqIds
+
+from ledger import keys
+from tests.support import DONE
+from worker.base.settings import Settings
+from worker.edges.runtime import CeleryDispatcher, Runtime
+from worker.lifecycle import Lifecycle
+from worker.lifecycle.reaper import Reaper
+
+pytestmark = pytest.mark.redis_server
+
+
+class CountingDispatcher(CeleryDispatcher):
+    """The real dispatcher, counting its full reads of the queues."""
+
+    reads = 0
+
+    def queued_runs(self) -> set[str] | None:
+        self.reads += 1
+        return super().queued_runs()
+
+
+@pytest.fixture
+def dispatcher(runtime: Runtime, settings: Settings) -> CountingDispatcher:
+    return CountingDispatcher(runtime.app, settings)
+
+
+@pytest.fixture
+def lifecycle(runtime: Runtime, settings: Settings, dispatcher: CountingDispatcher) -> Lifecycle:
+    return Lifecycle(runtime.ledger, settings, FakeClock(), SeqIds(), dispatcher)
+
+
+@pytest.fixture
+def taken(runtime: Runtime, settings: Settings) -> Iterator[Callable[[], Any]]:
+    """``taken()``: the oldest foreground message, delivered and held unacknowledged."""
+    with runtime.app.connection_for_read() as connection:
+        channel = connection.default_channel
+        yield lambda: channel.basic_get(settings.foreground_queue, no_ack=False)
+
+
+def pending_turn(lifecycle: Lifecycle, script: Callable[..., str]) -> tuple[str, str]:
+    turn = lifecycle.create("email Ada", model=script([DONE]))
+    lifecycle.launch(turn.turn_id, turn.run_id, "foreground")
+    return turn.turn_id, turn.run_id
+
+
+def sweeps(lifecycle: Lifecycle, times: int) -> list[dict[str, str]]:
+    reaper, clock = Reaper(lifecycle), lifecycle.clock
+    assert isinstance(clock, FakeClock)
+    done = []
+    for _ in range(times):
+        clock.t += lifecycle.settings.handoff_grace_s + 1
+        done.append(reaper.sweep())
+    return done
+
+
+def test_a_chunk_message_is_marked_while_queued_or_held_and_unmarked_by_its_ack(
+    rdb: redis.Redis,
+    lifecycle: Lifecycle,
+    dispatcher: CountingDispatcher,
+    taken: Callable[[], Any],
+    script: Callable[..., str],
+) -> None:
+    turn_id, run_id = pending_turn(lifecycle, script)
+    mark = keys.chunk_message(turn_id, run_id)
+    assert rdb.exists(mark) and dispatcher.marked(turn_id, run_id), "marked with its publish"
+    assert rdb.ttl(mark) > 0
+
+    message = taken()
+    assert message.headers["id"].endswith(f":{run_id}")
+    assert dispatcher.marked(turn_id, run_id), "held unacknowledged (prefetched): still there"
+    message.reject(requeue=True)  # a killed pool child's message, delivered again
+    assert dispatcher.marked(turn_id, run_id)
+
+    taken().ack()  # the chunk ended, or failed before its claim
+    assert not rdb.exists(mark) and not dispatcher.marked(turn_id, run_id)
+    assert not dispatcher.marked("turn_x", "run_never_sent")
+
+
+def test_a_due_run_behind_a_backlog_stays_queued_and_the_queues_are_never_read(
+    rdb: redis.Redis,
+    lifecycle: Lifecycle,
+    dispatcher: CountingDispatcher,
+    settings: Settings,
+    script: Callable[..., str],
+) -> None:
+    others = [pending_turn(lifecycle, script) for _ in range(3)]
+    turn_id, run_id = pending_turn(lifecycle, script)
+    due = {t for t, _ in [*others, (turn_id, run_id)]}
+
+    for done in sweeps(lifecycle, 3 * (settings.max_redispatches + 1)):
+        assert done == dict.fromkeys(due, "queued")
+    assert dispatcher.reads == 0, "every due run answered by its mark"
+    assert rdb.llen(settings.foreground_queue) == 4, "never a second message"
+    assert lifecycle.store.meta(turn_id).redispatches == 0
+
+
+def test_a_message_acknowledged_without_a_claim_is_sent_again_then_left_queued(
+    rdb: redis.Redis,
+    lifecycle: Lifecycle,
+    dispatcher: CountingDispatcher,
+    taken: Callable[[], Any],
+    settings: Settings,
+    script: Callable[..., str],
+) -> None:
+    """A chunk that failed before its claim (the ledger out of reach): acked, the run pending."""
+    turn_id, run_id = pending_turn(lifecycle, script)
+    taken().ack()
+
+    assert sweeps(lifecycle, 1) == [{turn_id: "redispatched"}]
+    assert dispatcher.reads == 1, "no mark: the queues are read before anything is sent again"
+    assert rdb.llen(settings.foreground_queue) == 1 and dispatcher.marked(turn_id, run_id)
+    assert sweeps(lifecycle, 2) == [{turn_id: "queued"}] * 2
+    assert dispatcher.reads == 1
+    assert lifecycle.store.meta(turn_id).redispatches == 1
+
+
+def test_a_queued_message_without_a_mark_is_found_by_reading_the_queues(
+    rdb: redis.Redis,
+    lifecycle: Lifecycle,
+    dispatcher: CountingDispatcher,
+    settings: Settings,
+    script: Callable[..., str],
+) -> None:
+    """A message an older dres (or kombu's own transport, ``rediss://``) queued: no mark."""
+    turn_id, run_id = pending_turn(lifecycle, script)
+    rdb.delete(keys.chunk_message(turn_id, run_id))
+
+    assert sweeps(lifecycle, 2) == [{turn_id: "queued"}] * 2
+    assert dispatcher.reads == 2, "one read of the queues per sweep"
+    assert rdb.llen(settings.foreground_queue) == 1
+    assert lifecycle.store.meta(turn_id).redispatches == 0

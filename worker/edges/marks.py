@@ -1,0 +1,116 @@
+"""Chunk messages that mark their own presence in the broker, so that the reaper's question
+"is this due run's message still queued, or held by a worker?" costs one ``EXISTS`` per due run
+instead of reading every queue and every unacknowledged message (O(backlog) bytes per sweep).
+
+The mark (``ledger.keys.chunk_message``) lives in the broker's Redis and follows the message's
+own life there, written and cleared by kombu's Redis transport in the transactions it already
+runs:
+- publishing a chunk message: ``LPUSH`` of the message and ``SET`` of its mark in one
+  ``MULTI`` (one round trip, as before: the hand-over's send costs nothing more);
+- a worker taking it (``BRPOP``, then kombu's unacked index): the mark stays, as the old look
+  into the ``unacked`` hash saw a prefetched message; a redelivery (``reject(requeue=True)``,
+  a dead worker's restore after the visibility timeout) puts the message back and the mark stays;
+- the message's acknowledgement (the chunk ended, also one that failed before its claim, or a
+  hard time limit, or a revoked run) and a reject without requeue: the unacked index's
+  ``ZREM``/``HDEL`` and the mark's ``DEL`` in one ``MULTI``;
+- the broker losing data (a restart without persistence, a failover to a replica behind):
+  message and mark were written in one transaction, so they are lost together.
+
+So a mark says "the message is in the broker" and the reaper leaves the turn waiting, as it did
+for a message it found in a queue. No mark does not say "lost": a message published without one
+(``rediss://`` keeps kombu's own transport, a publish batch, a worker of an older dres during a
+rolling deploy) is looked for the old way, by ``CeleryDispatcher.queued_runs``, before anything
+is sent again; that read costs O(backlog) but only for a due run whose mark is missing, which
+is a lost message (rare) or a transport without marks.
+
+The one way a mark outlives its message: a worker killed between kombu's ``BRPOP`` and its
+write of the unacked index (a window of one round trip, where kombu itself loses the message),
+or an operator's purge of a queue. The mark's TTL bounds that: after it, the old look finds the
+message gone and the reaper sends it again. The TTL is never shorter than the visibility
+timeout (as long as a dead worker's held message may wait before kombu restores it) nor than
+``MIN_MARK_TTL_S``; a message that waits in a queue longer than that is still found by the old
+look, at its cost.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kombu.transport import redis as kombu_redis
+from kombu.transport import virtual
+from kombu.utils.json import dumps
+
+from ledger import keys
+from ledger.errors import InvalidId
+
+#: seconds a mark lives at least (its TTL is the visibility timeout when that is longer)
+MIN_MARK_TTL_S = 3600
+
+
+def mark_of(headers: Any) -> str | None:
+    """The mark of a chunk message (Celery's headers: its task name and ``turn:run`` id);
+    None for any other message."""
+    # celery_app imports this module (through worker.edges.broker): its names come at call time
+    from worker.edges.celery_app import CHUNK_TASKS
+
+    if not isinstance(headers, dict) or headers.get("task") not in CHUNK_TASKS:
+        return None
+    turn_id, _, run_id = str(headers.get("id") or "").rpartition(":")
+    if not turn_id or not run_id:
+        return None
+    try:
+        return keys.chunk_message(turn_id, run_id)
+    except InvalidId:
+        return None
+
+
+class MarkingQoS(kombu_redis.QoS):
+    """kombu's unacked index, whose acknowledgement also deletes the message's mark."""
+
+    def ack(self, delivery_tag: Any) -> None:
+        self._forget(delivery_tag)
+        virtual.QoS.ack(self, delivery_tag)
+
+    def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
+        if requeue:  # back in the queue: the mark stays
+            super().reject(delivery_tag, requeue=True)
+            return
+        self._forget(delivery_tag)
+        virtual.QoS.ack(self, delivery_tag)
+
+    def _forget(self, delivery_tag: Any) -> None:
+        message = self._delivered.get(delivery_tag)
+        mark = mark_of(getattr(message, "headers", None))
+        with self.pipe_or_acquire() as pipe:
+            self._remove_from_indices(delivery_tag, pipe)
+            if mark is not None:
+                pipe.delete(mark)
+            pipe.execute()
+
+
+class MarkingChannel(kombu_redis.Channel):
+    """A Redis channel whose chunk messages carry their mark (this module's docstring)."""
+
+    QoS = MarkingQoS
+
+    @property
+    def mark_ttl_s(self) -> int:
+        return int(max(MIN_MARK_TTL_S, self.visibility_timeout or 0))
+
+    def marks_messages(self) -> bool:
+        """Marks are kept only where acknowledgements are (kombu's ack emulation, its default):
+        without it a message leaves the broker when taken, and nothing would clear its mark."""
+        return bool(self.ack_emulation)
+
+    def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
+        mark = mark_of(message.get("headers")) if self.marks_messages() else None
+        batched = kwargs.get("_publish_batch") is not None
+        if mark is None or batched or (self._expires and queue in self._expires):
+            super()._put(queue, message, **kwargs)  # unmarked: the reaper's old look finds it
+            return
+        key = self._q_for_pri(queue, self._get_message_priority(message, reverse=False))
+        with self.conn_or_acquire() as client:
+            pipe = client.pipeline()  # MULTI: the message and its mark exist together
+            pipe.lpush(key, dumps(message))
+            pipe.set(mark, 1, ex=self.mark_ttl_s)
+            pipe.execute()
