@@ -372,5 +372,13 @@ def test_a_bad_last_event_id_or_after_gets_400_naming_it(
                 400,
                 ["12-x", "stream id"],
             ),
+            # the stateful fuzz found it: digits past 64 bits broke the stream mid-response
+            "after past 64 bits": (
+                "GET",
+                "/v1/turns/{turn}/events",
+                {"params": {"after": "24871187205771800621377"}},
+                400,
+                ["24871187205771800621377", "stream id"],
+            ),
         },
     )

@@ -338,7 +338,8 @@ async def events(
     # a bad one, not the start (a client that sends it lost its place)
     given = [value for value in (last_event_id, after) if value is not None]
     for value in given:
-        if not STREAM_ID_FORM.match(value):
+        # each part of a stream id is a 64-bit unsigned number: Redis refuses a larger one
+        if not STREAM_ID_FORM.match(value) or any(int(p) >= 2**64 for p in value.split("-")):
             raise HTTPException(400, f"not a stream id: {value!r} (expected like 3-14)")
     start = given[0] if given else "0-0"
     if "-" not in start:
