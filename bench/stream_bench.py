@@ -4,7 +4,8 @@ A local fake provider speaks the OpenAI streaming format to the official SDK in 
 watched by an SSE client of a real ``dres api``: the delay from the provider writing the last
 token to the client receiving it, beside the same stream read by the same SDK without dres (the
 stream alone). The provider pauses after the last token before it finishes the response, so the
-delay is the flush window's, not that of ``model_done``. Then the turn's Redis bytes per byte of
+delay is the recorder's (its flush window, or the quiet that ends a window early), not that of
+``model_done``. Then the turn's Redis bytes per byte of
 the answer's text, for the whole turn and for the text's share (the turn's bytes minus those of a
 one-step short turn, S3). ``bench.scale_bench`` runs it between S1 and S3.
 """

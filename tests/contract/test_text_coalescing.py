@@ -6,6 +6,7 @@ Each test runs on fakeredis and on a real redis-server (the ``client`` fixture).
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,23 @@ def test_buffered_text_is_written_when_its_window_ends_with_nothing_else_recorde
         recorder.close()
     assert written == "Hello, world"
     assert len(texts(h)) <= 3
+
+
+def test_a_stream_that_goes_quiet_is_written_long_before_its_window_ends(h: Harness) -> None:
+    """A steady stream, then silence (a tool call coming, the answer's end): its text is written
+    once the stream has been quiet for a fifth of the window, not when the window ends; and the
+    steady deltas before, whose gaps never reached that, are still one event."""
+    window_s = 8.0
+    recorder = recorder_of(h, flush_s=window_s)
+    try:
+        for delta in ("The ", "answer ", "is ", "42", "."):
+            recorder.stream_text(delta)
+            time.sleep(0.02)  # the stream's pace (its input), not a wait for state
+        # the window ends 8 s after the first delta; the quiet, 1.6 s after the last one
+        written = poll(lambda: texts(h) or None, timeout=window_s / 2)
+    finally:
+        recorder.close()
+    assert written == ["The answer is 42."]
 
 
 def test_buffered_text_is_written_at_its_size_bound_in_one_event(h: Harness) -> None:

@@ -7,8 +7,13 @@ the loop rebuilds its prompt without reading Redis again.
 Streamed text is coalesced (``stream_text``): the deltas of a window (``flush_s``) or of a size
 bound (``flush_chars``) become one ``text`` event. Whatever else the run records writes the
 buffered text first, in the same append; a flusher thread of the run's own writes it when the
-window ends while the model pauses, so a watcher still sees it within the window. Every append of
-a run goes through one lock, so the events keep their order and the lease's sequence one writer.
+window ends while the model pauses, so a watcher still sees it within the window. A stream that
+goes quiet ends its window early: when no delta came for ``QUIET_GAPS`` times the stream's own
+pace (its recent gap between deltas; never less than ``1 / QUIET_FLOOR`` of the window), the text
+is written then. A steady stream still fills whole windows — its gaps never reach that — while the
+last words before a pause (a tool call, the end of the answer) reach a watcher in a few gaps, not
+a whole window. Every append of a run goes through one lock, so the events keep their order and
+the lease's sequence one writer.
 
 With ``DRES_DURABILITY`` above ``ack`` the recorder also confirms, when asked (``confirm``), that
 what the run wrote so far is on a replica or on disk (``ledger.durability``); nothing else it
@@ -17,6 +22,7 @@ writes waits for that.
 
 from __future__ import annotations
 
+import math
 import signal
 import threading
 import time
@@ -41,6 +47,13 @@ log = structlog.get_logger("dres.recorder")
 #: signals that must reach the run's (main) thread, never the flusher: the soft limit, dres's
 #: nudge, shutdown (worker.engine.tools.guard) and Ctrl-C
 MAIN_THREAD_SIGNALS = {signal.SIGUSR1, signal.SIGUSR2, signal.SIGTERM, signal.SIGINT}
+
+#: a stream is quiet when no delta came for this many of its recent gaps between deltas
+QUIET_GAPS = 3.0
+#: ... and never sooner than this fraction of the window (a burst's tiny gaps are not a pace)
+QUIET_FLOOR = 5.0
+#: weight of the newest gap in the stream's pace (an exponential moving average)
+PACE_WEIGHT = 0.2
 
 
 @dataclass(frozen=True)
@@ -134,9 +147,15 @@ class Recorder:
         self._wake = threading.Condition(self._lock)
         self._pending: list[str] = []
         self._pending_chars = 0
-        #: monotonic seconds when the oldest buffered delta arrived
+        #: monotonic seconds when the oldest buffered delta arrived, and the newest
         self._since = 0.0
+        self._last = 0.0
+        #: the stream's pace: a moving average of its gaps between deltas (None: not known yet);
+        #: a gap as long as the window is a pause, not the pace, and is left out
+        self._pace: float | None = None
         self._flusher: threading.Thread | None = None
+        #: monotonic seconds the flusher sleeps until (inf: until text comes)
+        self._wake_at = math.inf
         self._closed = False
         #: an append of the flusher that failed: raised in the run's thread at its next write
         self._failed: BaseException | None = None
@@ -208,8 +227,11 @@ class Recorder:
             self._raise_failed()
             if self._closed:
                 return  # the run's end is recorded (or being recorded) by its caller
-            if not self._pending:
-                self._since = time.monotonic()
+            now = time.monotonic()
+            self._keep_pace(now)
+            first = not self._pending
+            if first:
+                self._since = now
             self._pending.append(text)
             self._pending_chars += len(text)
             if self.flush_s <= 0 or self._pending_chars >= self.flush_chars:
@@ -220,7 +242,9 @@ class Recorder:
                     target=self._flush_when_due, name=f"dres-text-{self.run.run_id}", daemon=True
                 )
                 self._flusher.start()
-            else:
+            elif first or self._due() < self._wake_at:
+                # the flusher sleeps until text comes, then until its deadline: woken only when
+                # that deadline came sooner (a later one it reads again when it wakes)
                 self._wake.notify()
 
     def flush(self) -> None:
@@ -267,6 +291,24 @@ class Recorder:
             metrics.observe_append(time.perf_counter() - began)
         self.events.extend(ours)
 
+    def _keep_pace(self, now: float) -> None:
+        """A delta came at ``now``: fold the gap since the previous one into the pace."""
+        previous, self._last = self._last, now
+        gap = now - previous
+        if not previous or gap >= self.flush_s:  # the stream's first delta, or a pause
+            return
+        pace = self._pace
+        self._pace = gap if pace is None else pace + PACE_WEIGHT * (gap - pace)
+
+    def _due(self) -> float:
+        """Monotonic seconds when the buffered text is written: its window's end, or sooner
+        when the stream has gone quiet for a few of its gaps."""
+        due = self._since + self.flush_s
+        if self._pace is not None:
+            quiet = max(QUIET_GAPS * self._pace, self.flush_s / QUIET_FLOOR)
+            due = min(due, self._last + quiet)
+        return due
+
     def _raise_failed(self) -> None:
         if self._failed is not None:
             failed, self._failed = self._failed, None
@@ -278,9 +320,11 @@ class Recorder:
         with self._lock:
             while not self._closed:
                 if not self._pending:
+                    self._wake_at = math.inf
                     self._wake.wait()
                     continue
-                due = self._since + self.flush_s - time.monotonic()
+                self._wake_at = self._due()
+                due = self._wake_at - time.monotonic()
                 if due > 0:
                     self._wake.wait(due)
                     continue
