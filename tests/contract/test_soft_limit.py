@@ -18,9 +18,12 @@ import redis
 from harness import Harness, SeqIds
 from sample_tools import SimulatedSoftLimit, effects
 
-from ledger.events import ToolDone
+from ledger import keys
+from ledger.events import RunEnded, ToolDone
 from tests.support import DONE, having, wait_for
+from worker.base.failpoints import Failpoints
 from worker.dev.redis_server import RedisServer
+from worker.lifecycle import Lifecycle
 
 
 def raise_soft_limit(signum: int, frame: FrameType | None) -> None:
@@ -49,6 +52,28 @@ def test_a_soft_limit_signal_during_a_write_is_raised_after_its_tool_done_is_rec
     assert h.run_to_end().status == "completed"
     assert len(effects(client, "write_signalled")) == 1
     assert [e.reason for e in h.events("tool_blocked")] == ["completed"]  # type: ignore[attr-defined]
+
+
+def test_a_second_soft_limit_landing_in_the_hand_over_does_not_cut_it(
+    client: redis.Redis, tmp_path: Path, soft_limit_handler: None
+) -> None:
+    """The soft limit lands mid-write; while the chunk hands over (its step recorded, its
+    successor not yet sent), SIGUSR1 comes again — as the soft limit does in a shutdown's
+    hand-over that a Redis outage stretched. The hand-over goes on: the successor is sent and
+    the turn completes, rather than the run dying half handed over for the reaper to find."""
+    h = Harness(client, tmp_path)
+    h.lifecycle = Lifecycle(
+        h.ledger, h.settings, h.clock, h.ids, h.messages, cache=h.cache,
+        failpoints=Failpoints(client),
+    )  # fmt: skip
+    client.hset(keys.chaos_fault(), mapping={"point": "chunk.handoff", "action": "soft_limit"})
+    h.start([call("write_signalled", "x"), DONE], on_resume="restart")
+    assert h.run_next() is None, "the chunk was not handed over"
+    assert client.hget(keys.chaos_fault(), "fired") == b"chunk.handoff"
+    ended = [e for e in h.events("run_ended") if isinstance(e, RunEnded)]
+    assert [e.reason for e in ended] == ["soft_limit"]
+    assert h.run_to_end().status == "completed"
+    assert len(effects(client, "write_signalled")) == 1
 
 
 def _run_chunk_in_child(h: Harness) -> None:

@@ -63,6 +63,7 @@ class ChunkPath(LifecycleBase):
 
         ``interrupts`` (Celery's soft limit) hand the turn to its next chunk wherever they land,
         also while the ending is being recorded: a turn that already ended refuses the hand-over.
+        One that lands in the hand-over (or the stop) answering an earlier one is dropped.
         Returns what happened, in a word or two.
         """
         run = self.claim(turn_id, run_id)
@@ -77,14 +78,17 @@ class ChunkPath(LifecycleBase):
                 return self.finish(run, result)
         except hand_over as e:
             self.ledger.mend_after(e)  # the interrupt may have landed inside a Redis command
-            return self.chain(run)
+            with loop.guard.answering():  # a second interrupt must not cut the hand-over
+                return self.chain(run)
         except Shutdown as e:
             self.ledger.mend_after(e)
-            return self.chain(run, "handed over: the worker is shutting down")
+            with loop.guard.answering():
+                return self.chain(run, "handed over: the worker is shutting down")
         except TurnCancelled as e:
             # Stop landed after the run's own end was decided: record the stop, unless it ended
             self.ledger.mend_after(e)
-            return self.stop_now(run)
+            with loop.guard.answering():
+                return self.stop_now(run)
         except FencedOut as e:
             log.warning("another run holds the turn; this one stops writing", error=str(e))
             return "fenced-out"

@@ -192,6 +192,25 @@ class DeferSignals:
         finally:
             _TRAP.running, _TRAP.pending = False, None
 
+    @contextmanager
+    def answering(self) -> Iterator[None]:
+        """While the run answers an interrupt after its window (the hand-over that a soft limit or
+        a shutdown asked for, the stop that Stop asked for): a further interrupt — the soft limit
+        landing in a shutdown's hand-over, which a store outage can stretch to seconds — is
+        noted and dropped, never raised in the middle of the answer, which would leave the run
+        neither ended nor handed over (its turn then waits out the lease for the reaper). The
+        answer already does what any of them asks; only the hard limit's SIGKILL ends it."""
+        if not (self._armed and threading.current_thread() is threading.main_thread()):
+            yield
+            return
+        _TRAP.running, _TRAP.pending = True, None
+        _TRAP.depth += 1
+        try:
+            yield
+        finally:
+            _TRAP.depth -= 1
+            _TRAP.running, _TRAP.pending = False, None
+
     def stop(self) -> None:
         """Ask the run to stop (from the Stop watcher's thread): ``TurnCancelled`` is raised in
         the run's thread at its next safe point, also while it waits on a socket or a sleep.
