@@ -380,5 +380,13 @@ def test_a_bad_last_event_id_or_after_gets_400_naming_it(
                 400,
                 ["24871187205771800621377", "stream id"],
             ),
+            # 20 digits: the document's bound (19 a part, always under 2**64), kept by the route
+            "Last-Event-ID of 20 digits": (
+                "GET",
+                "/v1/turns/{turn}/events",
+                {"headers": {"Last-Event-ID": "3-10000000000000000000"}},
+                400,
+                ["3-10000000000000000000", "at most 19 digits"],
+            ),
         },
     )

@@ -25,12 +25,16 @@ from worker.edges.api_models import default_spec
 from worker.engine.models import PROVIDERS
 from worker.engine.models.allow import ANY, parse_allowed
 
+#: a stream id as a client may give it (``3-14``; ``3`` is ``3-0``, as Redis reads it): ASCII
+#: digits, at most 19 to a part, so that each part is a 64-bit number, as Redis requires (the
+#: route checks the same form; the document says it, so a fuzzer generates within it)
+STREAM_ID_PATTERN = r"^[0-9]{1,19}(-[0-9]{1,19})?$"
 #: a stream id, as the SSE ``id`` of each event
 STREAM_ID_SCHEMA = {
     "type": "string",
-    "pattern": r"^[0-9]+(-[0-9]+)?$",
+    "pattern": STREAM_ID_PATTERN,
     "examples": ["3-14"],
-    "description": "a stream id, as each event's SSE id; `3` is `3-0`",
+    "description": "a stream id, as each event's SSE id; `3` is `3-0`; each part at most 19 digits",
 }
 TURN = "$response.body#/turn_id"
 CONVERSATION = "$response.body#/conversation_id"
