@@ -89,6 +89,9 @@ class KeptMessages:
     def queued_runs(self) -> set[str] | None:
         return {run_id for _, run_id, _ in self.sent}
 
+    def backlog(self) -> int | None:
+        return len(self.sent)
+
 
 @dataclass
 class Harness:

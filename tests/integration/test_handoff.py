@@ -58,6 +58,9 @@ class LosingDispatcher:
     def queued_runs(self) -> set[str] | None:
         return set()
 
+    def backlog(self) -> int | None:
+        return 0
+
 
 def first_chunk_handed_over(rt: Runtime, model: str) -> tuple[str, str, float]:
     """A turn whose first chunk ran (here) and recorded its successor; (turn, successor, when)."""

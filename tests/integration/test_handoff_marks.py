@@ -18,6 +18,7 @@ from tests.support import DONE
 from worker.base.settings import Settings
 from worker.edges.runtime import CeleryDispatcher, Runtime
 from worker.lifecycle import Lifecycle
+from worker.lifecycle import reaper as reaper_module
 from worker.lifecycle.reaper import Reaper
 
 pytestmark = pytest.mark.redis_server
@@ -90,13 +91,17 @@ def test_a_chunk_message_is_marked_while_queued_or_held_and_unmarked_by_its_ack(
     assert not dispatcher.marked("turn_x", "run_never_sent")
 
 
-def test_a_due_run_behind_a_backlog_stays_queued_and_the_queues_are_never_read(
+def test_a_due_run_behind_a_long_backlog_stays_queued_and_the_queues_are_never_read(
     rdb: redis.Redis,
     lifecycle: Lifecycle,
     dispatcher: CountingDispatcher,
     settings: Settings,
     script: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    """Behind a backlog longer than ``SHORT_BACKLOG`` (here 3) a mark is taken at its word
+    however old: the wait is the backlog's, and reading it would cost O(backlog)."""
+    monkeypatch.setattr(reaper_module, "SHORT_BACKLOG", 3)
     others = [pending_turn(lifecycle, script) for _ in range(3)]
     turn_id, run_id = pending_turn(lifecycle, script)
     due = {t for t, _ in [*others, (turn_id, run_id)]}
@@ -108,6 +113,54 @@ def test_a_due_run_behind_a_backlog_stays_queued_and_the_queues_are_never_read(
     assert lifecycle.store.meta(turn_id).redispatches == 0
 
 
+def sweep_after(lifecycle: Lifecycle, seconds: float) -> dict[str, str]:
+    clock = lifecycle.clock
+    assert isinstance(clock, FakeClock)
+    clock.t += seconds
+    return Reaper(lifecycle).sweep()
+
+
+def test_an_old_mark_is_checked_against_short_queues_and_its_message_found(
+    rdb: redis.Redis,
+    lifecycle: Lifecycle,
+    dispatcher: CountingDispatcher,
+    settings: Settings,
+    script: Callable[..., str],
+) -> None:
+    """A mark is trusted for ``MARK_TRUST_GRACES`` hand-off graces; then, the queues being short,
+    a read of them finds the message: still queued, never sent twice."""
+    turn_id, _ = pending_turn(lifecycle, script)
+    grace = settings.handoff_grace_s
+    assert sweep_after(lifecycle, grace * 1.5) == {turn_id: "queued"}
+    assert dispatcher.reads == 0, "a fresh mark is taken at its word"
+    assert sweep_after(lifecycle, grace * reaper_module.MARK_TRUST_GRACES) == {turn_id: "queued"}
+    assert dispatcher.reads == 1, "an old one is checked"
+    assert rdb.llen(settings.foreground_queue) == 1
+    assert lifecycle.store.meta(turn_id).redispatches == 0
+
+
+def test_a_message_lost_after_its_queue_with_its_mark_left_is_sent_again(
+    rdb: redis.Redis,
+    lifecycle: Lifecycle,
+    dispatcher: CountingDispatcher,
+    settings: Settings,
+    script: Callable[..., str],
+) -> None:
+    """A worker killed between taking the message from its queue (BRPOP) and holding it
+    unacknowledged: the message is gone, its mark stays (chaos met it at the ``decided``
+    point: a turn left resuming). Once the mark is old, the short queues are read and the run
+    is sent again."""
+    turn_id, run_id = pending_turn(lifecycle, script)
+    assert rdb.rpop(settings.foreground_queue) is not None  # taken, then the worker died
+    assert dispatcher.marked(turn_id, run_id)
+    grace = settings.handoff_grace_s
+    assert sweep_after(lifecycle, grace * 1.5) == {turn_id: "queued"}, "a fresh mark is trusted"
+    trust = grace * reaper_module.MARK_TRUST_GRACES
+    assert sweep_after(lifecycle, trust) == {turn_id: "redispatched"}
+    assert rdb.llen(settings.foreground_queue) == 1
+    assert lifecycle.store.meta(turn_id).redispatches == 1
+
+
 def test_a_message_acknowledged_without_a_claim_is_sent_again_then_left_queued(
     rdb: redis.Redis,
     lifecycle: Lifecycle,
@@ -115,8 +168,11 @@ def test_a_message_acknowledged_without_a_claim_is_sent_again_then_left_queued(
     taken: Callable[[], Any],
     settings: Settings,
     script: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A chunk that failed before its claim (the ledger out of reach): acked, the run pending."""
+    """A chunk that failed before its claim (the ledger out of reach): acked, the run pending.
+    (Its new mark is taken at its word: ``SHORT_BACKLOG`` 0 keeps an old one from being checked.)"""
+    monkeypatch.setattr(reaper_module, "SHORT_BACKLOG", 0)
     turn_id, run_id = pending_turn(lifecycle, script)
     taken().ack()
 

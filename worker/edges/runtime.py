@@ -190,22 +190,35 @@ class CeleryDispatcher:
 
     def queued_runs(self) -> set[str] | None:
         """Run ids in the chunk queues or held unacknowledged (kombu's Redis transport): every
-        message read, O(backlog) bytes. The reaper asks only for a due run without a mark."""
+        message read, O(backlog) bytes. The reaper asks for a due run without a mark, or with
+        one old enough to doubt while the queues are short (``Reaper``)."""
+        replies = self._read_queues(lambda pipe, key: pipe.lrange(key, 0, -1), unacked=True)
+        return None if replies is None else run_ids(m for reply in replies for m in reply)
+
+    def backlog(self) -> int | None:
+        """Messages waiting in the chunk queues (every priority list): one ``LLEN`` each."""
+        replies = self._read_queues(lambda pipe, key: pipe.llen(key), unacked=False)
+        return None if replies is None else sum(int(n) for n in replies)
+
+    def _read_queues(self, read: Any, *, unacked: bool) -> list[Any] | None:
+        """``read(pipe, key)`` for each chunk queue's priority list (and the unacknowledged
+        messages' values when ``unacked``), in one round trip; None: not kombu's Redis transport,
+        whose queues cannot be looked into here."""
         with self.app.connection_for_read() as connection:
             channel: Any = connection.default_channel
             client = getattr(channel, "client", None)
             if client is None or not hasattr(channel, "unacked_key"):
-                return None  # not the Redis transport: its queues cannot be looked into here
+                return None
             names = [self.settings.foreground_queue, self.settings.background_queue]
             lists = [
                 channel._q_for_pri(name, pri) for name in names for pri in channel.priority_steps
             ]
             pipe = client.pipeline(transaction=False)
             for key in lists:
-                pipe.lrange(key, 0, -1)
-            pipe.hvals(channel.unacked_key)
-            replies = pipe.execute()
-        return run_ids(m for reply in replies for m in reply)
+                read(pipe, key)
+            if unacked:
+                pipe.hvals(channel.unacked_key)
+            return list(pipe.execute())
 
 
 @dataclass

@@ -27,6 +27,10 @@ class Dispatcher(Protocol):
         """The run ids whose messages wait in the broker or are held unacknowledged by a worker;
         None when the broker cannot be looked into (then nothing is taken for lost)."""
 
+    def backlog(self) -> int | None:
+        """How many messages wait in the chunk queues, at O(1) (no message read); None when the
+        broker cannot be looked into."""
+
 
 def task_id(turn_id: str, run_id: str) -> str:
     """Deterministic: a repeated dispatch of one run is recognisably the same message."""

@@ -35,6 +35,15 @@ log = structlog.get_logger("dres.reaper")
 
 #: turns looked at per sweep
 BATCH = 100
+#: a run's mark (its message is in the broker) is taken at its word for this many hand-off
+#: graces after the run was sent; after that it is checked against the broker while the queues
+#: are short: a worker killed between taking a message from its queue and holding it
+#: unacknowledged (kombu's Redis transport does these in two steps) loses the message and
+#: leaves its mark, which is deleted only with an acknowledgement
+MARK_TRUST_GRACES = 2.0
+#: messages in the chunk queues up to which an old mark is checked by reading them (~1 KB each);
+#: behind a longer backlog the wait is the backlog's, and the mark is trusted until it shrinks
+SHORT_BACKLOG = 1000
 #: each wait between sweeps is ``reaper_interval_s`` times 1 +- this, at random: workers started
 #: together (a deploy) do not sweep in step, and the due turns' sweeps are spread out
 JITTER = 0.2
@@ -149,14 +158,23 @@ class Reaper:
         broker not be looked into (then nothing is taken for lost)? Its mark answers at O(1)
         (``worker.edges.marks``); without one, the broker's queues are read as before, at most
         once per sweep: a message sent without a mark is never taken for lost."""
+        dispatcher = self.lifecycle.dispatcher
         try:
-            if self.lifecycle.dispatcher.marked(meta.turn_id, meta.next_run):
+            if dispatcher.marked(meta.turn_id, meta.next_run) and not self._doubted(meta):
                 return True
         except Exception as e:  # an unreachable broker: take nothing for lost this sweep
             log.warning("could not look into the broker", error=repr(e))
             return True
         queued = self._broker_runs()
         return queued is None or meta.next_run in queued
+
+    def _doubted(self, meta: TurnMeta) -> bool:
+        """Is this run's mark old enough to check, with queues short enough to read?"""
+        trusted = MARK_TRUST_GRACES * self.settings.handoff_grace_s
+        if self.clock.now() - meta.dispatched < trusted:
+            return False
+        backlog = self.lifecycle.dispatcher.backlog()
+        return backlog is not None and backlog <= SHORT_BACKLOG
 
     def _broker_runs(self) -> set[str] | None:
         if not self._queued_read:
