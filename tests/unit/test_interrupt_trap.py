@@ -160,3 +160,19 @@ def test_a_stop_nudge_lost_before_a_blocking_call_is_sent_again(
             time.sleep(0.01)
         pytest.fail("the lost nudge was never sent again")
     assert sent == [NUDGE, NUDGE]
+
+
+def test_an_answer_drops_a_soft_limit_and_hands_a_sigterm_on_after_it() -> None:
+    """``answering()`` (a hand-over under way): the soft limit and a nudge never cut it; a SIGTERM
+    reaches the process's own handler once the answer is done, not before."""
+    terms: list[str] = []
+    signal.signal(signal.SIGTERM, lambda signum, frame: terms.append("after"))
+    guard = DeferSignals()
+    with guard.running():
+        pass  # the run's window is over: its interrupt is being answered
+    with guard.answering():
+        for sig in (SOFT_LIMIT, NUDGE, signal.SIGTERM):
+            signal_self(sig)  # its handler runs as the call returns, in this thread
+        assert terms == [], "the SIGTERM waited for the answer's end"
+        assert guard_module._TRAP.draining, "the shutdown nudge still drains the process"
+    assert terms == ["after"]

@@ -71,8 +71,20 @@ class _Trap:
         self.in_task = True
         #: soft limits that reached this process while no task ran, and were dropped
         self.stale_soft_limits = 0
+        #: the run answers an interrupt (``DeferSignals.answering``); a SIGTERM that came then
+        #: is handed on when the answer is done
+        self.answering = False
+        self.terminated = False
 
     def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.answering:
+            # the run is already doing what any interrupt asks (handing over, stopping): a soft
+            # limit is dropped, a nudge only noted, a SIGTERM kept for the answer's end
+            if signum == signal.SIGTERM:
+                self.terminated = True
+            elif signum == NUDGE:
+                self.interrupt(signum)
+            return
         if signum == SOFT_LIMIT and self.tasks_only and not self.in_task and not self.running:
             # A late soft limit of a task that already ended. The pool's main process times a
             # job until it reads its result; while its event loop is held up (a broker
@@ -197,19 +209,22 @@ class DeferSignals:
         """While the run answers an interrupt after its window (the hand-over that a soft limit or
         a shutdown asked for, the stop that Stop asked for): a further interrupt — the soft limit
         landing in a shutdown's hand-over, which a store outage can stretch to seconds — is
-        noted and dropped, never raised in the middle of the answer, which would leave the run
-        neither ended nor handed over (its turn then waits out the lease for the reaper). The
-        answer already does what any of them asks; only the hard limit's SIGKILL ends it."""
+        never raised in the middle of the answer, which would leave the run neither ended nor
+        handed over (its turn then waits out the lease for the reaper). The answer already does
+        what a soft limit or a nudge asks: they are dropped (a shutdown nudge still drains the
+        process). A SIGTERM is handed on to the process's own handler once the answer is done;
+        the hard limit's SIGKILL ends it anyway."""
         if not (self._armed and threading.current_thread() is threading.main_thread()):
             yield
             return
-        _TRAP.running, _TRAP.pending = True, None
-        _TRAP.depth += 1
+        _TRAP.answering, _TRAP.terminated = True, False
         try:
             yield
         finally:
-            _TRAP.depth -= 1
-            _TRAP.running, _TRAP.pending = False, None
+            _TRAP.answering = False
+            if _TRAP.terminated:
+                _TRAP.terminated = False
+                _TRAP.forward_signal(signal.SIGTERM, None)
 
     def stop(self) -> None:
         """Ask the run to stop (from the Stop watcher's thread): ``TurnCancelled`` is raised in
