@@ -64,10 +64,14 @@ class Reaper:
         #: the broker's run ids, read at most once per sweep (None: not read yet this sweep)
         self._queued: set[str] | None = None
         self._queued_read = False
+        #: the chunk queues' length, read at most once per sweep (None: not looked into)
+        self._backlog: int | None = None
+        self._backlog_read = False
 
     def sweep(self) -> dict[str, str]:
         """Look at every due turn once; returns what was done to each."""
         self._queued, self._queued_read = None, False
+        self._backlog, self._backlog_read = None, False
         now_ms = self.lifecycle.ms()
         try:
             started = self.monotonic()
@@ -156,8 +160,9 @@ class Reaper:
     def _in_broker(self, meta: TurnMeta) -> bool:
         """Is the pending run's message in the broker (queued, or held by a worker), or can the
         broker not be looked into (then nothing is taken for lost)? Its mark answers at O(1)
-        (``worker.edges.marks``); without one, the broker's queues are read as before, at most
-        once per sweep: a message sent without a mark is never taken for lost."""
+        (``worker.edges.marks``); without one, or with one old enough to doubt while the queues
+        are short (``_doubted``), the broker's queues are read as before, at most once per sweep:
+        a message sent without a mark is never taken for lost."""
         dispatcher = self.lifecycle.dispatcher
         try:
             if dispatcher.marked(meta.turn_id, meta.next_run) and not self._doubted(meta):
@@ -173,8 +178,10 @@ class Reaper:
         trusted = MARK_TRUST_GRACES * self.settings.handoff_grace_s
         if self.clock.now() - meta.dispatched < trusted:
             return False
-        backlog = self.lifecycle.dispatcher.backlog()
-        return backlog is not None and backlog <= SHORT_BACKLOG
+        if not self._backlog_read:  # once per sweep, whatever the number of due runs
+            self._backlog_read = True
+            self._backlog = self.lifecycle.dispatcher.backlog()
+        return self._backlog is not None and self._backlog <= SHORT_BACKLOG
 
     def _broker_runs(self) -> set[str] | None:
         if not self._queued_read:
