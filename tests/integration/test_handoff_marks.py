@@ -185,3 +185,27 @@ def test_a_queued_message_without_a_mark_is_found_by_reading_the_queues(
     assert dispatcher.reads == 2, "one read of the queues per sweep"
     assert rdb.llen(settings.foreground_queue) == 1
     assert lifecycle.store.meta(turn_id).redispatches == 0
+
+
+def test_a_full_redis_still_takes_an_acknowledgement_and_its_mark_goes_with_it(
+    rdb: redis.Redis,
+    lifecycle: Lifecycle,
+    dispatcher: CountingDispatcher,
+    taken: Callable[[], Any],
+    script: Callable[..., str],
+) -> None:
+    """At ``maxmemory`` under ``noeviction`` Redis refuses every command of a ``MULTI``: an ack
+    sent as one raised into Celery's consumer, which then shut the worker down (a full Redis
+    that stopped a turn took its worker with it)."""
+    turn_id, run_id = pending_turn(lifecycle, script)
+    message = taken()
+    assert rdb.hlen("unacked") == 1
+    rdb.config_set("maxmemory", 1)
+    try:
+        with pytest.raises(redis.exceptions.OutOfMemoryError):
+            rdb.set("probe", "x")  # full: writes are refused
+        message.ack()
+        assert not dispatcher.marked(turn_id, run_id)
+        assert rdb.hlen("unacked") == 0 and rdb.zcard("unacked_index") == 0
+    finally:
+        rdb.config_set("maxmemory", 0)

@@ -12,7 +12,8 @@ runs:
   a dead worker's restore after the visibility timeout) puts the message back and the mark stays;
 - the message's acknowledgement (the chunk ended, also one that failed before its claim, or a
   hard time limit, or a revoked run) and a reject without requeue: the unacked index's
-  ``ZREM``/``HDEL`` and the mark's ``DEL`` in one ``MULTI``;
+  ``HDEL``/``ZREM`` and the mark's ``DEL`` in one round trip (no ``MULTI``: a full Redis
+  refuses a transaction's deletions, ``MarkingQoS._forget``);
 - the broker losing data (a restart without persistence, a failover to a replica behind):
   message and mark were written in one transaction, so they are lost together.
 
@@ -79,10 +80,19 @@ class MarkingQoS(kombu_redis.QoS):
         virtual.QoS.ack(self, delivery_tag)
 
     def _forget(self, delivery_tag: Any) -> None:
+        """Drop the message from the unacked index and its mark: one round trip, not a
+        ``MULTI``. Redis refuses every command queued in a ``MULTI`` while it is at
+        ``maxmemory`` (under ``noeviction``), also these deletions; kombu's own ack, refused so,
+        raised into Celery's consumer, which shut the worker down when a full Redis stopped a
+        turn. Outside a transaction deletions pass, and free memory. Cut between them: the
+        payload goes first, so a restore finds an index entry with no message (and drops it);
+        a mark left behind is one the reaper outlives (its TTL, this module's docstring)."""
         message = self._delivered.get(delivery_tag)
         mark = mark_of(getattr(message, "headers", None))
-        with self.pipe_or_acquire() as pipe:
-            self._remove_from_indices(delivery_tag, pipe)
+        with self.channel.conn_or_acquire() as client:
+            pipe = client.pipeline(transaction=False)
+            pipe.hdel(self.unacked_key, delivery_tag)
+            pipe.zrem(self.unacked_index_key, delivery_tag)
             if mark is not None:
                 pipe.delete(mark)
             pipe.execute()
