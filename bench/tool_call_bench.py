@@ -89,7 +89,7 @@ class _NoRedis:
     def register_script(self, script: str) -> None:
         return None
 
-    def xadd(self, *args: Any, **kwargs: Any) -> bytes:
+    def execute_command(self, *args: Any, **kwargs: Any) -> bytes:
         return b"1-1"
 
 

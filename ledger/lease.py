@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
+from ledger import keys
 from ledger.codec import Envelope
 from ledger.events import RunStarted
 from ledger.turn import TurnMeta
@@ -24,6 +25,11 @@ class Lease:
     #: the run's ``run_started`` at ``E-0`` (from its claim): the run's streamed text is stored
     #: compactly against it (``ledger.codec``); None: every event is stored as JSON
     opened: RunStarted | None = None
+    #: the turn's stream (``keys.turn_events``), named once for every append of the run
+    stream: str = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self.stream = keys.turn_events(self.turn_id)
 
     def next_id(self) -> str:
         return f"{self.epoch}-{self.seq}"

@@ -250,17 +250,17 @@ def test_an_append_whose_reply_was_lost_is_retried_without_duplicating(
     """The XADD ran but the connection dropped before the reply: the retry finds it landed."""
     ledger = Ledger(client)
     lease = new_turn(ledger)
-    real = client.xadd
+    real = client.execute_command
     lost: list[bool] = []
 
     def reply_lost_once(*args: object, **kwargs: object) -> object:
-        reply = real(*args, **kwargs)  # type: ignore[arg-type]
-        if not lost:
+        reply = real(*args, **kwargs)
+        if args[0] == "XADD" and not lost:
             lost.append(True)
             raise redis.ConnectionError("connection reset after the command ran")
         return reply
 
-    monkeypatch.setattr(client, "xadd", reply_lost_once)
+    monkeypatch.setattr(client, "execute_command", reply_lost_once)
     sid = ledger.append(text("once"), lease=lease)
     assert lost
     assert [env.stream_id for env in ledger.read_turn("t1") if env.event.type == "text"] == [sid]
@@ -490,18 +490,21 @@ def test_a_write_a_demoted_master_refused_as_read_only_is_sent_again_and_lands_o
     ledger = Ledger(client)
     lease = new_turn(ledger)
     refusals: list[str] = []
-    for name, command in (("xadd", client.xadd), ("script", ledger._append_batch_script)):
+    for name, command in (
+        ("xadd", client.execute_command),
+        ("script", ledger._append_batch_script),
+    ):
 
         def read_only_once(
             *args: object, name: str = name, real: object = command, **kw: object
         ) -> object:
-            if name not in refusals:
+            if name not in refusals and (name == "script" or args[0] == "XADD"):
                 refusals.append(name)
                 raise redis.exceptions.ReadOnlyError("You can't write against a read only replica.")
             return real(*args, **kw)  # type: ignore[operator]
 
         if name == "xadd":
-            monkeypatch.setattr(client, "xadd", read_only_once)
+            monkeypatch.setattr(client, "execute_command", read_only_once)
         else:
             monkeypatch.setattr(ledger, "_append_batch_script", read_only_once)
     ledger.append(text("one"), lease=lease)

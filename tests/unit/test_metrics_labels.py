@@ -9,7 +9,7 @@ from pathlib import Path
 import fakeredis
 import pytest
 from harness import Harness
-from prometheus_client import REGISTRY
+from prometheus_client import REGISTRY, CollectorRegistry, Histogram
 from structlog.testing import capture_logs
 
 from ledger.events import Event, RunEnded, RunStarted, Text
@@ -127,3 +127,29 @@ def test_every_turn_end_is_counted_once_where_the_lifecycle_closes_the_turn(
     assert h.lifecycle.stop(h.turn_id).ok
 
     assert (count("completed"), count("stopped", "cancelled")) == (completed + 1, cancelled + 1)
+
+
+def test_a_batch_of_observations_lands_in_the_buckets_and_sum_that_one_by_one_would() -> None:
+    """``observe_many`` (one increment per bucket) against ``Histogram.observe`` per amount,
+    with amounts on and beside the bounds, below the first and past the last."""
+    bounds = (0.001, 0.01, 0.1)
+    amounts = [0.0, 0.0005, 0.001, 0.0010001, 0.01, 0.05, 0.1, 0.2, 7.0, 0.001]
+    one_by_one, batched = CollectorRegistry(), CollectorRegistry()
+    for registry in (one_by_one, batched):
+        histogram = Histogram("h_seconds", "h", buckets=bounds, registry=registry)
+        if registry is batched:
+            metrics.observe_many(histogram, amounts)
+        else:
+            for amount in amounts:
+                histogram.observe(amount)
+
+    def samples(registry: CollectorRegistry) -> dict[tuple[str, str], float]:
+        return {
+            (s.name, s.labels.get("le", "")): s.value
+            for family in registry.collect()
+            for s in family.samples
+            if not s.name.endswith("_created")
+        }
+
+    assert samples(batched) == pytest.approx(samples(one_by_one))
+    assert samples(batched)[("h_seconds_bucket", "0.001")] == 4
