@@ -16,6 +16,8 @@ from tests.support.processes import ROOT, subprocess_env
         ({"DRES_TOOLS": "no_such_module"}, [], "DRES_TOOLS: cannot import 'no_such_module'"),
         ({"DRES_TOOLS": "json"}, [], "DRES_TOOLS: module 'json' defines no @tool"),
         ({}, ["-P", "solo"], "the solo pool never raises soft time limits"),
+        ({}, ["--bogus"], "celery worker options: No such option '--bogus'"),
+        ({}, ["-c", "many"], "Invalid value for '-c' / '--concurrency'"),
         ({"DRES_APPROVAL": "no_such_tool"}, [], "DRES_APPROVAL names unknown tools"),
         ({"DRES_APPROVAL": "list_outbox"}, [], "DRES_APPROVAL names read-only tools"),
         ({"DRES_APPROVAL": "a b"}, [], "DRES_APPROVAL: must be none, writes"),

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Callable
 from typing import Any
 
 import structlog
-from celery import signals
+from celery import Celery, signals
 
 from worker.base import metrics
 from worker.base.errors import ConfigError
@@ -76,6 +78,13 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
         WorkerMetrics.prepare(settings.metrics_port).start()
     runtime = Runtime.from_settings(settings)
     app = runtime.app
+    argv = ["--pool=prefork", "--without-gossip", "--without-mingle", *extra]
+    if not any(a in {"-Q", "--queues"} or a.startswith("--queues=") for a in extra):
+        argv.append(f"--queues={settings.foreground_queue},{settings.background_queue}")
+    if not any(a in {"-l", "--loglevel"} or a.startswith("--loglevel=") for a in extra):
+        argv.append("--loglevel=INFO")
+    # parsed now: an option Celery's worker does not take is refused before anything connects
+    start = celery_worker(app, argv, quiet=settings.log_format == "json")
     hand_over_on_shutdown()
     load_before_fork(runtime)
     check_stores(settings)  # after the checks that need no Redis; its gauge after prepare()
@@ -103,12 +112,38 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     if reaper:
         signals.worker_ready.connect(start_reaper, weak=False)
         signals.worker_shutdown.connect(stop_reaper, weak=False)
-    # --quiet: no banner on stdout when every line must be JSON
-    quiet = ["--quiet"] if settings.log_format == "json" else []
-    argv = [*quiet, "worker", "--pool=prefork", "--without-gossip", "--without-mingle", *extra]
-    if not any(a in {"-Q", "--queues"} or a.startswith("--queues=") for a in extra):
-        argv.append(f"--queues={settings.foreground_queue},{settings.background_queue}")
-    if not any(a in {"-l", "--loglevel"} or a.startswith("--loglevel=") for a in extra):
-        argv.append("--loglevel=INFO")
-    app.worker_main(argv)
-    return 0
+    return start()
+
+
+def celery_worker(app: Celery, argv: list[str], *, quiet: bool) -> Callable[[], int]:
+    """``celery worker ARGV`` for ``app``, its options parsed now (``ConfigError`` naming one it
+    does not take); calling what this returns runs the worker until it stops, and gives its exit
+    code. Celery's own ``worker`` command, with the context its ``celery`` group would have made
+    (``quiet``: no banner on stdout, where every line must be JSON). Not ``app.worker_main``:
+    that imports the whole ``celery`` command line (its REPL, prompt_toolkit: 0.5 s of every
+    worker's start) to reach this one command."""
+    from celery.bin.base import CLIContext
+    from celery.bin.worker import worker
+    from click import ClickException
+    from click.exceptions import Exit
+
+    context = CLIContext(
+        app=app, no_color=bool(os.environ.get("NO_COLOR")), workdir=None, quiet=quiet
+    )
+    try:
+        parsed = worker.make_context("dres worker", argv, obj=context)
+    except ClickException as e:  # an option Celery's worker does not take, or a bad value
+        raise ConfigError(f"celery worker options: {e.format_message()}") from None
+    except Exit as e:  # its --help, printed
+        code = e.exit_code
+        return lambda: code
+
+    def run() -> int:
+        with parsed:
+            try:
+                worker.invoke(parsed)
+            except Exit as e:  # the worker's end: ``ctx.exit(exitcode)``
+                return e.exit_code
+        return 0
+
+    return run
