@@ -8,6 +8,10 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed-stamp
 PYTEST_ARGS ?=
+# the suite's processes (pytest-xdist): most of a test's time is waiting on its workers and
+# servers, so two halve the run on two vCPUs; a file's tests stay in one (module fixtures).
+# TEST_WORKERS=0 runs it in this process alone.
+TEST_WORKERS ?= 2
 TOOLS ?= .tools
 UV := $(TOOLS)/bin/uv
 # uv uses the Python it is given and never downloads one; .venv is where the lock is installed
@@ -42,7 +46,7 @@ chromium:
 
 # The suite starts its own private redis-server (AOF on, free port) and Celery worker processes.
 test: install redis-server chromium
-	$(PY) -m pytest $(PYTEST_ARGS)
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # schemathesis against the API's own OpenAPI document, every check on, then its stateful phase
 # following the document's links (POST /v1/turns -> status, events, journal, Continue, Stop,
@@ -62,7 +66,7 @@ test-latest: $(UV) redis-server chromium
 	$(UV) venv --quiet --allow-existing --python $(PYTHON) $(LATEST_VENV)
 	VIRTUAL_ENV=$(LATEST_VENV) $(UV) pip install --quiet --refresh --upgrade -e '.[dev]'
 	$(LATEST_VENV)/bin/python -c "import celery, kombu, redis; print('latest: redis-py', redis.__version__, 'celery', celery.__version__, 'kombu', kombu.__version__)"
-	$(LATEST_VENV)/bin/python -m pytest $(PYTEST_ARGS)
+	$(LATEST_VENV)/bin/python -m pytest -n $(TEST_WORKERS) --dist loadfile $(PYTEST_ARGS)
 
 # ruff; mypy --strict on every package; and repeated code (6 lines or more) fails the build.
 lint: install
