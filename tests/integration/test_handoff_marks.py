@@ -209,3 +209,24 @@ def test_a_full_redis_still_takes_an_acknowledgement_and_its_mark_goes_with_it(
         assert rdb.hlen("unacked") == 0 and rdb.zcard("unacked_index") == 0
     finally:
         rdb.config_set("maxmemory", 0)
+
+
+def test_a_full_redis_keeps_a_message_to_deliver_again_unacknowledged_with_its_mark(
+    rdb: redis.Redis,
+    lifecycle: Lifecycle,
+    dispatcher: CountingDispatcher,
+    taken: Callable[[], Any],
+    script: Callable[..., str],
+) -> None:
+    """A killed pool child's message is delivered again (``reject(requeue=True)``): a full
+    Redis refuses that transaction's ``LPUSH``, which shut the worker down. The message stays
+    held, restorable after the visibility timeout, and its mark stays."""
+    turn_id, run_id = pending_turn(lifecycle, script)
+    message = taken()
+    rdb.config_set("maxmemory", 1)
+    try:
+        message.reject(requeue=True)
+    finally:
+        rdb.config_set("maxmemory", 0)
+    assert rdb.hlen("unacked") == 1 and rdb.zcard("unacked_index") == 1
+    assert dispatcher.marked(turn_id, run_id)

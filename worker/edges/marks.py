@@ -37,12 +37,16 @@ from __future__ import annotations
 
 from typing import Any
 
+import redis
+import structlog
 from kombu.transport import redis as kombu_redis
 from kombu.transport import virtual
 from kombu.utils.json import dumps
 
 from ledger import keys
 from ledger.errors import InvalidId
+
+log = structlog.get_logger("dres.marks")
 
 #: seconds a mark lives at least (its TTL is the visibility timeout when that is longer)
 MIN_MARK_TTL_S = 3600
@@ -74,7 +78,15 @@ class MarkingQoS(kombu_redis.QoS):
 
     def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
         if requeue:  # back in the queue: the mark stays
-            super().reject(delivery_tag, requeue=True)
+            try:
+                super().reject(delivery_tag, requeue=True)
+            except redis.exceptions.OutOfMemoryError:
+                # A full Redis refuses the restore's transaction (its LPUSH), which raised into
+                # Celery's consumer and shut the worker down (a killed pool child's message, with
+                # task_reject_on_worker_lost). The message stays unacknowledged, its mark with
+                # it: kombu restores it after the visibility timeout, as a dead worker's.
+                log.warning("redis is full: a message to deliver again stays unacknowledged")
+                virtual.QoS.ack(self, delivery_tag)
             return
         self._forget(delivery_tag)
         virtual.QoS.ack(self, delivery_tag)
