@@ -269,7 +269,9 @@ def test_without_the_trap_the_soft_limit_is_still_found_in_what_the_anthropic_sd
         with (
             celery_soft_limit(),
             pytest.raises((anthropic.APIConnectionError, SoftTimeLimitExceeded)) as info,
-            delivered(PHASES["first_byte"], kill(signal.SIGUSR1)),
+            # once the fake has the request: under load the client may wait for its first
+            # byte before the fake's thread has recorded it (seen in CI, 0 requests received)
+            delivered(PHASES["first_byte"], kill(signal.SIGUSR1), lambda: bool(fake.received)),
         ):
             client.messages.create(model="m", max_tokens=8, messages=messages, stream=True)
     finally:
@@ -296,7 +298,10 @@ def test_without_the_trap_the_anthropic_sdk_may_retry_past_celerys_soft_limit(
     messages: Any = [{"role": "user", "content": "hi"}]
     kinds: list[str] = []
     try:
-        with celery_soft_limit(), delivered(PHASES["first_byte"], kill(signal.SIGUSR1)):
+        with (
+            celery_soft_limit(),
+            delivered(PHASES["first_byte"], kill(signal.SIGUSR1), lambda: bool(fake.received)),
+        ):
             try:
                 stream = client.messages.create(
                     model="m", max_tokens=8, messages=messages, stream=True
