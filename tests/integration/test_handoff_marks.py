@@ -7,6 +7,7 @@ a message is taken and acknowledged here as a worker's consumer does (``basic_ge
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import pytest
@@ -187,46 +188,40 @@ def test_a_queued_message_without_a_mark_is_found_by_reading_the_queues(
     assert lifecycle.store.meta(turn_id).redispatches == 0
 
 
-def test_a_full_redis_still_takes_an_acknowledgement_and_its_mark_goes_with_it(
-    rdb: redis.Redis,
-    lifecycle: Lifecycle,
-    dispatcher: CountingDispatcher,
-    taken: Callable[[], Any],
-    script: Callable[..., str],
-) -> None:
-    """At ``maxmemory`` under ``noeviction`` Redis refuses every command of a ``MULTI``: an ack
-    sent as one raised into Celery's consumer, which then shut the worker down (a full Redis
-    that stopped a turn took its worker with it)."""
-    turn_id, run_id = pending_turn(lifecycle, script)
-    message = taken()
-    assert rdb.hlen("unacked") == 1
+@contextmanager
+def full(rdb: redis.Redis) -> Iterator[None]:
+    """Redis at ``maxmemory`` under ``noeviction``: every write it is sent, refused."""
     rdb.config_set("maxmemory", 1)
     try:
         with pytest.raises(redis.exceptions.OutOfMemoryError):
-            rdb.set("probe", "x")  # full: writes are refused
-        message.ack()
-        assert not dispatcher.marked(turn_id, run_id)
-        assert rdb.hlen("unacked") == 0 and rdb.zcard("unacked_index") == 0
+            rdb.set("probe", "x")
+        yield
     finally:
         rdb.config_set("maxmemory", 0)
 
 
-def test_a_full_redis_keeps_a_message_to_deliver_again_unacknowledged_with_its_mark(
+@pytest.mark.parametrize("answer", ["ack", "requeue"])
+def test_a_full_redis_takes_a_held_messages_answer_without_raising(
     rdb: redis.Redis,
     lifecycle: Lifecycle,
     dispatcher: CountingDispatcher,
     taken: Callable[[], Any],
     script: Callable[..., str],
+    answer: str,
 ) -> None:
-    """A killed pool child's message is delivered again (``reject(requeue=True)``): a full
-    Redis refuses that transaction's ``LPUSH``, which shut the worker down. The message stays
-    held, restorable after the visibility timeout, and its mark stays."""
+    """A full Redis refuses every command of a ``MULTI``, also deletions. kombu sent the ack
+    (the chunk ended) and the delivery again (``reject(requeue=True)``: a killed pool child's
+    message) as one, and the error reached Celery's consumer, which shut the worker down: a
+    full Redis that stopped a turn took its worker with it. The ack now goes through, mark and
+    all; the message to deliver again stays held with its mark, restored after the visibility
+    timeout."""
     turn_id, run_id = pending_turn(lifecycle, script)
     message = taken()
-    rdb.config_set("maxmemory", 1)
-    try:
-        message.reject(requeue=True)
-    finally:
-        rdb.config_set("maxmemory", 0)
-    assert rdb.hlen("unacked") == 1 and rdb.zcard("unacked_index") == 1
-    assert dispatcher.marked(turn_id, run_id)
+    with full(rdb):
+        if answer == "ack":
+            message.ack()
+        else:
+            message.reject(requeue=True)
+    held = answer == "requeue"
+    assert (rdb.hlen("unacked"), rdb.zcard("unacked_index")) == ((1, 1) if held else (0, 0))
+    assert dispatcher.marked(turn_id, run_id) is held
