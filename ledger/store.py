@@ -238,8 +238,10 @@ class Ledger:
 
         A single event takes ``append``'s one-XADD path.
         """
-        if len(events) <= 1:
-            return [self.append(event, lease=lease) for event in events]
+        if len(events) == 1:  # most appends: a tool call's start, its end
+            return [self.append(events[0], lease=lease)]
+        if not events:
+            return []
         turn_keys = keys.turn_keys(lease.turn_id)
         ids: list[str] = []
         for i in range(0, len(events), BATCH):

@@ -175,14 +175,16 @@ class Recorder:
         self._failed: BaseException | None = None
 
     def make(self, cls: type[E], **fields: Any) -> E:
-        lease = self.run.lease
-        return _made(cls, fields, self.clock, self.ids, lease.turn_id, lease.run_id, lease.chunk)
+        return self._made(cls, fields)
 
     def record(self, cls: type[E], **fields: Any) -> E:
-        lease = self.run.lease
-        event = _made(cls, fields, self.clock, self.ids, lease.turn_id, lease.run_id, lease.chunk)
+        event = self._made(cls, fields)
         self.record_many((event,))
         return event
+
+    def _made(self, cls: type[E], fields: dict[str, Any]) -> E:
+        lease = self.run.lease
+        return _made(cls, fields, self.clock, self.ids, lease.turn_id, lease.run_id, lease.chunk)
 
     def hold(self, cls: type[E], **fields: Any) -> E:
         """Make an event that joins ``events`` now and is written with the next record: one
@@ -301,10 +303,7 @@ class Recorder:
             return
         began = time.perf_counter()
         try:
-            if len(batch) == 1:  # most writes: one XADD (a tool call's start, its end)
-                self.ledger.append(batch[0], lease=self.run.lease)
-            else:
-                self.ledger.append_many(batch, lease=self.run.lease)
+            self.ledger.append_many(batch, lease=self.run.lease)
         finally:
             metrics.observe_append(time.perf_counter() - began)
         self.events.extend(ours)
