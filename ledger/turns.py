@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from contextlib import suppress
+from dataclasses import dataclass
 from typing import Any
 
 import redis
@@ -49,6 +50,21 @@ STOP_FLAG_TTL_S = 24 * 3600
 _CLAIMED = target(Step.CLAIM) or TurnStatus.RUNNING
 #: what ``transition`` does to the turn's keys' expiry
 EXPIRE, PERSIST, KEEP = "expire", "persist", "keep"
+
+
+@dataclass(frozen=True)
+class Outgoing:
+    """A message that goes out with a step (a hand-over's, to its successor), written in the
+    step's own atomic script or not at all: pushed onto ``queue``, its presence marked at
+    ``mark`` for ``mark_ttl_s``, and the reaper's look at the turn set to ``look_at_ms`` unless
+    one is already sooner. Its keys are the broker's, on the ledger's own server; the broker's
+    transport made the message, which the ledger passes on unread."""
+
+    queue: str
+    message: str | bytes
+    mark: str
+    mark_ttl_s: int
+    look_at_ms: int
 
 
 def _no_script_flags(error: redis.ResponseError) -> bool:
@@ -272,10 +288,14 @@ class TurnStore:
         fields: Mapping[str, MetaValue] | None = None,
         expiry: str = KEEP,
         allow_oom: bool = False,
+        outgoing: Outgoing | None = None,
     ) -> int:
         """Carry out ``step`` if the table allows it from the turn's status and every ``expect``
         field holds its value (``""``: unset); write ``events`` under a new epoch and set
         ``fields``, atomically. Returns the turn's epoch after the step.
+
+        ``outgoing``: a message sent with the step, in the same atomic step (one server only:
+        ``sends_with_steps``); a step refused sends nothing.
 
         ``expiry``: ``EXPIRE`` gives the turn's keys the finished-turn expiry, ``PERSIST`` takes
         it away (a stopped turn continued). ``allow_oom``: the step may write while Redis is at
@@ -294,7 +314,14 @@ class TurnStore:
             fields,
             expiry,
             allow_oom,
+            outgoing,
         )
+
+    @property
+    def sends_with_steps(self) -> bool:
+        """Can a step carry an ``Outgoing`` message? Not on a Redis Cluster, whose scripts
+        touch one slot (and whose broker is another server anyway)."""
+        return not isinstance(self.client, RedisCluster)
 
     def mark(self, turn_id: str, **fields: MetaValue) -> None:
         """Set bookkeeping fields (not the status) of an existing turn, whatever its status."""
@@ -330,6 +357,7 @@ class TurnStore:
         fields: Mapping[str, MetaValue] | None,
         expiry: str,
         allow_oom: bool = False,
+        outgoing: Outgoing | None = None,
     ) -> int:
         ttl = {EXPIRE: self.ledger.finished_ttl_s, PERSIST: -1, KEEP: 0}[expiry]
         args: list[MetaValue] = [str(step or "mark"), to, ttl, len(allowed)]
@@ -339,9 +367,16 @@ class TurnStore:
             args += [name, value]
         args.append(len(events))
         args += [encode(event) for event in events]
+        turn_keys: Sequence[str] = keys.turn_keys(turn_id)
+        if outgoing is None:
+            args.append(0)
+        else:
+            if not self.sends_with_steps:
+                raise ValueError("a step's message needs the ledger and the broker on one server")
+            args += [1, outgoing.message, outgoing.mark_ttl_s, outgoing.look_at_ms]
+            turn_keys = [*turn_keys, outgoing.queue, outgoing.mark, keys.active_turns()]
         for name, value in (fields or {}).items():
             args += [name, value]
-        turn_keys = keys.turn_keys(turn_id)
         step_script = self._transition_oom if allow_oom else self._transition
         try:
             try:

@@ -25,6 +25,7 @@ from worker.engine.models import make_model
 from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
 from worker.engine.tools import Registry
 from worker.lifecycle import Decided, Lifecycle
+from worker.lifecycle.dispatch import Prepared
 
 TOOL_MODULES = ["worker.dev.demo_tools", "sample_tools"]
 
@@ -79,6 +80,9 @@ class KeptMessages:
 
     def dispatch(self, turn_id: str, run_id: str, mode: str) -> None:
         self.sent.append((turn_id, run_id, mode))
+
+    def prepare(self, turn_id: str, run_id: str, mode: str) -> Prepared | None:
+        return None  # sent after the step, where this dispatcher keeps it
 
     def revoke(self, turn_id: str, run_id: str) -> None:
         self.revoked.append(run_id)

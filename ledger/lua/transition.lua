@@ -6,12 +6,21 @@
 -- on every XADD of an older epoch is refused by Redis itself: a run whose turn was ended, handed
 -- over or taken over cannot append after it. A step without events leaves the epoch alone.
 --
--- KEYS[1] stream, KEYS[2] meta hash
+-- A step may send a message with it (a hand-over, its successor's): the message is pushed onto a
+-- list of the same server, its presence marked, and the reaper's look at the turn set, only when
+-- the step is taken, and in the same atomic step — so the step is recorded before its message
+-- exists, and no crash falls between the two. The script does not read the message.
+--
+-- KEYS[1] stream, KEYS[2] meta hash; with a message also KEYS[3] the list it is pushed onto,
+-- KEYS[4] its mark, KEYS[5] the reaper's index
 -- ARGV[1] the step's name, ARGV[2] the status it leads to ('': the status stays)
 -- ARGV[3] seconds to keep the turn's keys from now (0: leave as is, -1: keep them for good)
 -- ARGV[4] number of allowed from-statuses f, then f statuses
 -- then the number of conditions c, then c pairs (meta field, expected value; '' = unset)
--- then the number of events n, then n payloads, then pairs (meta field, value) to set
+-- then the number of events n, then n payloads
+-- then the number of messages (0 or 1), then for one: the message, its mark's TTL (s), and the
+-- ms time of the reaper's look (set unless a sooner one is)
+-- then pairs (meta field, value) to set
 -- Returns the epoch after the step. Errors: NOTURN, REFUSED <status>, CHANGED <field> <value>.
 if redis.call('EXISTS', KEYS[2]) == 0 then
   return redis.error_reply('NOTURN')
@@ -49,6 +58,13 @@ if n > 0 then
 else
   epoch = tonumber(redis.call('HGET', KEYS[2], 'epoch') or '0')
 end
+local message = nil
+if tonumber(ARGV[i]) == 1 then
+  message = {ARGV[i + 1], ARGV[i + 2], ARGV[i + 3]}
+  i = i + 4
+else
+  i = i + 1
+end
 if ARGV[2] ~= '' then
   redis.call('HSET', KEYS[2], 'status', ARGV[2])
 end
@@ -67,11 +83,16 @@ if ttl > 0 and redis.call('XLEN', KEYS[1]) <= 1000 then
     redis.pcall('RESTORE', KEYS[1], ttl * 1000, dumped, 'REPLACE')
   end
 end
-for _, key in ipairs(KEYS) do
+for k = 1, 2 do
   if ttl > 0 then
-    redis.call('EXPIRE', key, ttl)
+    redis.call('EXPIRE', KEYS[k], ttl)
   elseif ttl < 0 then
-    redis.call('PERSIST', key)
+    redis.call('PERSIST', KEYS[k])
   end
+end
+if message then
+  redis.call('LPUSH', KEYS[3], message[1])
+  redis.call('SET', KEYS[4], '1', 'EX', message[2])
+  redis.call('ZADD', KEYS[5], 'LT', message[3], string.match(KEYS[2], '{([^}]*)}'))
 end
 return epoch

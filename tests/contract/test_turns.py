@@ -12,6 +12,7 @@ from contextlib import suppress
 import pytest
 import redis
 from factories import base, text, turn_started
+from redis.cluster import RedisCluster
 
 from ledger import keys
 from ledger.errors import CorruptTurn, FencedOut, TransitionRefused, UnknownTurn
@@ -19,7 +20,7 @@ from ledger.events import Event, RunEnded, TurnEnded
 from ledger.lease import Lease
 from ledger.store import Ledger, MetaValue
 from ledger.turn import TABLE, Step, TurnMeta, TurnStatus, allowed_from
-from ledger.turns import EXPIRE, PERSIST, TurnStore
+from ledger.turns import EXPIRE, PERSIST, Outgoing, TurnStore
 
 FAR = 2**62  # a lease deadline far in the future (ms)
 #: the steps a run takes under its own lease
@@ -257,6 +258,85 @@ def test_a_hand_over_after_the_turn_completed_is_refused_and_writes_nothing(
     assert (refused.value.why, refused.value.found) == ("REFUSED", "completed")
     assert snapshot(client) == before
     assert types(store.ledger)[-1] == "turn_ended"
+
+
+def one_server(client: redis.Redis) -> None:
+    if isinstance(client, RedisCluster):
+        pytest.skip("a cluster's steps send no message (the test after these)")
+
+
+def hand_over_sending(store: TurnStore, lease: Lease, successor: str, look_at_ms: int) -> int:
+    """A hand-over that sends its successor's message with it (as a chunk on one server does)."""
+    message = Outgoing("q:chunks", f'{{"run": "{successor}"}}', f"m:{successor}", 600, look_at_ms)
+    return store.transition(
+        lease.turn_id,
+        Step.HAND_OVER,
+        expect=store.holder(lease),
+        events=step_events(Step.HAND_OVER),
+        fields={"next_run": successor, "next_chunk": lease.chunk + 1},
+        outgoing=message,
+    )
+
+
+def test_a_hand_over_sends_its_message_its_mark_and_the_reapers_look_in_its_own_step(
+    client: redis.Redis,
+) -> None:
+    """The successor is recorded and its message queued in one atomic step (CONTRACT §7.7: the
+    record first), so no crash falls between the two; the reaper's look is only ever brought
+    sooner, never put off."""
+    one_server(client)
+    store = TurnStore(Ledger(client))
+    create(store)
+    lease = claim(store, "r1", until_ms=9_000)
+
+    hand_over_sending(store, lease, "r2", look_at_ms=5_000)
+
+    assert client.lrange("q:chunks", 0, -1) == [b'{"run": "r2"}']
+    assert client.get("m:r2") == b"1" and 590 <= client.ttl("m:r2") <= 600
+    assert client.zscore(keys.active_turns(), "t1") == 5_000
+    meta = store.meta("t1")
+    assert (meta.status, meta.next_run, meta.next_chunk) == ("resuming", "r2", 1)
+    assert types(store.ledger)[-1] == "run_ended"
+
+    lease = claim(store, "r2", until_ms=4_000)  # the claim's own look, sooner
+    hand_over_sending(store, lease, "r3", look_at_ms=8_000)
+    assert client.zscore(keys.active_turns(), "t1") == 4_000
+    assert client.lrange("q:chunks", 0, -1) == [b'{"run": "r3"}', b'{"run": "r2"}']
+    assert client.ttl(keys.turn_meta("t1")) == -1  # the turn's own keys keep their expiry
+
+
+def test_a_refused_hand_over_sends_no_message(client: redis.Redis) -> None:
+    """A soft limit after the turn completed: the step is refused and nothing goes out."""
+    one_server(client)
+    store = TurnStore(Ledger(client))
+    create(store)
+    lease = claim(store, "r1")
+    end(store, lease, Step.COMPLETE)
+    before = snapshot(client)
+
+    with pytest.raises(TransitionRefused):
+        hand_over_sending(store, lease, "r2", look_at_ms=5_000)
+
+    assert snapshot(client) == before
+    assert (client.exists("q:chunks"), client.exists("m:r2")) == (0, 0)
+
+
+def test_on_a_cluster_a_step_with_a_message_is_refused_before_it_writes(
+    client: redis.Redis,
+) -> None:
+    """A cluster's script touches one slot, and its broker is another server: the caller sends
+    after the step there (``sends_with_steps``), and a step asked to send is a caller's error."""
+    if not isinstance(client, RedisCluster):
+        pytest.skip("one server sends with its steps (the tests before this)")
+    store = TurnStore(Ledger(client))
+    create(store)
+    lease = claim(store, "r1")
+    before = snapshot(client)
+
+    assert not store.sends_with_steps
+    with pytest.raises(ValueError, match="one server"):
+        hand_over_sending(store, lease, "r2", look_at_ms=5_000)
+    assert snapshot(client) == before
 
 
 @pytest.mark.parametrize("step", [Step.COMPLETE, Step.STOP, Step.HAND_OVER])

@@ -33,6 +33,7 @@ from worker.edges.client import enqueue
 from worker.edges.runtime import CeleryDispatcher, Runtime
 from worker.engine.recorder import RunContext
 from worker.lifecycle import Lifecycle
+from worker.lifecycle.dispatch import Prepared
 
 pytestmark = pytest.mark.redis_server
 
@@ -48,6 +49,9 @@ class LosingDispatcher:
 
     def dispatch(self, turn_id: str, run_id: str, mode: str) -> None:
         self.lost.append((turn_id, run_id, mode))
+
+    def prepare(self, turn_id: str, run_id: str, mode: str) -> Prepared | None:
+        return None  # the message goes after the step, to be lost
 
     def revoke(self, turn_id: str, run_id: str) -> None:
         pass

@@ -6,6 +6,7 @@ a message is taken and acknowledged here as a worker's consumer does (``basic_ge
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -20,6 +21,7 @@ from worker.base.settings import Settings
 from worker.edges.runtime import CeleryDispatcher, Runtime
 from worker.lifecycle import Lifecycle
 from worker.lifecycle import reaper as reaper_module
+from worker.lifecycle.dispatch import run_ids
 from worker.lifecycle.reaper import Reaper
 
 pytestmark = pytest.mark.redis_server
@@ -90,6 +92,63 @@ def test_a_chunk_message_is_marked_while_queued_or_held_and_unmarked_by_its_ack(
     taken().ack()  # the chunk ended, or failed before its claim
     assert not rdb.exists(mark) and not dispatcher.marked(turn_id, run_id)
     assert not dispatcher.marked("turn_x", "run_never_sent")
+
+
+def queued(rdb: redis.Redis, queue: str) -> list[str]:
+    """The run ids of a queue's messages, oldest first (kombu pushes at the head)."""
+    return [run for raw in reversed(rdb.lrange(queue, 0, -1)) for run in run_ids([raw])]
+
+
+def test_prepare_makes_the_message_dispatch_sends_and_sends_nothing(
+    rdb: redis.Redis, runtime: Runtime, dispatcher: CountingDispatcher, settings: Settings
+) -> None:
+    queue = settings.foreground_queue
+    prepared = dispatcher.prepare("turn_p", "run_p", "foreground")
+
+    assert prepared is not None and dispatcher.shares_store
+    assert rdb.llen(queue) == 0 and not rdb.exists(prepared.mark), "kept, not sent"
+    dispatcher.dispatch("turn_p", "run_p", "foreground")
+    [sent] = rdb.lrange(queue, 0, -1)
+    assert (prepared.queue, prepared.mark) == (queue, keys.chunk_message("turn_p", "run_p"))
+    assert prepared.mark_ttl_s == rdb.ttl(prepared.mark)
+    kept, real = json.loads(prepared.message), json.loads(sent)
+    for message in (kept, real):  # kombu's tag of each publish
+        del message["properties"]["delivery_tag"]
+    assert kept == real
+
+    elsewhere = settings.model_copy(update={"broker_url": "redis://127.0.0.1:1/0"})
+    assert CeleryDispatcher(runtime.app, elsewhere).prepare("turn_p", "run_q", "foreground") is None
+
+
+def test_a_soft_limit_hands_over_and_sends_the_successors_message_in_one_step(
+    rdb: redis.Redis,
+    lifecycle: Lifecycle,
+    settings: Settings,
+    taken: Callable[[], Any],
+    script: Callable[..., str],
+) -> None:
+    """The hand-over's script queues the successor's message with its mark (kombu's own
+    transaction, ``MULTI``, is not used) and the reaper's look; the message is the one a worker
+    then takes and whose ack clears the mark."""
+    turn_id, run_id = pending_turn(lifecycle, script)
+    taken().ack()  # the first chunk's message, as its worker took it
+    run = lifecycle.claim(turn_id, run_id)
+    assert run is not None
+    transactions = rdb.info("commandstats").get("cmdstat_multi", {}).get("calls", 0)
+
+    assert lifecycle.chain(run) == "chained"
+
+    successor = lifecycle.store.meta(turn_id).next_run
+    assert queued(rdb, settings.foreground_queue) == [successor]
+    assert rdb.info("commandstats").get("cmdstat_multi", {}).get("calls", 0) == transactions
+    mark = keys.chunk_message(turn_id, successor)
+    assert rdb.exists(mark)
+    look = lifecycle.ms(settings.handoff_grace_s)
+    assert rdb.zscore(keys.active_turns(), turn_id) == min(look, lifecycle.ms(settings.lease_s))
+    message = taken()
+    assert message.headers["id"] == f"{turn_id}:{successor}"
+    message.ack()
+    assert not rdb.exists(mark)
 
 
 def test_a_due_run_behind_a_long_backlog_stays_queued_and_the_queues_are_never_read(

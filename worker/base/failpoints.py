@@ -75,6 +75,17 @@ class Failpoints:
             self._await_strike()
         return action
 
+    def armed(self, point: str) -> bool:
+        """Is a fault armed at ``point``, whether or not this hit fires it? (None of its hits
+        is counted.) False with failpoints off, at no cost."""
+        if self.redis is None:
+            return False
+        try:
+            armed = self.redis.hget(keys.chaos_fault(), "point")
+        except STORE_ERRORS:
+            return False
+        return armed is not None and text(armed) == point
+
     def _fires(self, point: str) -> str | None:
         """The armed action if it fires at this hit of ``point`` (recorded as ``fired``)."""
         key = keys.chaos_fault()

@@ -6,7 +6,9 @@ The mark (``ledger.keys.chunk_message``) lives in the broker's Redis and follows
 own life there, written and cleared by kombu's Redis transport in the transactions it already
 runs:
 - publishing a chunk message: ``LPUSH`` of the message and ``SET`` of its mark in one
-  ``MULTI`` (one round trip, as before: the hand-over's send costs nothing more);
+  ``MULTI`` (one round trip, as before); a hand-over on the ledger's own server instead has
+  this channel keep the message (``held``) and writes both in its own script
+  (``ledger/lua/transition.lua``), after the step, in the same atomic step;
 - a worker taking it (``BRPOP``, then kombu's unacked index): the mark stays, as the old look
   into the ``unacked`` hash saw a prefetched message; a redelivery (``reject(requeue=True)``,
   a dead worker's restore after the visibility timeout) puts the message back and the mark stays;
@@ -35,6 +37,9 @@ look, at its cost.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from typing import Any
 
 import redis
@@ -45,6 +50,7 @@ from kombu.utils.json import dumps
 
 from ledger import keys
 from ledger.errors import InvalidId
+from worker.lifecycle.dispatch import Prepared
 
 log = structlog.get_logger("dres.marks")
 
@@ -110,6 +116,24 @@ class MarkingQoS(kombu_redis.QoS):
             pipe.execute()
 
 
+#: while ``held()`` runs: what this context's channels were asked to publish, kept unsent (None
+#: for a message this transport would not send marked, as one command of its own)
+_held: ContextVar[list[Prepared | None] | None] = ContextVar("dres_held_messages", default=None)
+
+
+@contextmanager
+def held() -> Iterator[list[Prepared | None]]:
+    """Publishing in this context keeps each message, as the transport would have written it,
+    instead of sending it: a hand-over then sends its successor's within its own atomic step
+    (``CeleryDispatcher.prepare``). Only ``MarkingChannel`` keeps messages: ask it first."""
+    kept: list[Prepared | None] = []
+    token = _held.set(kept)
+    try:
+        yield kept
+    finally:
+        _held.reset(token)
+
+
 class MarkingChannel(kombu_redis.Channel):
     """A Redis channel whose chunk messages carry their mark (this module's docstring)."""
 
@@ -127,10 +151,17 @@ class MarkingChannel(kombu_redis.Channel):
     def _put(self, queue: str, message: dict[str, Any], **kwargs: Any) -> None:
         mark = mark_of(message.get("headers")) if self.marks_messages() else None
         batched = kwargs.get("_publish_batch") is not None
+        kept = _held.get()
         if mark is None or batched or (self._expires and queue in self._expires):
+            if kept is not None:
+                kept.append(None)  # not one this transport sends with its mark: not kept
+                return
             super()._put(queue, message, **kwargs)  # unmarked: the reaper's old look finds it
             return
         key = self._q_for_pri(queue, self._get_message_priority(message, reverse=False))
+        if kept is not None:
+            kept.append(Prepared(key, dumps(message), mark, self.mark_ttl_s))
+            return
         with self.conn_or_acquire() as client:
             pipe = client.pipeline()  # MULTI: the message and its mark exist together
             pipe.lpush(key, dumps(message))

@@ -30,7 +30,7 @@ from worker.base.clock import Clock, Ids, RandomIds, SystemClock
 from worker.base.errors import TurnCancelled
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
-from worker.edges import sentinel
+from worker.edges import broker, marks, sentinel
 from worker.edges.celery_app import chunk_task, create_app
 from worker.edges.marks import MarkingChannel
 from worker.engine.loop import AgentLoop
@@ -38,7 +38,7 @@ from worker.engine.models import Models
 from worker.engine.recorder import RunContext
 from worker.engine.tools import Registry
 from worker.lifecycle import Lifecycle
-from worker.lifecycle.dispatch import run_ids, task_id
+from worker.lifecycle.dispatch import Prepared, run_ids, task_id
 from worker.lifecycle.heartbeat import Heartbeat
 from worker.lifecycle.reaper import Reaper
 
@@ -162,6 +162,13 @@ class CeleryDispatcher:
         self.settings = settings
         #: the app's Queue objects: publishing to a declared one skips re-declaring it
         self.queues = {queue.name: queue for queue in app.conf.task_queues}
+        #: the broker is the ledger's own server (DRES_BROKER_URL unset or the same URL, no
+        #: cluster), through dres's transport, which keeps a message on request (``prepare``)
+        self.shares_store = (
+            settings.broker_url in ("", settings.redis_url)
+            and not settings.redis_cluster
+            and app.conf.broker_transport in (broker.TRANSPORT, broker.SENTINEL_TRANSPORT)
+        )
 
     def dispatch(self, turn_id: str, run_id: str, mode: str) -> None:
         self.app.send_task(
@@ -170,6 +177,26 @@ class CeleryDispatcher:
             task_id=task_id(turn_id, run_id),
             queue=self.queues[self.settings.queue(mode)],
         )
+
+    def prepare(self, turn_id: str, run_id: str, mode: str) -> Prepared | None:
+        """``Dispatcher.prepare``: Celery makes the message as it would send it (headers, queue,
+        priority list), and dres's transport keeps it instead of writing it."""
+        if not self.shares_store:
+            return None
+        with marks.held() as kept:
+            try:
+                self.dispatch(turn_id, run_id, mode)
+            except kombu.exceptions.OperationalError as e:
+                # the broker out of reach before anything was kept: the step goes alone, and
+                # ``dispatch`` after it meets the outage as it always did
+                log.warning("could not make the message to send with the step", error=str(e))
+                return None
+        if len(kept) == 1 and kept[0] is not None:
+            return kept[0]
+        if not kept:  # sent after all, by a transport that keeps nothing: sent again after the
+            # step (a second message of one run is claimed once)
+            log.warning("a transport sent a message it was asked to keep", run_id=run_id)
+        return None
 
     def revoke(self, turn_id: str, run_id: str) -> None:
         """Best effort (``Dispatcher``): the claim of a revoked run is refused anyway, so a broker

@@ -11,6 +11,7 @@ import structlog
 from ledger.errors import FencedOut, LedgerError, StoreFull, TransitionRefused
 from ledger.store import MetaValue
 from ledger.turn import Step, StopCode, TurnStatus
+from ledger.turns import Outgoing
 from worker.base import metrics
 from worker.base.errors import Shutdown, SoftLimit, TurnCancelled
 from worker.engine.loop import AgentLoop, RunResult
@@ -153,6 +154,9 @@ class ChunkPath(LifecycleBase):
         """The soft limit (or a shutdown, which ``detail`` says): hand the turn to its next
         chunk, or stop it at the chunk budget."""
         budget = self.settings.max_chunks
+        # chaos's faults of the hand-over fall between its step and its message: they keep the
+        # two apart, as a dispatcher that cannot send within the step does
+        apart = self.failpoints.armed("chunk.handoff")
         try:
             if run.chunk + 1 - run.chunk_base >= budget:
                 detail = f"the turn used its {budget} chunks"
@@ -160,10 +164,13 @@ class ChunkPath(LifecycleBase):
                 ran = self.run_ended(run, "soft_limit", detail)
                 self.close(run.turn_id, Step.STOP, self.store.holder(run.lease), [ran, ended])
                 return "stopped: max_chunks"
-            successor = self.hand_over(run, detail=detail)
+            successor, sent = self._hand_over(run, "soft_limit", detail, send=not apart)
         except TransitionRefused as e:
             log.info("soft limit after the run's turn moved on; nothing to hand over", why=str(e))
             return "ended"
+        if sent:
+            log.info("chained the next chunk", successor=successor, why=detail or "soft limit")
+            return "chained"
         fault = self.failpoints.hit("chunk.handoff")  # chaos only: crash, drop or duplicate here
         if fault == "drop":
             self.store.watch(run.turn_id, self.ms(self.settings.handoff_grace_s))
@@ -184,6 +191,15 @@ class ChunkPath(LifecycleBase):
         One fenced step: a run that no longer holds the turn, or whose turn ended, cannot hand it
         over. Returns the successor's run id, which the caller then dispatches (ids only).
         """
+        return self._hand_over(run, reason, detail, send=False)[0]
+
+    def _hand_over(self, run: RunContext, reason: str, detail: str, send: bool) -> tuple[str, bool]:
+        """``hand_over``; with ``send``, the successor's message goes out in the same atomic
+        step where the dispatcher can make it so (``Dispatcher.prepare``: the broker is the
+        ledger's server), with the reaper's look at the turn: one round trip, and no crash
+        between the step and its message. Returns the successor's id and whether it was sent.
+        """
+        ran = self.run_ended(run, reason, detail)  # first: its time is the hand-over's start
         successor = self.ids.new("run")
         fields: dict[str, MetaValue] = {
             "next_run": successor,
@@ -192,14 +208,23 @@ class ChunkPath(LifecycleBase):
             "dispatched": self.clock.now(),
             "redispatches": 0,
         }
+        outgoing = None
+        if send and self.store.sends_with_steps:
+            prepared = self.dispatcher.prepare(run.turn_id, successor, run.mode)
+            if prepared is not None:
+                look = self.ms(self.settings.handoff_grace_s)
+                outgoing = Outgoing(
+                    prepared.queue, prepared.message, prepared.mark, prepared.mark_ttl_s, look
+                )
         self.store.transition(
             run.turn_id,
             Step.HAND_OVER,
             expect=self.store.holder(run.lease),
-            events=[self.run_ended(run, reason, detail)],
+            events=[ran],
             fields=fields,
+            outgoing=outgoing,
         )
-        return successor
+        return successor, outgoing is not None
 
     def fail(self, run: RunContext, error: BaseException) -> None:
         """A chunk raised: the turn stops (``internal_error``) with Continue available."""
