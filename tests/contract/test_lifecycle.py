@@ -533,6 +533,9 @@ def soft_limit_after_finish(h: Harness, monkeypatch: pytest.MonkeyPatch) -> list
     fired: list[bool] = []
 
     class SoftLimitThere:
+        def armed(self, point: str) -> bool:
+            return False
+
         def hit(self, point: str) -> str | None:
             if point == "turn.ended" and not fired:
                 fired.append(True)
