@@ -72,8 +72,9 @@ STORE_FAULTS: dict[str, tuple[float, float]] = {
     "redis_pause": (1.0, 10.0),
 }
 #: where a fault of the store strikes: once the turn's stream holds a random number of events,
-#: between a write's side effect and its tool_done, during the hand-over to the next chunk
-STORE_POINTS = ("-", "tool.after_effect", "chunk.handoff")
+#: between a write's side effect and its tool_done, during the hand-over to the next chunk (its
+#: two steps kept apart there), and right after a hand-over that sent its message in its step
+STORE_POINTS = ("-", "tool.after_effect", "chunk.handoff", "chunk.sent")
 #: the action of a failover of the Sentinel-monitored master (its trials are drawn only from
 #: ``FAILOVER_FAULTS``, on a ``SentinelCluster``)
 FAILOVER = "failover"
@@ -85,7 +86,13 @@ FAULTS: list[tuple[str, str]] = [
     *[
         (action, point)
         for action in ("kill_child", "kill_worker")
-        for point in ("tool.before_start", "tool.after_effect", "tool.after_done", "chunk.handoff")
+        for point in (
+            "tool.before_start",
+            "tool.after_effect",
+            "tool.after_done",
+            "chunk.handoff",
+            "chunk.sent",
+        )
     ],
     ("soft_limit", "tool.after_effect"),
     ("duplicate", "chunk.handoff"),

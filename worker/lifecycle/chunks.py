@@ -169,6 +169,8 @@ class ChunkPath(LifecycleBase):
             log.info("soft limit after the run's turn moved on; nothing to hand over", why=str(e))
             return "ended"
         if sent:
+            # chaos only: a crash or a store fault once the step and its message are out
+            self.failpoints.hit("chunk.sent")
             log.info("chained the next chunk", successor=successor, why=detail or "soft limit")
             return "chained"
         fault = self.failpoints.hit("chunk.handoff")  # chaos only: crash, drop or duplicate here
