@@ -74,13 +74,16 @@ def conditions(step: Step, meta: TurnMeta) -> dict[str, MetaValue]:
     return {"epoch": meta.epoch}  # CONTINUE
 
 
-def hand_over(store: TurnStore, lease: Lease, successor: str) -> int:
+def hand_over(
+    store: TurnStore, lease: Lease, successor: str, outgoing: Outgoing | None = None
+) -> int:
     return store.transition(
         lease.turn_id,
         Step.HAND_OVER,
         expect=store.holder(lease),
         events=step_events(Step.HAND_OVER),
         fields={"next_run": successor, "next_chunk": lease.chunk + 1},
+        outgoing=outgoing,
     )
 
 
@@ -268,14 +271,7 @@ def one_server(client: redis.Redis) -> None:
 def hand_over_sending(store: TurnStore, lease: Lease, successor: str, look_at_ms: int) -> int:
     """A hand-over that sends its successor's message with it (as a chunk on one server does)."""
     message = Outgoing("q:chunks", f'{{"run": "{successor}"}}', f"m:{successor}", 600, look_at_ms)
-    return store.transition(
-        lease.turn_id,
-        Step.HAND_OVER,
-        expect=store.holder(lease),
-        events=step_events(Step.HAND_OVER),
-        fields={"next_run": successor, "next_chunk": lease.chunk + 1},
-        outgoing=message,
-    )
+    return hand_over(store, lease, successor, message)
 
 
 def test_a_hand_over_sends_its_message_its_mark_and_the_reapers_look_in_its_own_step(
