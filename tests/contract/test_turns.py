@@ -12,7 +12,6 @@ from contextlib import suppress
 import pytest
 import redis
 from factories import base, text, turn_started
-from redis.cluster import RedisCluster
 
 from ledger import keys
 from ledger.errors import CorruptTurn, FencedOut, TransitionRefused, UnknownTurn
@@ -263,9 +262,8 @@ def test_a_hand_over_after_the_turn_completed_is_refused_and_writes_nothing(
     assert types(store.ledger)[-1] == "turn_ended"
 
 
-def one_server(client: redis.Redis) -> None:
-    if isinstance(client, RedisCluster):
-        pytest.skip("a cluster's steps send no message (the test after these)")
+#: where a step sends its message itself: one server (a cluster's caller sends after the step)
+one_server = pytest.mark.parametrize("backend", ["fakeredis", "redis-server"], indirect=True)
 
 
 def hand_over_sending(store: TurnStore, lease: Lease, successor: str, look_at_ms: int) -> int:
@@ -274,13 +272,13 @@ def hand_over_sending(store: TurnStore, lease: Lease, successor: str, look_at_ms
     return hand_over(store, lease, successor, message)
 
 
+@one_server
 def test_a_hand_over_sends_its_message_its_mark_and_the_reapers_look_in_its_own_step(
     client: redis.Redis,
 ) -> None:
     """The successor is recorded and its message queued in one atomic step (CONTRACT §7.7: the
     record first), so no crash falls between the two; the reaper's look is only ever brought
     sooner, never put off."""
-    one_server(client)
     store = TurnStore(Ledger(client))
     create(store)
     lease = claim(store, "r1", until_ms=9_000)
@@ -301,9 +299,9 @@ def test_a_hand_over_sends_its_message_its_mark_and_the_reapers_look_in_its_own_
     assert client.ttl(keys.turn_meta("t1")) == -1  # the turn's own keys keep their expiry
 
 
+@one_server
 def test_a_refused_hand_over_sends_no_message(client: redis.Redis) -> None:
     """A soft limit after the turn completed: the step is refused and nothing goes out."""
-    one_server(client)
     store = TurnStore(Ledger(client))
     create(store)
     lease = claim(store, "r1")
@@ -317,13 +315,12 @@ def test_a_refused_hand_over_sends_no_message(client: redis.Redis) -> None:
     assert (client.exists("q:chunks"), client.exists("m:r2")) == (0, 0)
 
 
+@pytest.mark.parametrize("backend", ["cluster"], indirect=True)
 def test_on_a_cluster_a_step_with_a_message_is_refused_before_it_writes(
     client: redis.Redis,
 ) -> None:
     """A cluster's script touches one slot, and its broker is another server: the caller sends
     after the step there (``sends_with_steps``), and a step asked to send is a caller's error."""
-    if not isinstance(client, RedisCluster):
-        pytest.skip("one server sends with its steps (the tests before this)")
     store = TurnStore(Ledger(client))
     create(store)
     lease = claim(store, "r1")
