@@ -577,6 +577,44 @@ def test_a_soft_limit_landing_right_after_the_turns_end_cannot_hand_it_over(
     assert refused in [entry["event"] for entry in logs]
 
 
+@pytest.mark.parametrize("landed", [True, False], ids=["claim-landed", "claim-lost"])
+def test_a_soft_limit_in_the_claim_hands_a_claimed_turn_over_at_once(
+    h: Harness, monkeypatch: pytest.MonkeyPatch, landed: bool
+) -> None:
+    """A Redis slow to answer a claim (a stall, a failover) lets the soft limit in mid-claim.
+    A claim that landed holds the turn under a lease nothing would renew: the run hands the turn
+    over at once rather than leave it to the reaper once the lease ran out. One that did not land
+    leaves its run pending, for the reaper (its message is acknowledged with the task)."""
+    h.start([DONE])
+    first = h.pending
+    assert first
+    claim = h.lifecycle.store.claim
+
+    def cut_claim(*args: Any, **kwargs: Any) -> Any:
+        if landed:
+            claim(*args, **kwargs)
+        raise SimulatedSoftLimit("soft limit while the claim waited for Redis")
+
+    monkeypatch.setattr(h.lifecycle.store, "claim", cut_claim)
+    what = h.lifecycle.run_chunk(h.turn_id, first, h.loop(), interrupts=(SimulatedSoftLimit,))
+    monkeypatch.undo()
+
+    if not landed:
+        assert what == "not-claimed"
+        assert (meta(h).status, meta(h).next_run) == ("queued", first)
+        assert h.messages.sent == []
+        return
+    assert what == "chained"
+    assert [e.type for e in h.events()] == ["turn_started", "run_started", "run_ended"]
+    assert h.events("run_ended")[0].reason == "soft_limit"  # type: ignore[attr-defined]
+    successor = meta(h).next_run
+    assert (meta(h).status, meta(h).next_chunk) == ("resuming", 1)
+    assert h.messages.sent == [(h.turn_id, successor, "foreground")]
+    h.pending = successor
+    result = h.run_next()
+    assert result is not None and result.status == "completed"
+
+
 class Ticks:
     """A monotonic clock the test moves by hand (the reaper's clock of outages)."""
 

@@ -9,6 +9,7 @@ import redis
 import structlog
 
 from ledger.errors import FencedOut, LedgerError, StoreFull, TransitionRefused
+from ledger.lease import Lease
 from ledger.store import MetaValue
 from ledger.turn import Step, StopCode, TurnStatus
 from ledger.turns import Outgoing
@@ -67,12 +68,19 @@ class ChunkPath(LifecycleBase):
         One that lands in the hand-over (or the stop) answering an earlier one is dropped.
         Returns what happened, in a word or two.
         """
-        run = self.claim(turn_id, run_id)
+        hand_over: tuple[type[BaseException], ...] = (SoftLimit, *interrupts)
+        cut: tuple[type[BaseException], ...] = (*hand_over, Shutdown)
+        try:
+            run = self.claim(turn_id, run_id)
+        except cut as e:
+            # a Redis slow to answer the claim (a stall, a failover) let the interrupt in
+            self.ledger.mend_after(e)
+            with loop.guard.answering():
+                return self.cut_claim(turn_id, run_id, e)
         if run is None:
             return self.not_claimed(turn_id, run_id, redelivered)
         structlog.contextvars.bind_contextvars(chunk=run.chunk, epoch=run.epoch)
         metrics.observe_handoff(run.cause, run.snapshot)
-        hand_over: tuple[type[BaseException], ...] = (SoftLimit, *interrupts)
         try:
             with loop.guard.running(), self.heartbeat(run, loop.guard.stop):
                 result = loop.run(run)
@@ -103,6 +111,29 @@ class ChunkPath(LifecycleBase):
             self.ledger.mend_after(e)  # a broken connection must not keep the failure unrecorded
             self.fail(run, e)
             return "failed"
+
+    def cut_claim(self, turn_id: str, run_id: str, interrupt: BaseException) -> str:
+        """The soft limit (or a shutdown) landed in the claim, which may or may not have been
+        taken: the metadata says. Taken: the run holds the turn under a lease that nothing would
+        renew, so it hands the turn over at once, as at any soft limit, instead of leaving it to
+        the reaper once the lease runs out. Not taken: the run is still pending, and its message,
+        acknowledged with this task, is sent again by the reaper (a lost message)."""
+        meta = self.store.meta(turn_id)
+        if meta.run_id != run_id or meta.status != TurnStatus.RUNNING:
+            log.warning("interrupted before its claim landed", why=repr(interrupt))
+            return "not-claimed"
+        lease = Lease(turn_id, run_id, meta.epoch, meta.chunk, meta.next_cause)
+        run = RunContext(
+            lease,
+            mode=meta.mode,
+            model=meta.model or None,
+            chunk_base=meta.chunk_base,
+            conversation_id=meta.conversation_id,
+        )
+        structlog.contextvars.bind_contextvars(chunk=run.chunk, epoch=run.epoch)
+        if isinstance(interrupt, Shutdown):
+            return self.chain(run, "handed over: the worker is shutting down")
+        return self.chain(run)
 
     def finish(self, run: RunContext, result: RunResult) -> str:
         """Record the run's and the turn's end in one fenced step; the turn's keys then expire.
