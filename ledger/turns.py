@@ -56,15 +56,14 @@ EXPIRE, PERSIST, KEEP = "expire", "persist", "keep"
 class Outgoing:
     """A message that goes out with a step (a hand-over's, to its successor), written in the
     step's own atomic script or not at all: pushed onto ``queue``, its presence marked at
-    ``mark`` for ``mark_ttl_s``, and the reaper's look at the turn set to ``look_at_ms`` unless
-    one is already sooner. Its keys are the broker's, on the ledger's own server; the broker's
-    transport made the message, which the ledger passes on unread."""
+    ``mark`` for ``mark_ttl_s``. Its keys are the broker's, on the ledger's own server; the
+    broker's transport made the message (``worker.edges.marks``), which the ledger passes on
+    unread."""
 
     queue: str
     message: str | bytes
     mark: str
     mark_ttl_s: int
-    look_at_ms: int
 
 
 def _no_script_flags(error: redis.ResponseError) -> bool:
@@ -289,13 +288,15 @@ class TurnStore:
         expiry: str = KEEP,
         allow_oom: bool = False,
         outgoing: Outgoing | None = None,
+        look_at_ms: int = 0,
     ) -> int:
         """Carry out ``step`` if the table allows it from the turn's status and every ``expect``
         field holds its value (``""``: unset); write ``events`` under a new epoch and set
         ``fields``, atomically. Returns the turn's epoch after the step.
 
         ``outgoing``: a message sent with the step, in the same atomic step (one server only:
-        ``sends_with_steps``); a step refused sends nothing.
+        ``sends_with_steps``), with the reaper's look at the turn at ``look_at_ms`` unless one is
+        already sooner; a step refused sends nothing.
 
         ``expiry``: ``EXPIRE`` gives the turn's keys the finished-turn expiry, ``PERSIST`` takes
         it away (a stopped turn continued). ``allow_oom``: the step may write while Redis is at
@@ -315,6 +316,7 @@ class TurnStore:
             expiry,
             allow_oom,
             outgoing,
+            look_at_ms,
         )
 
     @property
@@ -358,6 +360,7 @@ class TurnStore:
         expiry: str,
         allow_oom: bool = False,
         outgoing: Outgoing | None = None,
+        look_at_ms: int = 0,
     ) -> int:
         ttl = {EXPIRE: self.ledger.finished_ttl_s, PERSIST: -1, KEEP: 0}[expiry]
         args: list[MetaValue] = [str(step or "mark"), to, ttl, len(allowed)]
@@ -373,7 +376,9 @@ class TurnStore:
         else:
             if not self.sends_with_steps:
                 raise ValueError("a step's message needs the ledger and the broker on one server")
-            args += [1, outgoing.message, outgoing.mark_ttl_s, outgoing.look_at_ms]
+            if look_at_ms <= 0:
+                raise ValueError("a step's message needs the reaper's look at the turn")
+            args += [1, outgoing.message, outgoing.mark_ttl_s, look_at_ms]
             turn_keys = [*turn_keys, outgoing.queue, outgoing.mark, keys.active_turns()]
         for name, value in (fields or {}).items():
             args += [name, value]

@@ -18,6 +18,7 @@ from sample_tools import SimulatedSoftLimit
 from ledger.cache import EventCache
 from ledger.events import ApprovalRequested, Event, TurnEnded
 from ledger.store import Ledger
+from ledger.turns import Outgoing
 from tests.support import write_script
 from worker.base.settings import Settings, load_settings
 from worker.engine.loop import AgentLoop
@@ -25,7 +26,6 @@ from worker.engine.models import make_model
 from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
 from worker.engine.tools import Registry
 from worker.lifecycle import Decided, Lifecycle
-from worker.lifecycle.dispatch import Prepared
 
 TOOL_MODULES = ["worker.dev.demo_tools", "sample_tools"]
 
@@ -81,7 +81,7 @@ class KeptMessages:
     def dispatch(self, turn_id: str, run_id: str, mode: str) -> None:
         self.sent.append((turn_id, run_id, mode))
 
-    def prepare(self, turn_id: str, run_id: str, mode: str) -> Prepared | None:
+    def prepare(self, turn_id: str, run_id: str, mode: str) -> Outgoing | None:
         return None  # sent after the step, where this dispatcher keeps it
 
     def revoke(self, turn_id: str, run_id: str) -> None:

@@ -74,7 +74,11 @@ def conditions(step: Step, meta: TurnMeta) -> dict[str, MetaValue]:
 
 
 def hand_over(
-    store: TurnStore, lease: Lease, successor: str, outgoing: Outgoing | None = None
+    store: TurnStore,
+    lease: Lease,
+    successor: str,
+    outgoing: Outgoing | None = None,
+    look_at_ms: int = 0,
 ) -> int:
     return store.transition(
         lease.turn_id,
@@ -83,6 +87,7 @@ def hand_over(
         events=step_events(Step.HAND_OVER),
         fields={"next_run": successor, "next_chunk": lease.chunk + 1},
         outgoing=outgoing,
+        look_at_ms=look_at_ms,
     )
 
 
@@ -268,8 +273,8 @@ one_server = pytest.mark.parametrize("backend", ["fakeredis", "redis-server"], i
 
 def hand_over_sending(store: TurnStore, lease: Lease, successor: str, look_at_ms: int) -> int:
     """A hand-over that sends its successor's message with it (as a chunk on one server does)."""
-    message = Outgoing("q:chunks", f'{{"run": "{successor}"}}', f"m:{successor}", 600, look_at_ms)
-    return hand_over(store, lease, successor, message)
+    message = Outgoing("q:chunks", f'{{"run": "{successor}"}}', f"m:{successor}", 600)
+    return hand_over(store, lease, successor, message, look_at_ms)
 
 
 @one_server

@@ -12,6 +12,7 @@ from collections.abc import Callable
 import pytest
 
 from ledger import keys
+from ledger.turns import Outgoing
 from tests.support import (
     DONE,
     WorkerProcess,
@@ -33,7 +34,6 @@ from worker.edges.client import enqueue
 from worker.edges.runtime import CeleryDispatcher, Runtime
 from worker.engine.recorder import RunContext
 from worker.lifecycle import Lifecycle
-from worker.lifecycle.dispatch import Prepared
 
 pytestmark = pytest.mark.redis_server
 
@@ -50,7 +50,7 @@ class LosingDispatcher:
     def dispatch(self, turn_id: str, run_id: str, mode: str) -> None:
         self.lost.append((turn_id, run_id, mode))
 
-    def prepare(self, turn_id: str, run_id: str, mode: str) -> Prepared | None:
+    def prepare(self, turn_id: str, run_id: str, mode: str) -> Outgoing | None:
         return None  # the message goes after the step, to be lost
 
     def revoke(self, turn_id: str, run_id: str) -> None:

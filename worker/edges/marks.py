@@ -50,7 +50,7 @@ from kombu.utils.json import dumps
 
 from ledger import keys
 from ledger.errors import InvalidId
-from worker.lifecycle.dispatch import Prepared
+from ledger.turns import Outgoing
 
 log = structlog.get_logger("dres.marks")
 
@@ -118,15 +118,15 @@ class MarkingQoS(kombu_redis.QoS):
 
 #: while ``held()`` runs: what this context's channels were asked to publish, kept unsent (None
 #: for a message this transport would not send marked, as one command of its own)
-_held: ContextVar[list[Prepared | None] | None] = ContextVar("dres_held_messages", default=None)
+_held: ContextVar[list[Outgoing | None] | None] = ContextVar("dres_held_messages", default=None)
 
 
 @contextmanager
-def held() -> Iterator[list[Prepared | None]]:
+def held() -> Iterator[list[Outgoing | None]]:
     """Publishing in this context keeps each message, as the transport would have written it,
     instead of sending it: a hand-over then sends its successor's within its own atomic step
     (``CeleryDispatcher.prepare``). Only ``MarkingChannel`` keeps messages: ask it first."""
-    kept: list[Prepared | None] = []
+    kept: list[Outgoing | None] = []
     token = _held.set(kept)
     try:
         yield kept
@@ -160,7 +160,7 @@ class MarkingChannel(kombu_redis.Channel):
             return
         key = self._q_for_pri(queue, self._get_message_priority(message, reverse=False))
         if kept is not None:
-            kept.append(Prepared(key, dumps(message), mark, self.mark_ttl_s))
+            kept.append(Outgoing(key, dumps(message), mark, self.mark_ttl_s))
             return
         with self.conn_or_acquire() as client:
             pipe = client.pipeline()  # MULTI: the message and its mark exist together

@@ -25,6 +25,7 @@ from ledger import keys
 from ledger.cache import EventCache
 from ledger.durability import Confirmer
 from ledger.store import Client, Ledger
+from ledger.turns import Outgoing
 from worker.base import metrics
 from worker.base.clock import Clock, Ids, RandomIds, SystemClock
 from worker.base.errors import TurnCancelled
@@ -38,7 +39,7 @@ from worker.engine.models import Models
 from worker.engine.recorder import RunContext
 from worker.engine.tools import Registry
 from worker.lifecycle import Lifecycle
-from worker.lifecycle.dispatch import Prepared, run_ids, task_id
+from worker.lifecycle.dispatch import run_ids, task_id
 from worker.lifecycle.heartbeat import Heartbeat
 from worker.lifecycle.reaper import Reaper
 
@@ -178,7 +179,7 @@ class CeleryDispatcher:
             queue=self.queues[self.settings.queue(mode)],
         )
 
-    def prepare(self, turn_id: str, run_id: str, mode: str) -> Prepared | None:
+    def prepare(self, turn_id: str, run_id: str, mode: str) -> Outgoing | None:
         """``Dispatcher.prepare``: Celery makes the message as it would send it (headers, queue,
         priority list), and dres's transport keeps it instead of writing it."""
         if not self.shares_store:

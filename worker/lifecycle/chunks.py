@@ -12,7 +12,6 @@ from ledger.errors import FencedOut, LedgerError, StoreFull, TransitionRefused
 from ledger.lease import Lease
 from ledger.store import MetaValue
 from ledger.turn import Step, StopCode, TurnStatus
-from ledger.turns import Outgoing
 from worker.base import metrics
 from worker.base.errors import Shutdown, SoftLimit, TurnCancelled
 from worker.engine.loop import AgentLoop, RunResult
@@ -243,12 +242,7 @@ class ChunkPath(LifecycleBase):
         }
         outgoing = None
         if send and self.store.sends_with_steps:
-            prepared = self.dispatcher.prepare(run.turn_id, successor, run.mode)
-            if prepared is not None:
-                look = self.ms(self.settings.handoff_grace_s)
-                outgoing = Outgoing(
-                    prepared.queue, prepared.message, prepared.mark, prepared.mark_ttl_s, look
-                )
+            outgoing = self.dispatcher.prepare(run.turn_id, successor, run.mode)
         self.store.transition(
             run.turn_id,
             Step.HAND_OVER,
@@ -256,6 +250,7 @@ class ChunkPath(LifecycleBase):
             events=[ran],
             fields=fields,
             outgoing=outgoing,
+            look_at_ms=self.ms(self.settings.handoff_grace_s),
         )
         return successor, outgoing is not None
 

@@ -4,34 +4,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass
 from typing import Any, Protocol
 
 import structlog
 
+from ledger.turns import Outgoing
+
 log = structlog.get_logger("dres.dispatch")
-
-
-@dataclass(frozen=True)
-class Prepared:
-    """A run's message as the broker's transport would write it, not sent: the list it goes
-    onto, the message, and its mark (``worker.edges.marks``) with the mark's TTL. The ledger's
-    hand-over sends it in its own atomic step (``ledger.turns.Outgoing``)."""
-
-    queue: str
-    message: str
-    mark: str
-    mark_ttl_s: int
 
 
 class Dispatcher(Protocol):
     def dispatch(self, turn_id: str, run_id: str, mode: str) -> None:
         """Send the message that runs ``run_id`` (ids only)."""
 
-    def prepare(self, turn_id: str, run_id: str, mode: str) -> Prepared | None:
+    def prepare(self, turn_id: str, run_id: str, mode: str) -> Outgoing | None:
         """The message ``dispatch`` would send, made but not sent, for a step to send with
-        itself; None when it cannot go that way (the broker is not the ledger's server, or its
-        transport keeps no marks): then ``dispatch`` sends it after the step."""
+        itself (the ledger's hand-over, in its own atomic step); None when it cannot go that
+        way (the broker is not the ledger's server, or its transport keeps no marks): then
+        ``dispatch`` sends it after the step."""
 
     def revoke(self, turn_id: str, run_id: str) -> None:
         """Best effort: tell the workers not to run a queued message."""
