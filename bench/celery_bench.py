@@ -49,7 +49,6 @@ from bench.harness import Row, loadavg, private_redis, table_lines, write_result
 from bench.resume_bench import bench_resume, dres_resume_round, plain_hop_round, resume_script
 from bench.throughput_bench import bench_throughput, plain_task_batch, throughput_script
 from tests.support import write_script
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 FULL = CeleryPlan(
@@ -77,7 +76,8 @@ QUICK = CeleryPlan(
 def warm_up(rt: Runtime, resume_model: str, turn_model: str) -> None:
     """Every pool process builds its runtime and imports what it needs before anything counts."""
     ids = [
-        enqueue(rt, f"warm-up {i}", mode="background", model=turn_model).turn_id for i in range(4)
+        rt.lifecycle.enqueue(f"warm-up {i}", mode="background", model=turn_model).turn_id
+        for i in range(4)
     ]
     wait_turns(rt, ids, 120)
     plain_task_batch(rt, 20)

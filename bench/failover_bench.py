@@ -67,9 +67,8 @@ from bench.harness import Group, Row, loadavg, table_lines, write_result
 from ledger.events import Event, ModelStart, RunStarted, TurnEnded
 from tests.support import ROOT, WorkerProcess, poll, subprocess_env, write_script
 from tests.support.redis_sentinel import DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, QUORUM, LocalSentinel
-from worker.edges.client import enqueue
+from worker.edges.redis.sentinel_watch import FAILOVER_HOLD_S
 from worker.edges.runtime import Runtime
-from worker.edges.sentinel_watch import FAILOVER_HOLD_S
 
 FAULTS = ("sentinel failover", "sigkill")
 NUMBERS = {"sentinel failover": "D5", "sigkill": "D6"}
@@ -178,7 +177,9 @@ def run_trial(rt: Runtime, rig: LocalSentinel, fault: str, model: str, plan: Fai
     master = rig.master_port()
     [new] = [node.port for node in rig.nodes if node.port != master]  # the only replica
     enqueued = time.time()
-    turn_id = enqueue(rt, "benchmark: a failover mid-turn", mode="background", model=model).turn_id
+    turn_id = rt.lifecycle.enqueue(
+        "benchmark: a failover mid-turn", mode="background", model=model
+    ).turn_id
     before = poll(lambda: _at_trigger(rig, master, turn_id), START_S, LOOK_S)
     if before is None:
         raise RuntimeError(f"turn {turn_id} did not reach step {TRIGGER_STEP} in {START_S} s")

@@ -45,7 +45,6 @@ from ledger.events import ToolStart
 from tests.support import ROOT, WorkerProcess, poll, subprocess_env, write_script
 from worker.base.settings import Settings, load_settings
 from worker.dev.redis_server import RedisServer
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 TOOLS = "bench.heartbeat_tools"
@@ -158,7 +157,7 @@ def one_config(overrides: Mapping[str, str], plan: Plan, tmp: Path) -> Windows:
             hold_s = plan.window_s + START_S + 30
             script = [{"tool_calls": [{"name": "hold", "input": {"seconds": hold_s}}]}]
             model = write_script(tmp / f"hold-{name}.json", [*script, {"text": "Done."}])
-            turn_id = enqueue(rt, "hold", mode="background", model=model).turn_id
+            turn_id = rt.lifecycle.enqueue("hold", mode="background", model=model).turn_id
             if poll(lambda: _holding(rt, turn_id), START_S, POLL_S) is None:
                 raise RuntimeError(f"the turn did not reach its tool:\n{worker.log()[-3000:]}")
             running = window(server, plan.window_s)

@@ -60,7 +60,6 @@ from bench.default_workers import TOOLS as TOOLS  # where rows D5-D6 found it
 from bench.harness import Row, loadavg, private_redis, table_lines, write_result
 from ledger.events import Event, ModelStart, RunStarted, ToolDone, TurnEnded
 from tests.support import poll, write_script
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 #: seconds: issue 11's bound on the median pickup
@@ -183,7 +182,10 @@ def warm_up(rt: Runtime, workers: Workers, model: str) -> bool:
     rounds = 0
     while workers.pools() - workers.warm and rounds < WARM_ROUNDS:
         rounds += 1
-        ids = [enqueue(rt, "warm-up", mode="background", model=model).turn_id for _ in workers.live]
+        ids = [
+            rt.lifecycle.enqueue("warm-up", mode="background", model=model).turn_id
+            for _ in workers.live
+        ]
         for turn_id in ids:
             events = poll(partial(_ended, rt, turn_id), END_S, POLL_S)
             if events is None:
@@ -199,7 +201,9 @@ def _ended(rt: Runtime, turn_id: str) -> list[Event] | None:
 
 
 def run_trial(rt: Runtime, workers: Workers, case: str, model: str, plan: PickupPlan) -> Trial:
-    turn_id = enqueue(rt, "benchmark: crash pickup", mode="background", model=model).turn_id
+    turn_id = rt.lifecycle.enqueue(
+        "benchmark: crash pickup", mode="background", model=model
+    ).turn_id
     started = poll(lambda: long_step(rt.ledger.events(turn_id)), START_S, POLL_S)
     if started is None:
         raise RuntimeError(f"turn {turn_id} did not reach its long step within {START_S:.0f} s")

@@ -43,7 +43,6 @@ from bench.tool_call_bench import call_data, record_call
 from ledger.store import Ledger
 from tests.support import write_script
 from worker.base.clock import RandomIds, SystemClock
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 from worker.engine.recorder import Recorder, RunContext
 from worker.engine.tools.guard import DeferSignals
@@ -224,7 +223,7 @@ def of_turn(seen: list[tuple[str, bool, str]], turn_id: str) -> list[tuple[str, 
 
 
 def run_turn(rt: Runtime, model: str, what: str) -> str:
-    turn_id = enqueue(rt, f"profile: {what}", mode="foreground", model=model).turn_id
+    turn_id = rt.lifecycle.enqueue(f"profile: {what}", mode="foreground", model=model).turn_id
     wait_turns(rt, [turn_id], 120)
     return turn_id
 

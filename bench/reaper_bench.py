@@ -4,7 +4,7 @@ messages queued and one pending run due, before and after the messages' marks.
 BEFORE is the old question "is this due run still queued or held?": every priority list of both
 chunk queues (``LRANGE 0 -1``) and every unacknowledged message (``HVALS``) read and parsed, a
 copy of the old ``CeleryDispatcher.queued_runs`` kept here (``old_queued_runs``). AFTER is the
-code's own path: the due run's mark in the broker (``worker.edges.marks``), one ``EXISTS``.
+code's own path: the due run's mark in the broker (``worker.edges.celery.marks``), one ``EXISTS``.
 
 On a private redis-server (AOF off: the fill is not what is measured). The backlog is real
 chunk messages: one sent by the dispatcher (dres's kombu transport), its body copied with other
@@ -35,8 +35,8 @@ from ledger.store import Ledger
 from worker.base.clock import RandomIds
 from worker.base.settings import Settings, load_settings
 from worker.dev.redis_server import RedisServer
-from worker.edges.celery_app import create_app
-from worker.edges.runtime import CeleryDispatcher
+from worker.edges.celery.app import create_app
+from worker.edges.celery.dispatch import CeleryDispatcher
 from worker.lifecycle import Lifecycle
 from worker.lifecycle.dispatch import run_ids
 from worker.lifecycle.reaper import Reaper

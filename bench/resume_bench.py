@@ -14,7 +14,6 @@ from bench.celery_worker import HARD_LIMIT_S, SOFT_LIMIT_S, CeleryPlan, wait_tur
 from bench.harness import Row
 from ledger.events import Event, ModelStart, RunEnded, RunStarted, TurnEnded
 from tests.support import wait_until
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 #: issue 27 (was 3.0)
@@ -71,7 +70,7 @@ def resume_boundaries(events: Sequence[Event]) -> ResumeRound:
 
 
 def dres_resume_round(rt: Runtime, model: str, boundaries: int) -> ResumeRound:
-    turn = enqueue(rt, "benchmark: one chunk boundary per step", model=model)
+    turn = rt.lifecycle.enqueue("benchmark: one chunk boundary per step", model=model)
     timeout = boundaries * (SOFT_LIMIT_S + 2.0) + 60
     wait_turns(rt, [turn.turn_id], timeout)
     events = rt.ledger.events(turn.turn_id)

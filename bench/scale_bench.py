@@ -37,7 +37,6 @@ from bench.throughput_bench import throughput_script
 from ledger import keys
 from ledger.events import TurnEnded, TurnStarted
 from tests.support import write_script
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 #: what ``--only scale`` runs, in a line
@@ -56,7 +55,10 @@ QUICK = ScalePlan(turns=100, rounds=1, tokens=2000, trials=1, pace_s=0.005, cost
 def turn_batch(rt: Runtime, model: str, turns: int) -> tuple[float, float]:
     """(turns/s, p99 seconds turn_started -> turn_ended) of ``turns`` turns enqueued at once."""
     t0 = time.time()
-    ids = [enqueue(rt, f"short {i}", mode="background", model=model).turn_id for i in range(turns)]
+    ids = [
+        rt.lifecycle.enqueue(f"short {i}", mode="background", model=model).turn_id
+        for i in range(turns)
+    ]
     wait_ended(rt, ids, 120 + turns * 1.0)
     last, latencies = 0.0, []
     for turn_id in ids:
@@ -101,7 +103,9 @@ def measure_costs(
         cases = {}
         for name, model in (("short", short), ("tools", tools)):
             ids = [
-                enqueue(rt, "what does a turn cost", mode="background", model=model).turn_id
+                rt.lifecycle.enqueue(
+                    "what does a turn cost", mode="background", model=model
+                ).turn_id
                 for _ in range(plan.cost_turns)
             ]
             wait_ended(rt, ids, 120)

@@ -31,7 +31,6 @@ from bench.scale_support import ScalePlan, events_json_bytes, turn_bytes, worker
 from ledger.events import Text
 from tests.support import ApiProcess
 from tests.support.providers import chunk
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 #: bytes of Redis per byte of streamed text, for a 2,000-token answer (issue 16)
@@ -128,7 +127,9 @@ def streamed_turn(rt: Runtime, api_url: str, server: PacedProvider) -> dict[str,
     """One turn of a streamed answer watched over SSE: its delay, events and Redis bytes."""
     total = len(TOKEN) * server.tokens
     server.reset()
-    turn_id = enqueue(rt, "answer at length", mode="background", model="openai:bench-model").turn_id
+    turn_id = rt.lifecycle.enqueue(
+        "answer at length", mode="background", model="openai:bench-model"
+    ).turn_id
     got, received_at, event = 0, 0.0, ""
     with (
         httpx.Client(timeout=120) as http,

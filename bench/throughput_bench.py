@@ -13,7 +13,6 @@ from bench.celery_worker import WORKER_CONCURRENCY, CeleryPlan, wait_turns
 from bench.harness import Row, summary
 from ledger.events import ToolDone, TurnEnded
 from tests.support import wait_until
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 
@@ -37,7 +36,7 @@ class TurnBatch:
 def dres_turn_batch(rt: Runtime, model: str, turns: int, calls: int) -> TurnBatch:
     t0 = time.time()
     ids = [
-        enqueue(rt, f"benchmark turn {i}", mode="background", model=model).turn_id
+        rt.lifecycle.enqueue(f"benchmark turn {i}", mode="background", model=model).turn_id
         for i in range(turns)
     ]
     enqueued = time.time() - t0

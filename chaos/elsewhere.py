@@ -39,7 +39,6 @@ from ledger.journal import build_journal
 from tests.support import write_script
 from tests.support.mcp_servers import McpHttpServer, calls
 from tests.support.openapi_app import ApiServer, requests
-from worker.edges.client import enqueue
 from worker.engine.tools.context import idempotency_key
 
 KIND = "elsewhere"
@@ -208,7 +207,9 @@ def run_trial(
         hang.write_text(str(trial.skip))  # the first write hangs, or the second
     cluster.ensure_worker(PROFILE)
     started = time.monotonic()
-    turn = enqueue(cluster.runtime, "Send, create, charge, put.", mode=trial.mode, model=script)
+    turn = cluster.runtime.lifecycle.enqueue(
+        "Send, create, charge, put.", mode=trial.mode, model=script
+    )
     turn_id = turn.turn_id
     watch = ElsewhereWatch(cluster, [turn_id], trial, max_continues=2)
     deadline = time.monotonic() + BOUND_S

@@ -64,7 +64,6 @@ from ledger.errors import LedgerUnavailable
 from ledger.store import STORE_ERRORS
 from tests.support import write_script
 from worker.base.logging import configure_logging
-from worker.edges.client import enqueue
 
 #: store faults: the action, and the range of its outage in seconds (down, or paused)
 STORE_FAULTS: dict[str, tuple[float, float]] = {
@@ -330,7 +329,7 @@ def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
     restarts = cluster.restarts
     started = time.monotonic()
     turn_ids = [
-        enqueue(cluster.runtime, MESSAGE, mode=trial.mode, model=script).turn_id
+        cluster.runtime.lifecycle.enqueue(MESSAGE, mode=trial.mode, model=script).turn_id
         for _ in range(trial.turns)
     ]
     watch = Watch(

@@ -108,6 +108,14 @@ class Conversations:
 
     # -- reads -------------------------------------------------------------------------------
 
+    def newest_turns(self, conversation_id: str, most: int) -> list[str]:
+        """The ids of the conversation's newest ``most`` turns, newest first."""
+        listed = self.ledger.retry(
+            lambda: self.client.lrange(keys.conversation_turns(conversation_id), -most, -1),
+            "read",
+        )
+        return [text(t) for t in reversed(listed)]
+
     def page(
         self, *, limit: int, cursor: Cursor | None = None
     ) -> tuple[list[Listed], Cursor | None]:

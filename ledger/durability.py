@@ -29,7 +29,7 @@ tool's ``tool_start`` and ``tool_done``).
 
 On a Redis Cluster the pipeline goes to the master of the turn's slot through that node's own
 client (every key of it carries the turn's hash tag): ``WAIT`` then counts that shard's replicas,
-and the worker's start-time check (``worker.edges.durability_policy``) asked every master.
+and the worker's start-time check (``worker.edges.redis.durability``) asked every master.
 """
 
 from __future__ import annotations

@@ -57,7 +57,7 @@ class Outgoing:
     """A message that goes out with a step (a hand-over's, to its successor), written in the
     step's own atomic script or not at all: pushed onto ``queue``, its presence marked at
     ``mark`` for ``mark_ttl_s``. Its keys are the broker's, on the ledger's own server; the
-    broker's transport made the message (``worker.edges.marks``), which the ledger passes on
+    broker's transport made the message (``worker.edges.celery.marks``), which the ledger passes on
     unread."""
 
     queue: str

@@ -3,7 +3,7 @@
 A message carries ids only; ``Lifecycle.run_chunk`` claims the pending run, runs it and records
 how it ended, or hands the turn to its next chunk at the soft limit. One task name per mode, so
 that the time limits are those the worker's own settings give that mode
-(``worker.edges.celery_app``).
+(``worker.edges.celery.app``, ``worker.edges.celery.names``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from celery import Task, current_app, shared_task
 from celery.exceptions import SoftTimeLimitExceeded
 
 from worker.base.settings import get_settings
-from worker.edges.celery_app import CHUNK_TASK, CHUNK_TASK_BACKGROUND
+from worker.edges.celery.names import CHUNK_TASK, CHUNK_TASK_BACKGROUND
 from worker.edges.runtime import Runtime
 
 log = structlog.get_logger("dres.tasks")

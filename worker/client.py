@@ -1,6 +1,6 @@
 """The public Python client (CONTRACT §9): ``worker.client.enqueue_turn`` and
 ``worker.client.watch_turn``."""
 
-from worker.edges.client import enqueue, enqueue_turn, watch_turn
+from worker.edges.client import enqueue_turn, watch_turn
 
-__all__ = ["enqueue", "enqueue_turn", "watch_turn"]
+__all__ = ["enqueue_turn", "watch_turn"]

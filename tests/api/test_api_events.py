@@ -18,7 +18,7 @@ from ledger import keys
 from ledger.store import Ledger
 from tests.support import MULTI_CHUNK, Script, WorkerProcess, crashed_stop
 from worker.base.settings import Settings
-from worker.edges.api import create_api
+from worker.edges.http.app import create_api
 from worker.edges.runtime import Runtime
 
 ENDED = {"completed", "stopped"}
@@ -103,7 +103,7 @@ def test_an_idle_stream_sends_keepalive_comments_and_closes_when_the_turn_is_sto
     settings: Settings, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """In process, the keepalive interval cut from 15 s to 0.2 s; no worker, so it stays queued."""
-    monkeypatch.setattr("worker.edges.sse.SSE_KEEPALIVE_S", 0.2)
+    monkeypatch.setattr("worker.edges.http.sse.SSE_KEEPALIVE_S", 0.2)
     with serve(create_api(settings)) as url, httpx.Client(base_url=url, timeout=5) as http:
         turn_id = post_turn(http)["turn_id"]
         with http.stream("GET", events_url(turn_id)) as response:

@@ -15,7 +15,7 @@ from ledger.events import TurnStarted
 from ledger.store import Ledger
 from tests.support import DONE, write_script
 from worker.base.settings import load_settings
-from worker.edges.api import create_api
+from worker.edges.http.app import create_api
 
 #: what a parser's position in a file looks like: "line 1 column 2", "char 5", "(char 0)"
 PARSE_POSITION = re.compile(r"\b(line|column|char|col)\b|\d+:\d+", re.IGNORECASE)

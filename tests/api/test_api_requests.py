@@ -17,8 +17,8 @@ from api_support import TOKEN, post_turn, redis_state, turn_count
 
 from ledger import keys
 from worker.base.settings import Settings
-from worker.edges.api import MAX_BODY_BYTES
-from worker.edges.api_schemas import MAX_MESSAGE_CHARS
+from worker.edges.http.app import MAX_BODY_BYTES
+from worker.edges.http.schemas import MAX_MESSAGE_CHARS
 
 UNKNOWN = "turn_does_not_exist"
 

@@ -16,8 +16,8 @@ from ledger.store import Ledger
 from tests.support import DONE, MULTI_CHUNK, Script, WorkerProcess, crashed_stop, send
 from worker.base.settings import get_settings
 from worker.client import watch_turn
+from worker.edges.cli.watch import PersonView
 from worker.edges.runtime import Runtime
-from worker.edges.watch import PersonView
 
 pytestmark = pytest.mark.redis_server
 

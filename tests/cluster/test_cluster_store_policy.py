@@ -9,7 +9,7 @@ import redis
 from tests.support.redis_cluster import LocalCluster
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
-from worker.edges.store_policy import check_stores
+from worker.edges.redis.policy import check_stores
 
 
 def test_every_master_and_the_broker_are_read(settings: Settings) -> None:

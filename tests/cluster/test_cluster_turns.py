@@ -40,7 +40,6 @@ from tests.support import (
 )
 from tests.support.redis_cluster import LocalCluster
 from worker.dev.demo_tools import outbox
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
@@ -68,7 +67,7 @@ def test_a_self_chained_turn_blocks_its_duplicate_write_with_the_ledger_on_a_clu
     """The demo's story on a cluster: the first chunk sends, hits its soft limit and chains the
     next, whose model re-issues the send; the journal blocks it and one email goes out."""
     model = script([send("a@x.io", "Hi"), think(1.5), DONE], on_resume="restart")
-    turn = enqueue(runtime, "email a", model=model)
+    turn = runtime.lifecycle.enqueue("email a", model=model)
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=30, what="turn end")
 
@@ -98,7 +97,7 @@ def test_turns_spread_over_all_three_masters_and_each_completes(
     per_master: Counter[int] = Counter()
     turns: list[str] = []
     while min(per_master[i] for i in range(3)) < PER_MASTER and len(turns) < MAX_SPREAD_TURNS:
-        turn_id = enqueue(runtime, "hi", conversation_id="c-spread", model=model).turn_id
+        turn_id = runtime.lifecycle.enqueue("hi", conversation_id="c-spread", model=model).turn_id
         turns.append(turn_id)
         per_master[redis_cluster.turn_holder(turn_id)] += 1
     assert all(per_master[i] >= PER_MASTER for i in range(3)), per_master
@@ -122,7 +121,7 @@ def test_the_reaper_takes_over_a_crashed_background_run_with_the_ledger_on_a_clu
     runtime: Runtime, worker: WorkerProcess, script: Callable[..., str]
 ) -> None:
     model = script([slow_write("report"), DONE], on_resume="restart")
-    turn = enqueue(runtime, "write the report", mode="background", model=model)
+    turn = runtime.lifecycle.enqueue("write the report", mode="background", model=model)
     wait_for(runtime.ledger, turn.turn_id, having("tool_start", tool="slow_write"), what="write")
     wait_until(lambda: effects(runtime.redis, "slow_write"), timeout=2, what="the write's effect")
     os.kill(worker.pool_child(), signal.SIGKILL)
@@ -151,7 +150,7 @@ def test_a_master_restarted_mid_turn_loses_no_event_and_the_turn_completes(
     started again on its port and directory: every event recorded before is there after, the
     turn goes on to complete, and its stream is well formed."""
     model = script([send("a@x.io", "Hi"), *busy(8, delay_s=0.3), DONE])
-    turn = enqueue(runtime, "email then work", mode="background", model=model)
+    turn = runtime.lifecycle.enqueue("email then work", mode="background", model=model)
     wait_for(runtime.ledger, turn.turn_id, having("model_start", count=3), what="work under way")
     holder = redis_cluster.turn_holder(turn.turn_id)
     before = runtime.ledger.read_turn(turn.turn_id)

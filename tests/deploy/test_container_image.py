@@ -135,7 +135,7 @@ def test_the_build_context_leaves_out(path: str) -> None:
         "pyproject.toml",
         "README.md",
         "ledger/lua/claim.lua",
-        "worker/edges/cli.py",
+        "worker/edges/cli/main.py",
     ],
 )
 def test_the_build_context_keeps_what_the_install_needs(path: str) -> None:

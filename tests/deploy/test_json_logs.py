@@ -30,7 +30,6 @@ from tests.support import (
 )
 from worker.base.logging import configure_logging, configure_logging_for
 from worker.base.settings import load_settings
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 #: the loggers of what runs inside a chunk: the lifecycle's chunk path, the tool executor, and
@@ -78,7 +77,7 @@ def test_a_json_worker_logs_objects_with_the_turn_run_chunk_and_epoch_of_its_chu
 ) -> None:
     """A turn cut by its soft limit (chunk 0) whose model then repeats its email (chunk 1)."""
     model = script([send("a@x.io", "Hi"), think(1.0), {"text": "Done."}], on_resume="restart")
-    turn = enqueue(runtime, "email Ada", model=model)
+    turn = runtime.lifecycle.enqueue("email Ada", model=model)
     events = wait_for(ledger, turn.turn_id, ended("completed"), what="the turn's end")
     runs = {e.run_id: e for e in of(events, "run_started")}
     assert len(runs) >= 2, "the turn never crossed a chunk boundary"

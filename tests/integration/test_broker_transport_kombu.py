@@ -1,4 +1,5 @@
-"""dres's broker transport (``worker.edges.broker``) against kombu's own, on a real redis-server
+"""dres's broker transport (``worker.edges.celery.transport``) against kombu's own, on a real
+redis-server
 and through Sentinel: a channel that still holds an unacknowledged message, closed after Celery
 collected its connection (what a Redis restart under a busy worker does), must fail as a
 connection error, which the consumer survives, and the message must stay in Redis to be
@@ -20,7 +21,7 @@ from tests.support.fixtures import started
 from tests.support.redis_sentinel import MASTER, LocalSentinel
 from worker.base.settings import load_settings
 from worker.dev.redis_server import RedisServer
-from worker.edges.broker import SENTINEL_TRANSPORT, TRANSPORT
+from worker.edges.celery.transport import SENTINEL_TRANSPORT, TRANSPORT
 
 pytestmark = pytest.mark.redis_server
 
@@ -56,7 +57,7 @@ def test_kombus_own_transport_lets_an_attribute_error_escape_the_consumers_clean
     store: RedisServer,
 ) -> None:
     """The upstream hazard, shown on the kombu in use (5.7.0 has it). A tripwire, not a pin:
-    a kombu that fixed it skips here, saying that worker.edges.broker can go."""
+    a kombu that fixed it skips here, saying that worker.edges.celery.transport can go."""
     try:
         close_after_the_connection_was_collected(store.url, None, before_close=store.kill)
     except AttributeError as e:

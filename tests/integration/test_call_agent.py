@@ -46,8 +46,8 @@ from tests.support import (
 from tests.support.fixtures import started
 from worker.base.settings import Settings
 from worker.dev.redis_server import RedisServer
-from worker.edges.client import enqueue
-from worker.edges.runtime import CeleryDispatcher, Runtime
+from worker.edges.celery.dispatch import CeleryDispatcher
+from worker.edges.runtime import Runtime
 from worker.lifecycle.dispatch import task_id
 
 pytestmark = pytest.mark.redis_server
@@ -221,7 +221,7 @@ def test_a_parent_cut_by_its_soft_limit_after_the_delegation_gets_the_same_child
     which is blocked with the recorded child turn: app B never sees a second one."""
     app_b, _ = start_apps([{"text": ANSWER}], a_env=limits(soft=2, hard=5))
     model = script([CALL, {"delay_s": 4, "text": FINAL}], on_resume="restart")
-    turn = enqueue(runtime, "Ask the researcher", model=model)
+    turn = runtime.lifecycle.enqueue("Ask the researcher", model=model)
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=30, what="the parent's end")
 
@@ -244,7 +244,7 @@ def test_a_soft_limit_while_waiting_for_a_slow_child_interrupts_the_call_and_res
     interrupted (a tool_start without tool_done) long before the child ends; each resumed run
     re-runs the call with the same key and follows the same child until it ends."""
     app_b, _ = start_apps([{"delay_s": SLOW_CHILD_S, "text": ANSWER}])  # parent: 0.5 s chunks
-    turn = enqueue(runtime, "Ask the researcher", model=parent_model(script))
+    turn = runtime.lifecycle.enqueue("Ask the researcher", model=parent_model(script))
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=30, what="the parent's end")
 
@@ -272,7 +272,9 @@ def test_a_background_parent_killed_while_its_child_runs_resumes_and_follows_the
     app_b, a_worker = start_apps(
         [{"delay_s": SLOW_CHILD_S, "text": ANSWER}], a_env=limits(soft=10, hard=14)
     )
-    turn = enqueue(runtime, "Ask the researcher", mode="background", model=parent_model(script))
+    turn = runtime.lifecycle.enqueue(
+        "Ask the researcher", mode="background", model=parent_model(script)
+    )
     wait_for(runtime.ledger, turn.turn_id, having("tool_start", tool="call_agent"), what="call")
     wait_until(app_b.turns, timeout=10, what="app B accepting the child turn")
     os.kill(a_worker.pool_child(), signal.SIGKILL)
@@ -296,7 +298,7 @@ def test_a_duplicate_delivery_of_the_parents_chunk_starts_no_second_child(
     app_b, a_worker = start_apps(
         [{"delay_s": SLOW_CHILD_S, "text": ANSWER}], a_env=limits(soft=10, hard=14), a_concurrency=2
     )
-    turn = enqueue(runtime, "Ask the researcher", model=parent_model(script))
+    turn = runtime.lifecycle.enqueue("Ask the researcher", model=parent_model(script))
     wait_until(app_b.turns, timeout=10, what="app B accepting the child turn")
     CeleryDispatcher(runtime.app, settings).dispatch(turn.turn_id, turn.run_id, "foreground")
     received = f"[{task_id(turn.turn_id, turn.run_id)}] received"
@@ -315,7 +317,7 @@ def test_stop_while_waiting_for_the_child_ends_the_parent_within_two_seconds(
     """Stop is not held off by the wait either: the parent stops (cancelled, the call
     interrupted) while the child still works."""
     app_b, _ = start_apps([{"delay_s": 4.0, "text": ANSWER}], a_env=limits(soft=10, hard=14))
-    turn = enqueue(runtime, "Ask the researcher", model=parent_model(script))
+    turn = runtime.lifecycle.enqueue("Ask the researcher", model=parent_model(script))
     wait_until(app_b.turns, timeout=10, what="app B accepting the child turn")
     asked = time.time()
     assert runtime.lifecycle.stop(turn.turn_id).ok
@@ -336,7 +338,7 @@ def test_a_child_that_stops_is_reported_with_its_status_and_code(
     runtime: Runtime, start_apps: StartApps, script: Callable[..., str]
 ) -> None:
     app_b, _ = start_apps([{"fail": "auth"}], a_env=limits(soft=10, hard=14))
-    turn = enqueue(runtime, "Ask the researcher", model=parent_model(script))
+    turn = runtime.lifecycle.enqueue("Ask the researcher", model=parent_model(script))
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=30, what="the parent's end")
 
@@ -356,7 +358,7 @@ def test_an_unknown_agent_gets_an_error_result_naming_the_known_agents(
     start_worker(overrides={"DRES_AGENTS": agents})
     call = {"name": "call_agent", "input": {"agent": "nobody", "message": QUESTION}}
     model = script([{"tool_calls": [call]}, {"text": FINAL}])
-    turn = enqueue(runtime, "Ask nobody", model=model)
+    turn = runtime.lifecycle.enqueue("Ask nobody", model=model)
 
     events = wait_for(runtime.ledger, turn.turn_id, ended("completed"), what="the turn's end")
 

@@ -9,7 +9,6 @@ from sample_tools import effects
 
 from tests.support import DONE, WorkerProcess, ended, of, send, show, slow_write, think, wait_for
 from worker.dev.demo_tools import outbox
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
@@ -32,7 +31,7 @@ def test_a_turn_longer_than_three_soft_limits_self_chains_one_run_per_chunk_to_c
         DONE,
     ]
     model = script(steps, on_resume="restart")
-    turn = enqueue(runtime, "email a, b and c", model=model)
+    turn = runtime.lifecycle.enqueue("email a, b and c", model=model)
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=20, what="turn end")
 
@@ -73,7 +72,7 @@ def test_a_soft_limit_during_a_write_waits_for_its_tool_done_then_chains(
 ) -> None:
     """CONTRACT §7.6 on a real worker: the 1 s write outlives the 0.5 s limit and is recorded."""
     model = script([slow_write("report"), DONE], on_resume="restart")
-    turn = enqueue(runtime, "write the report", model=model)
+    turn = runtime.lifecycle.enqueue("write the report", model=model)
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=10, what="turn end")
 

@@ -17,7 +17,6 @@ from tests.support import close_runtime, crashed_stop, ended, wait_for
 from tests.support.fixtures import StartWorker
 from tests.support.providers import DIALECTS, Dialect, FakeProvider, fake_provider
 from worker.base.settings import load_settings
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
@@ -56,7 +55,7 @@ def turns_of(request: dict[str, Any], dialect: Dialect) -> list[tuple[str, str]]
 def run_turn(
     rt: Runtime, ledger: Ledger, message: str, model: str, conversation_id: str = "conv-1"
 ) -> None:
-    turn = enqueue(rt, message, conversation_id=conversation_id, model=model)
+    turn = rt.lifecycle.enqueue(message, conversation_id=conversation_id, model=model)
     wait_for(ledger, turn.turn_id, ended("completed"), TURN_S, f"{message!r} completed")
 
 
@@ -125,9 +124,9 @@ def test_unfinished_earlier_turns_say_how_they_ended_and_the_newest_also_gets_th
 ) -> None:
     """No worker: a crashed turn, then a queued one, then the turn that looks back at both."""
     crashed = crashed_stop(runtime, conversation_id="conv-2", interrupted_write=True)
-    queued = enqueue(runtime, "Then this.", conversation_id="conv-2").turn_id
+    queued = runtime.lifecycle.enqueue("Then this.", conversation_id="conv-2").turn_id
 
-    third = enqueue(runtime, "And now?", conversation_id="conv-2").turn_id
+    third = runtime.lifecycle.enqueue("And now?", conversation_id="conv-2").turn_id
 
     started = ledger.events(third)[0]
     assert isinstance(started, TurnStarted)

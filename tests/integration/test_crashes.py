@@ -31,7 +31,6 @@ from tests.support import (
 )
 from worker.base.settings import Settings
 from worker.dev.demo_tools import outbox
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
@@ -52,7 +51,7 @@ def test_a_background_turn_whose_pool_process_is_killed_mid_write_resumes_withou
     runtime: Runtime, worker: WorkerProcess, script: Callable[..., str]
 ) -> None:
     model = script([slow_write("report"), DONE], on_resume="restart")
-    turn = enqueue(runtime, "write the report", mode="background", model=model)
+    turn = runtime.lifecycle.enqueue("write the report", mode="background", model=model)
     kill_pool_child_mid_write(runtime, worker, turn.turn_id)
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=15, what="turn end")
@@ -73,7 +72,7 @@ def test_a_foreground_turn_whose_pool_process_is_killed_stops_and_completes_afte
     runtime: Runtime, worker: WorkerProcess, script: Callable[..., str]
 ) -> None:
     model = script([slow_write("report"), DONE], on_resume="restart")
-    turn = enqueue(runtime, "write the report", model=model)
+    turn = runtime.lifecycle.enqueue("write the report", model=model)
     kill_pool_child_mid_write(runtime, worker, turn.turn_id)
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=15, what="the stop")
@@ -111,7 +110,7 @@ def test_a_background_turn_on_a_killed_worker_is_resumed_by_a_new_worker_within_
     """SIGKILL of the whole worker: its message stays unacked; the new worker's reaper acts."""
     first_worker = start_worker()
     model = script([send("ada@x.io", "Launch"), think(2.0), DONE], on_resume="restart")
-    turn = enqueue(runtime, "email Ada, then think", mode="background", model=model)
+    turn = runtime.lifecycle.enqueue("email Ada, then think", mode="background", model=model)
     wait_for(runtime.ledger, turn.turn_id, having("model_start", step=1), what="the second call")
 
     first_worker.kill_group()

@@ -30,8 +30,7 @@ from tests.support.waiting import ended, having, of, show, wait_for
 from worker.base.errors import ConfigError
 from worker.base.settings import load_settings
 from worker.dev.redis_server import RedisServer
-from worker.edges.client import enqueue
-from worker.edges.durability_policy import check_durability
+from worker.edges.redis.durability import check_durability
 from worker.edges.runtime import Runtime
 from worker.engine.tools.durable import NOT_RUN
 
@@ -247,8 +246,8 @@ class TestOnAPrimaryAndAReplica:
         worker = durable_worker("replica")
         rig.pause_replica()
         try:
-            turn = enqueue(
-                runtime, "write a", model=script([outside_write("a"), DONE], on_resume="restart")
+            turn = runtime.lifecycle.enqueue(
+                "write a", model=script([outside_write("a"), DONE], on_resume="restart")
             )
             unrun = having("tool_done", count=2, is_error=True, result={"error": NOT_RUN})
             wait_for(runtime.ledger, turn.turn_id, unrun, timeout=30, what="two calls not run")
@@ -288,7 +287,7 @@ class TestOnARedisWithWaitaof:
         durable_worker("fsync", **{AOF_DIR: str(waitaof_store.data_dir)})
         runtime.redis.config_resetstat()  # the worker's start-time check probed WAITAOF
         witness = {"tool_calls": [{"name": "aof_witness", "input": {"label": "a"}}]}
-        turn = enqueue(runtime, "write a", model=script([witness, DONE]))
+        turn = runtime.lifecycle.enqueue("write a", model=script([witness, DONE]))
         events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=30, what="turn end")
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
         [start] = of(events, "tool_start", tool="aof_witness")

@@ -26,7 +26,6 @@ from tests.support import (
     wait_until,
 )
 from worker.dev.demo_tools import outbox
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
@@ -70,8 +69,7 @@ def test_sigterm_hands_a_foreground_and_a_background_turn_to_another_worker_at_o
     the model that re-issues its email after the resume is blocked: one email each."""
     leaving = start_worker(concurrency=2, overrides=LONG)
     turns = [
-        enqueue(
-            runtime,
+        runtime.lifecycle.enqueue(
             f"email {name}",
             mode=mode,
             model=script([send(f"{name}@x.io", f"Hi {name}"), think(20), DONE], "restart"),
@@ -100,7 +98,7 @@ def test_sigterm_during_a_tool_hands_over_only_after_its_tool_done(
     of the write is blocked as completed."""
     workers = [start_worker(overrides=LONG), start_worker(overrides=LONG)]
     model = script([slow_write("report"), DONE], "restart")
-    turn = enqueue(runtime, "write a report", mode="background", model=model).turn_id
+    turn = runtime.lifecycle.enqueue("write a report", mode="background", model=model).turn_id
     wait_for(runtime.ledger, turn, having("tool_start", tool="slow_write"), what="the write")
     leaving = wait_until(
         lambda: next((w for w in workers if turn in w.log()), None), what="the write's worker"

@@ -30,8 +30,8 @@ from tests.support import (
 )
 from worker.base.settings import Settings
 from worker.dev.demo_tools import outbox
-from worker.edges.client import enqueue
-from worker.edges.runtime import CeleryDispatcher, Runtime
+from worker.edges.celery.dispatch import CeleryDispatcher
+from worker.edges.runtime import Runtime
 from worker.engine.recorder import RunContext
 from worker.lifecycle import Lifecycle
 
@@ -85,7 +85,7 @@ def test_duplicated_chunk_messages_run_each_run_once(
     start_worker(concurrency=2)
     dispatcher = CeleryDispatcher(runtime.app, settings)
     steps = [send("a@x.io", "A"), think(0.8), think(0.3), send("b@x.io", "B"), DONE]
-    turn = enqueue(runtime, "email a and b", model=script(steps))
+    turn = runtime.lifecycle.enqueue("email a and b", model=script(steps))
     for _ in range(2):
         dispatcher.dispatch(turn.turn_id, turn.run_id, "foreground")  # while pending
     events = wait_for(runtime.ledger, turn.turn_id, having("run_started", chunk=1), what="chunk 1")

@@ -1,4 +1,4 @@
-"""A chunk message's mark in the broker (``worker.edges.marks``): there while the message is
+"""A chunk message's mark in the broker (``worker.edges.celery.marks``): there while the message is
 queued or held unacknowledged, gone with its acknowledgement, and what the reaper reads instead
 of the queues. On the real broker (kombu's Redis transport, dres's channel), no worker process:
 a message is taken and acknowledged here as a worker's consumer does (``basic_get``, ``ack``).
@@ -18,7 +18,8 @@ from harness import FakeClock, SeqIds
 from ledger import keys
 from tests.support import DONE
 from worker.base.settings import Settings
-from worker.edges.runtime import CeleryDispatcher, Runtime
+from worker.edges.celery.dispatch import CeleryDispatcher
+from worker.edges.runtime import Runtime
 from worker.lifecycle import Lifecycle
 from worker.lifecycle import reaper as reaper_module
 from worker.lifecycle.dispatch import run_ids

@@ -29,7 +29,6 @@ from tests.support import (
 )
 from worker.base.settings import Settings, load_settings
 from worker.dev.demo_tools import outbox
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
@@ -54,8 +53,7 @@ def test_a_backlog_of_two_chunk_turns_on_one_slot_completes_every_turn_with_one_
     turns, it never stops one as a lost hand-off nor sends a run's message twice."""
     start_worker(concurrency=1, overrides=BACKLOG)
     turns = [
-        enqueue(
-            runtime,
+        runtime.lifecycle.enqueue(
             f"email {n}",
             model=script([send(f"{n}@x.io", f"Mail {n}"), think(1.5), DONE]),
         ).turn_id
@@ -90,7 +88,7 @@ def test_a_soft_limit_right_after_the_turn_ended_hands_nothing_over(
     runtime.redis.hset(
         keys.chaos_fault(), mapping={"point": "turn.ended", "action": "soft_limit", "skip": 0}
     )
-    turn = enqueue(runtime, "email Ada", model=script([send("ada@x.io", "Hi"), DONE]))
+    turn = runtime.lifecycle.enqueue("email Ada", model=script([send("ada@x.io", "Hi"), DONE]))
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), what="the turn's end")
     wait_until(lambda: runtime.redis.hget(keys.chaos_fault(), "fired"), what="the failpoint")
@@ -113,7 +111,7 @@ def test_a_first_chunk_runs_under_the_time_limits_of_the_worker_that_runs_it(
         load_settings(soft_limit_s=60.0, hard_limit_s=90.0, visibility_timeout_s=0)
     )
     try:
-        turn = enqueue(api_side, "think", model=script([think(3.0), DONE]))
+        turn = api_side.lifecycle.enqueue("think", model=script([think(3.0), DONE]))
         events = wait_for(api_side.ledger, turn.turn_id, ended(), timeout=15, what="turn end")
     finally:
         api_side.redis.close()
@@ -134,7 +132,7 @@ def test_a_live_runs_heartbeat_keeps_its_lease_through_a_step_many_leases_long(
 ) -> None:
     """A 3 s step under a 1 s lease: the heartbeat renews it, so no reaper takes the turn over."""
     start_worker(overrides={**LONG_VT, "DRES_SOFT_LIMIT_S": "10", "DRES_HARD_LIMIT_S": "15"})
-    turn = enqueue(runtime, "think long", model=script([think(3.0), DONE]))
+    turn = runtime.lifecycle.enqueue("think long", model=script([think(3.0), DONE]))
     wait_for(runtime.ledger, turn.turn_id, having("run_started"), what="the run's start")
     first = runtime.ledger.meta(turn.turn_id).lease_until
 
@@ -156,7 +154,7 @@ def test_a_live_runs_heartbeat_keeps_its_lease_while_a_long_tool_runs(
     takes the turn over and the write runs once."""
     start_worker(overrides={"DRES_LEASE_S": "0.3"})
     model = script([slow_write("long"), DONE])
-    turn = enqueue(runtime, "write slowly", mode="background", model=model)
+    turn = runtime.lifecycle.enqueue("write slowly", mode="background", model=model)
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=15, what="turn end")
 
@@ -177,7 +175,7 @@ def test_a_paused_run_is_taken_over_and_when_it_wakes_it_cannot_write(
     limits = {**LONG_VT, "DRES_BG_SOFT_LIMIT_S": "20", "DRES_BG_HARD_LIMIT_S": "30"}
     paused_worker = start_worker(overrides=limits)
     model = script([think(4.0), DONE])
-    turn = enqueue(runtime, "think", mode="background", model=model)
+    turn = runtime.lifecycle.enqueue("think", mode="background", model=model)
     [first] = of(
         wait_for(runtime.ledger, turn.turn_id, having("model_start"), what="the first step"),
         "run_started",

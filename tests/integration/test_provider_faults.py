@@ -38,7 +38,6 @@ from tests.support.processes import run_demo
 from tests.support.providers import Reply
 from worker.dev.demo_tools import outbox
 from worker.dev.redis_server import RedisServer
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
@@ -99,7 +98,7 @@ def test_a_rate_limit_stops_a_foreground_turn_with_continue_available(
 ) -> None:
     fake.script(dialect.error(429))
     provider_worker(start_worker, dialect, fake)
-    turn = enqueue(runtime, "hello")
+    turn = runtime.lifecycle.enqueue("hello")
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), what="the turn's end")
     [end] = of(events, "turn_ended")
@@ -114,7 +113,7 @@ def test_a_rate_limited_background_turn_resumes_once_after_the_cooldown_then_sto
 ) -> None:
     fake.script(dialect.error(429), dialect.error(429))
     provider_worker(start_worker, dialect, fake)
-    turn = enqueue(runtime, "hello", mode="background")
+    turn = runtime.lifecycle.enqueue("hello", mode="background")
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), what="the turn's end")
     [end] = of(events, "turn_ended")
@@ -131,7 +130,7 @@ def test_a_credential_error_stops_the_turn_with_continue_available(
 ) -> None:
     fake.script(dialect.error(401))
     provider_worker(start_worker, dialect, fake)
-    turn = enqueue(runtime, "hello", mode="background")
+    turn = runtime.lifecycle.enqueue("hello", mode="background")
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), what="the turn's end")
     [end] = of(events, "turn_ended")
@@ -167,7 +166,7 @@ def test_a_server_error_or_a_cut_stream_resumes_in_the_same_chunk_with_the_note(
         dialect.text("Sent", " once."),
     )
     provider_worker(start_worker, dialect, fake)
-    turn = enqueue(runtime, "email a@x.io")
+    turn = runtime.lifecycle.enqueue("email a@x.io")
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), what="the turn's end")
     [end] = of(events, "turn_ended")
@@ -192,7 +191,7 @@ def test_stop_while_the_provider_sends_nothing_ends_the_turn_within_two_seconds(
 ) -> None:
     fake.script(Reply(hang=True))
     provider_worker(start_worker, dialect, fake)
-    turn = enqueue(runtime, "hello")
+    turn = runtime.lifecycle.enqueue("hello")
     fake.wait_requests(1)  # the SDK now waits for a first byte that never comes
 
     requested, ended_at = stop_ending(runtime, turn.turn_id)
@@ -211,7 +210,7 @@ def test_the_soft_limit_self_chains_while_the_provider_sends_nothing(
     """The soft limit lands in the SDK's wait and is not swallowed: the next chunk starts."""
     fake.script(*[Reply(hang=True)] * 3)
     provider_worker(start_worker, dialect, fake, DRES_SOFT_LIMIT_S="1", DRES_HARD_LIMIT_S="5")
-    turn = enqueue(runtime, "hello")
+    turn = runtime.lifecycle.enqueue("hello")
     [first] = fake.wait_requests(1)[:1]
 
     events = wait_for(
@@ -237,7 +236,7 @@ def test_the_sdk_retries_a_503_on_its_own_and_the_turn_completes_without_a_resum
 ) -> None:
     fake.script(dialect.error(503, (("retry-after-ms", "50"),)), dialect.text("Fine."))
     provider_worker(start_worker, dialect, fake)
-    turn = enqueue(runtime, "hello")
+    turn = runtime.lifecycle.enqueue("hello")
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), what="the turn's end")
     assert of(events, "turn_ended")[0].status == "completed", show(events)
@@ -251,7 +250,7 @@ def test_stop_during_the_sdks_retry_sleep_ends_the_turn_within_two_seconds(
 ) -> None:
     fake.script(dialect.error(503, (("retry-after", "30"),)), dialect.text("never reached"))
     provider_worker(start_worker, dialect, fake)
-    turn = enqueue(runtime, "hello")
+    turn = runtime.lifecycle.enqueue("hello")
     fake.wait_requests(1)  # answered 503: the SDK sleeps 30 s before its retry
 
     requested, ended_at = stop_ending(runtime, turn.turn_id)

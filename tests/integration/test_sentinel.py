@@ -42,10 +42,9 @@ from tests.support.fixtures import StartWorker, outside_worker, show_logs, start
 from tests.support.redis_sentinel import MASTER, LocalSentinel
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
-from worker.edges.client import enqueue
-from worker.edges.durability_policy import check_durability
+from worker.edges.redis.durability import check_durability
+from worker.edges.redis.policy import check_stores
 from worker.edges.runtime import Runtime
-from worker.edges.store_policy import check_stores
 
 pytestmark = pytest.mark.redis_server
 
@@ -131,8 +130,7 @@ def test_a_failover_during_a_foreground_and_a_background_turn_loses_neither(
 ) -> None:
     worker = long_worker(concurrency=2)
     turns = {
-        label: enqueue(
-            runtime,
+        label: runtime.lifecycle.enqueue(
             f"write {label}",
             mode=mode,
             model=script(
@@ -164,8 +162,8 @@ def test_a_failover_during_a_foreground_and_a_background_turn_loses_neither(
 
     pid = worker.pid
     for mode, label in (("foreground", "n"), ("background", "m")):
-        turn = enqueue(
-            runtime, f"write {label}", mode=mode, model=script([outside_write(label, 0.0), DONE])
+        turn = runtime.lifecycle.enqueue(
+            f"write {label}", mode=mode, model=script([outside_write(label, 0.0), DONE])
         )
         events = wait_ended_through(runtime.ledger, turn.turn_id, AFTER_S)
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
@@ -223,7 +221,7 @@ def test_a_worker_with_a_free_slot_stays_up_through_two_master_kills_while_chunk
     pid = worker.pid
     for label in ("a", "b"):
         model = script([outside_write(label, WRITE_S), DONE], on_resume="restart")
-        turn = enqueue(runtime, f"write {label}", mode="background", model=model)
+        turn = runtime.lifecycle.enqueue(f"write {label}", mode="background", model=model)
         wait_for(runtime.ledger, turn.turn_id, having("tool_start"), what=f"{label}'s call")
         wait_until(lambda label=label: outside_effects(effects_file, label), 5, f"{label}'s effect")
 
@@ -232,8 +230,8 @@ def test_a_worker_with_a_free_slot_stays_up_through_two_master_kills_while_chunk
         events = wait_ended_through(runtime.ledger, turn.turn_id, AFTER_S)
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
         assert len(outside_effects(effects_file, label)) == 1, f"{label} ran once"
-    after = enqueue(
-        runtime, "write c", mode="background", model=script([outside_write("c", 0.0), DONE])
+    after = runtime.lifecycle.enqueue(
+        "write c", mode="background", model=script([outside_write("c", 0.0), DONE])
     )
     events = wait_ended_through(runtime.ledger, after.turn_id, AFTER_S)
     assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)

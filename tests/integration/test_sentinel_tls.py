@@ -35,10 +35,9 @@ from tests.support.fixtures import StartWorker, show_logs, started
 from tests.support.redis_sentinel import LocalSentinel
 from tests.support.scripts import Script
 from worker.base.settings import Settings
-from worker.edges.client import enqueue
+from worker.edges.redis.policy import check_stores
+from worker.edges.redis.sentinel import watch_for
 from worker.edges.runtime import Runtime
-from worker.edges.sentinel import watch_for
-from worker.edges.store_policy import check_stores
 
 pytestmark = pytest.mark.redis_server
 
@@ -117,7 +116,7 @@ def test_a_turn_with_a_write_completes_once_through_a_sentinel_failover_over_tls
     try:
         steps = [outside_write("w", WRITE_S), outside_write("w2", 0.0), DONE]
         model = script(steps, on_resume="restart")
-        turn = enqueue(runtime, "write w", model=model)
+        turn = runtime.lifecycle.enqueue("write w", model=model)
         wait_for(runtime.ledger, turn.turn_id, having("tool_start"), what="the write's call")
         wait_until(lambda: len(outside_effects(effects_file, "w")), 10, "the write's effect")
 
@@ -136,7 +135,7 @@ def test_a_turn_with_a_write_completes_once_through_a_sentinel_failover_over_tls
         assert status.json()["status"] == "completed", status.text
 
         pid = worker.pid
-        after = enqueue(runtime, "write a", model=script([outside_write("a", 0.0), DONE]))
+        after = runtime.lifecycle.enqueue("write a", model=script([outside_write("a", 0.0), DONE]))
         events = wait_ended_through(runtime.ledger, after.turn_id, AFTER_S)
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
         assert len(outside_effects(effects_file, "a")) == 1

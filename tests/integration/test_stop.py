@@ -22,7 +22,6 @@ from tests.support import (
 )
 from worker.base.settings import Settings
 from worker.dev.demo_tools import outbox
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 from worker.engine.recorder import RunContext
 
@@ -36,7 +35,7 @@ def test_stop_during_a_running_chunk_cancels_the_turn_within_two_seconds(
     runtime: Runtime, worker: WorkerProcess, script: Callable[..., str]
 ) -> None:
     slow = {**send("a@x.io", "A"), "delay_s": 30}
-    turn = enqueue(runtime, "think long, then email", model=script([slow, DONE]))
+    turn = runtime.lifecycle.enqueue("think long, then email", model=script([slow, DONE]))
     wait_for(runtime.ledger, turn.turn_id, having("model_start"), what="the model call")
 
     stopped_at = time.monotonic()

@@ -29,7 +29,6 @@ from tests.support import (
 )
 from tests.support.fixtures import StartWorker, outside_worker, started
 from worker.dev.redis_server import RedisServer
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
@@ -89,8 +88,8 @@ def test_a_busy_and_an_idle_worker_each_serve_a_new_turn_after_a_redis_restart(
 ) -> None:
     busy = long_worker(extra=("-Q", runtime.settings.foreground_queue))
     idle = long_worker(extra=("-Q", runtime.settings.background_queue))
-    first = enqueue(
-        runtime, "write a", model=script([outside_write("a", 3.0), DONE], on_resume="restart")
+    first = runtime.lifecycle.enqueue(
+        "write a", model=script([outside_write("a", 3.0), DONE], on_resume="restart")
     )
     started_writing(runtime, first.turn_id, effects_file, "a")
 
@@ -101,7 +100,7 @@ def test_a_busy_and_an_idle_worker_each_serve_a_new_turn_after_a_redis_restart(
     assert len(outside_effects(effects_file, "a")) == 1, "the write ran once"
     for mode, label in (("foreground", "b"), ("background", "c")):
         model = script([outside_write(label, 0.0), DONE])
-        turn = enqueue(runtime, f"write {label}", mode=mode, model=model)
+        turn = runtime.lifecycle.enqueue(f"write {label}", mode=mode, model=model)
         events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what=mode)
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
         assert len(outside_effects(effects_file, label)) == 1
@@ -117,7 +116,7 @@ def test_a_write_that_finishes_during_a_6_s_outage_is_recorded_completed(
 ) -> None:
     worker = long_worker()
     model = script([outside_write("a", 2.0), DONE], on_resume="restart")
-    turn = enqueue(runtime, "write a", mode="background", model=model)
+    turn = runtime.lifecycle.enqueue("write a", mode="background", model=model)
     started_writing(runtime, turn.turn_id, effects_file, "a")
 
     restart(store, 6.0)  # the write's 2 s of work end while Redis is away
@@ -142,8 +141,7 @@ def test_a_restart_during_a_foreground_and_a_background_turn_loses_neither(
 ) -> None:
     worker = long_worker(concurrency=2)
     turns = {
-        label: enqueue(
-            runtime,
+        label: runtime.lifecycle.enqueue(
             f"write {label}",
             mode=mode,
             model=script(
@@ -177,7 +175,7 @@ def test_a_full_redis_stops_the_running_turn_with_store_full_and_continue_comple
     recorded by the stop itself; once memory is freed Continue completes it, the write once."""
     worker = long_worker()
     model = script([outside_write("a", 1.0), outside_write("b", 0.0), DONE], on_resume="restart")
-    turn = enqueue(runtime, "write a then b", model=model)
+    turn = runtime.lifecycle.enqueue("write a then b", model=model)
     started_writing(runtime, turn.turn_id, effects_file, "a")
     runtime.redis.config_set("maxmemory", 1)  # every write refused from now on
     try:
@@ -211,7 +209,7 @@ def test_a_paused_redis_is_ridden_out_by_the_running_run_without_a_takeover(
     SIGCONT is a race here; tests/contract/test_lifecycle.py pins the reaper's side.)"""
     worker = long_worker()
     model = script([outside_write("a", 1.0), DONE], on_resume="restart")
-    turn = enqueue(runtime, "write a", mode="background", model=model)
+    turn = runtime.lifecycle.enqueue("write a", mode="background", model=model)
     started_writing(runtime, turn.turn_id, effects_file, "a")
     assert store.process is not None
     os.kill(store.process.pid, signal.SIGSTOP)
@@ -239,7 +237,7 @@ def test_a_run_that_outlasts_its_outage_window_gives_up_and_its_turn_resumes_wit
     to run it blind again, and the turn completes with one effect."""
     worker = long_worker(overrides={"DRES_STORE_OUTAGE_S": "1"})
     model = script([outside_write("a", 2.0), DONE], on_resume="restart")
-    turn = enqueue(runtime, "write a", mode="background", model=model)
+    turn = runtime.lifecycle.enqueue("write a", mode="background", model=model)
     started_writing(runtime, turn.turn_id, effects_file, "a")
 
     restart(store, 4.0)  # the write ends 1 s in, its record gives up 1 s later
@@ -264,7 +262,7 @@ def test_a_worker_with_a_free_slot_stays_up_through_a_restart_while_a_chunk_runs
     chunk's message is unacknowledged: the case kombu's close path used to die on."""
     worker = long_worker(concurrency=2)
     model = script([outside_write("a", 3.0), DONE], on_resume="restart")
-    turn = enqueue(runtime, "write a", mode="background", model=model)
+    turn = runtime.lifecycle.enqueue("write a", mode="background", model=model)
     started_writing(runtime, turn.turn_id, effects_file, "a")
 
     restart(store, 2.0)
@@ -272,8 +270,8 @@ def test_a_worker_with_a_free_slot_stays_up_through_a_restart_while_a_chunk_runs
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what="turn end")
     assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
     assert len(outside_effects(effects_file, "a")) == 1, "the write ran once"
-    after = enqueue(
-        runtime, "write b", mode="background", model=script([outside_write("b", 0.0), DONE])
+    after = runtime.lifecycle.enqueue(
+        "write b", mode="background", model=script([outside_write("b", 0.0), DONE])
     )
     events = wait_for(runtime.ledger, after.turn_id, ended(), timeout=AFTER_S, what="next turn")
     assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)

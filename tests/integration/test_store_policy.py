@@ -20,7 +20,7 @@ from tests.support.scrape import Scrape, scrape
 from worker.base.errors import ConfigError
 from worker.base.settings import load_settings
 from worker.dev.redis_server import RedisServer, free_port
-from worker.edges.store_policy import check_stores
+from worker.edges.redis.policy import check_stores
 
 pytestmark = pytest.mark.redis_server
 

@@ -13,7 +13,6 @@ from ledger.events import ModelStart, RunEnded, Text, TurnEnded
 from ledger.store import Ledger
 from tests.support import show
 from tests.support.fixtures import StartWorker
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 from worker.engine.history import Conversation
 from worker.engine.models.base import AssistantMessage
@@ -49,7 +48,7 @@ def test_a_chunk_cut_mid_stream_by_its_soft_limit_keeps_every_delta_a_watcher_sa
 ) -> None:
     start_worker(overrides=flush)
     model = script([{"text": ANSWER, "chunk_chars": 4, "stream_delay_s": 0.01}])
-    turn = enqueue(runtime, "answer at length", model=model)
+    turn = runtime.lifecycle.enqueue("answer at length", model=model)
 
     seen = watch(runtime.ledger, turn.turn_id, timeout=30)
     ledger = runtime.ledger.read_turn(turn.turn_id)

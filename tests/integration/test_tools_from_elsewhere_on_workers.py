@@ -21,7 +21,6 @@ from tests.support import ROOT, WorkerProcess, of, show, wait_for, wait_until
 from tests.support.mcp_servers import McpHttpServer, calls, stdio_entry
 from tests.support.openapi_app import ApiServer, requests
 from tests.support.waiting import ended
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
@@ -64,7 +63,9 @@ def test_a_cut_turn_reruns_the_mcp_read_and_blocks_the_writes_on_a_worker(
         ("t__send", {"to": "ada", "text": "hi"}),
         ("t__charge", {"amount": 5}),
     )
-    turn = enqueue(runtime, "Do it", model=script([first, PAUSE, DONE], on_resume="restart"))
+    turn = runtime.lifecycle.enqueue(
+        "Do it", model=script([first, PAUSE, DONE], on_resume="restart")
+    )
 
     events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=40, what="the turn's end")
 
@@ -86,7 +87,7 @@ def test_an_mcp_server_killed_mid_write_on_a_worker_leaves_it_interrupted(
     servers = {"t": stdio_entry(log, timeout_s=30)}
     start_worker(overrides={**LIMITS, "DRES_MCP_SERVERS": json.dumps(servers)})
     model = script([step(("t__send_slowly", {"to": "ada"})), DONE], on_resume="restart")
-    turn = enqueue(runtime, "Send it", model=model)
+    turn = runtime.lifecycle.enqueue("Send it", model=model)
 
     [row] = wait_until(lambda: calls(log, "send_slowly"), timeout=20, what="the write")
     os.kill(row["pid"], signal.SIGKILL)
@@ -134,7 +135,7 @@ def test_a_cut_turn_reruns_the_get_and_blocks_the_post_on_a_worker(
         start_worker(overrides={**LIMITS, "DRES_OPENAPI": apis})
         first = step(("api__get_item", {"item_id": "x"}), ("api__create_item", {"name": "a"}))
         model = script([first, PAUSE, DONE], on_resume="restart")
-        turn = enqueue(runtime, "Do it", model=model)
+        turn = runtime.lifecycle.enqueue("Do it", model=model)
 
         events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=40, what="the end")
     finally:

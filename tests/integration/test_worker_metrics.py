@@ -17,7 +17,6 @@ from tests.support.fixtures import StartWorker
 from tests.support.scrape import Scrape, scrape
 from tests.support.waiting import ended, of
 from worker.dev.redis_server import free_port
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
@@ -38,7 +37,7 @@ def test_a_two_process_worker_serves_its_pools_counts_of_a_turn_with_a_blocked_d
     port = free_port()
     start_worker(concurrency=2, overrides={"DRES_METRICS_PORT": str(port)})
     model = script([send("a@x.io", "A"), think(PAST_THE_LIMIT_S), DONE], on_resume="restart")
-    turn = enqueue(runtime, "email a", model=model)
+    turn = runtime.lifecycle.enqueue("email a", model=model)
     events = wait_for(runtime.ledger, turn.turn_id, ended("completed"), timeout=20)
     blocked = of(events, "tool_blocked")
     assert [(e.tool, e.reason) for e in blocked] == [("send_email", "completed")]
@@ -83,7 +82,7 @@ def test_a_killed_pool_processs_stop_and_the_refused_retry_after_continue_are_co
     overrides = {"DRES_METRICS_PORT": str(port), "PROMETHEUS_MULTIPROC_DIR": str(directory)}
     worker = start_worker(overrides=overrides)
     model = script([slow_write("report"), DONE], on_resume="restart")
-    turn = enqueue(runtime, "write the report", model=model)
+    turn = runtime.lifecycle.enqueue("write the report", model=model)
     wait_for(runtime.ledger, turn.turn_id, having("tool_start", tool="slow_write"))
     wait_until(lambda: effects(runtime.redis, "slow_write"), timeout=2, what="the write's effect")
     killed = worker.pool_child()

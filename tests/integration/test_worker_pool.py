@@ -1,4 +1,4 @@
-"""dres's prefork pool (``worker.edges.prefork``) against Celery's own, on real pool processes.
+"""dres's prefork pool (``worker.edges.celery.pool``) against Celery's own, on real pool processes.
 A consumer restart (a lost broker connection) registers the pool with the event loop again; a
 child that died must neither end the worker nor leave a result reader on an fd that is another's
 by then."""
@@ -19,7 +19,7 @@ from celery import Celery
 from celery.concurrency import prefork as celery_prefork
 from kombu.asynchronous import Hub
 
-from worker.edges import prefork
+from worker.edges.celery import pool as prefork
 
 #: seconds a pool may take to accept a job, or to reap a killed child
 SETTLE_S = 10.0

@@ -1,10 +1,10 @@
-// The page's turn state (worker/edges/static/turnstate.js): a pure fold of ledger events.
+// The page's turn state (worker/edges/http/static/turnstate.js): a pure fold of ledger events.
 // Run with `node --test tests/js`; tests/unit/test_page_js.py runs it under pytest.
 import { test } from "node:test";
 import assert from "node:assert/strict";
 import { readFile } from "node:fs/promises";
 
-const source = await readFile(new URL("../../worker/edges/static/turnstate.js", import.meta.url), "utf8");
+const source = await readFile(new URL("../../worker/edges/http/static/turnstate.js", import.meta.url), "utf8");
 const { initial, fold, replay, answerText, after } = await import(
   `data:text/javascript;charset=utf-8,${encodeURIComponent(source)}`
 );

@@ -1,4 +1,4 @@
-"""A ``redis://`` broker goes through ``worker.edges.broker``'s transport (a kombu bug's
+"""A ``redis://`` broker goes through ``worker.edges.celery.transport``'s transport (a kombu bug's
 workaround); other schemes keep kombu's own. The workaround itself is tested on a real server in
 ``tests/integration/test_store_faults.py``."""
 
@@ -8,8 +8,8 @@ import pytest
 from kombu.transport import redis as kombu_redis
 
 from worker.base.settings import load_settings
-from worker.edges import broker
-from worker.edges.celery_app import create_app
+from worker.edges.celery import transport as broker
+from worker.edges.celery.app import create_app
 
 
 def test_a_redis_broker_uses_the_transport_that_survives_a_lost_connection() -> None:

@@ -12,8 +12,8 @@ import pytest
 
 from tests.support import ROOT
 from worker.base.settings import Settings
-from worker.edges.cli import main
-from worker.edges.config_table import MASK, rows
+from worker.edges.cli.config import MASK, rows
+from worker.edges.cli.main import main
 
 #: a row of the reference's table: | `DRES_NAME` | `default` | meaning |
 TABLE_ROW = re.compile(r"^\| `(DRES_[A-Z0-9_]+)` \| `([^`]*)` \| (.+) \|$")

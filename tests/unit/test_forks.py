@@ -72,7 +72,7 @@ def test_a_worker_loads_what_its_chunks_and_sweeps_import_before_its_pool_forks(
     code = (
         "import sys; from worker.base.settings import load_settings; "
         "from worker.edges.runtime import Runtime; "
-        "from worker.edges.worker_main import load_before_fork; "
+        "from worker.edges.cli.worker import load_before_fork; "
         "load_before_fork(Runtime.from_settings(load_settings())); "
         "print(*(m in sys.modules for m in "
         "('sample_tools', 'httpx', 'prometheus_client', 'anthropic')))"

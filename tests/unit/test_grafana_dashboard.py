@@ -9,7 +9,7 @@ from pathlib import Path
 from prometheus_client import REGISTRY
 
 from worker.base import metrics
-from worker.edges.metrics_http import TurnCounts
+from worker.edges.http.metrics import TurnCounts
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "docs" / "grafana-dashboard.json"
 

@@ -23,7 +23,27 @@ ALLOWED: dict[str, set[str]] = {
     "worker.engine": {"ledger", "worker.base", "worker.engine"},
     "worker.engine.models": {"ledger", "worker.base", "worker.engine.models"},
     "worker.lifecycle": {"ledger", "worker.base", "worker.engine", "worker.lifecycle"},
+    # the edges' wings (worker/edges/__init__.py): each faces one thing and imports only the
+    # wings it needs; runtime (the composition root) and client stand at the top of the floor
     "worker.edges": {"ledger", "worker.base", "worker.engine", "worker.lifecycle", "worker.edges"},
+    "worker.edges.redis": {"ledger", "worker.base", "worker.edges.redis"},
+    "worker.edges.celery": {
+        "ledger",
+        "worker.base",
+        "worker.engine",
+        "worker.lifecycle",
+        "worker.edges.celery",
+        "worker.edges.redis",
+    },
+    "worker.edges.http": {
+        "ledger",
+        "worker.base",
+        "worker.engine",
+        "worker.lifecycle",
+        "worker.edges.http",
+        "worker.edges.redis",
+        "worker.edges.runtime",
+    },
     "worker.dev": {"ledger", "worker"},
     # the public names of CONTRACT §4 and §9, re-exported from their floors
     "worker.tools": {"worker.engine.tools"},
@@ -127,12 +147,86 @@ def test_every_floor_says_what_it_may_import() -> None:
         assert "May import" in doc, f"worker/{floor.name}/__init__.py does not say"
 
 
+def test_every_wing_of_the_edges_says_what_it_may_import() -> None:
+    edges = ROOT / "worker" / "edges"
+    wings = [p for p in edges.iterdir() if (p / "__init__.py").exists()]
+    assert {p.name for p in wings} == {"http", "cli", "celery", "redis"}
+    for wing in wings:
+        doc = ast.get_docstring(ast.parse((wing / "__init__.py").read_text())) or ""
+        assert "May import" in doc, f"worker/edges/{wing.name}/__init__.py does not say"
+    top = [p.name for p in edges.glob("*.py") if p.name != "__init__.py"]
+    assert len(top) <= 6, f"worker/edges/ has {len(top)} modules at its top: {sorted(top)}"
+
+
+def module_graph() -> dict[str, set[str]]:
+    """Module -> the dres modules it imports (at any level, type-only ones too): ``from a.b
+    import c`` is an arrow to ``a.b.c`` when that is a module, else to ``a.b``."""
+    names = {module_name(p) for p in modules()}
+    graph: dict[str, set[str]] = {}
+    for path in modules():
+        tree = ast.parse(path.read_text(), filename=str(path))
+        found: set[str] = set()
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                subs = {f"{node.module}.{a.name}" for a in node.names}
+                found |= (subs & names) or {node.module}
+        graph[module_name(path)] = {n for n in found if n in names} - {module_name(path)}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        for nxt in graph.get(node, ()):
+            if nxt not in index:
+                visit(nxt)
+                low[node] = min(low[node], low[nxt])
+            elif nxt in stack:
+                low[node] = min(low[node], index[nxt])
+        if low[node] == index[node]:
+            group = []
+            while True:
+                member = stack.pop()
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return found
+
+
+def test_no_module_imports_itself_through_others() -> None:
+    """No import circle anywhere in the tree, lazy and type-only imports included: a type two
+    modules share lives below both."""
+    assert circles(module_graph()) == []
+
+
+def test_the_circle_finder_sees_a_circle() -> None:
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
+    assert circles(graph) == [["a", "b", "c"]]
+
+
 def test_the_walk_sees_a_reversed_arrow_and_a_lazy_one(tmp_path: Path) -> None:
     """Guard against a vacuous check: the walker finds a floor's forbidden imports."""
     engine = tmp_path / "worker" / "engine"
     engine.mkdir(parents=True)
     probe = engine / "probe.py"
-    probe.write_text("import celery\nfrom worker.edges.api import x\ndef f():\n    import tasks\n")
+    probe.write_text(
+        "import celery\nfrom worker.edges.http.app import x\ndef f():\n    import tasks\n"
+    )
     found = imports(probe)
     assert ("celery", True) in found and ("tasks", False) in found
     global ROOT
@@ -140,7 +234,7 @@ def test_the_walk_sees_a_reversed_arrow_and_a_lazy_one(tmp_path: Path) -> None:
     try:
         assert violations(probe) == [
             "worker.engine.probe imports the third-party celery",
-            "worker.engine.probe imports worker.edges.api",
+            "worker.engine.probe imports worker.edges.http.app",
             "worker.engine.probe imports tasks",
         ]
     finally:

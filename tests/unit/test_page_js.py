@@ -1,5 +1,5 @@
 """The page's JavaScript that needs no browser: ``node --test tests/js`` (the turn state's fold,
-worker/edges/static/turnstate.js), run here so ``make test`` and CI run it. A machine without
+worker/edges/http/static/turnstate.js), run here so ``make test`` and CI run it. A machine without
 node skips it locally and fails it under ``CI=true``."""
 
 from __future__ import annotations

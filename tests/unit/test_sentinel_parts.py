@@ -1,4 +1,5 @@
-"""Sentinel without servers (``DRES_REDIS_SENTINELS``, ``worker.edges.sentinel``): the settings
+"""Sentinel without servers (``DRES_REDIS_SENTINELS``, ``worker.edges.redis.sentinel``): the
+settings
 and their one-line refusals, the URLs and options Celery gets, TLS from a ``rediss://`` URL, how
 discovery picks the master from the Sentinels' answers, and what the watch makes of their
 events. (On real sentinels: ``tests/integration/test_sentinel.py``, with TLS
@@ -18,10 +19,10 @@ from redis.sentinel import SentinelManagedSSLConnection
 
 from worker.base.errors import ConfigError
 from worker.base.settings import SENTINEL_TLS_OPTIONS, load_settings
-from worker.edges.broker import SENTINEL_TRANSPORT
-from worker.edges.celery_app import create_app
-from worker.edges.sentinel import master_client, master_options, master_reader, watch_for
-from worker.edges.sentinel_watch import (
+from worker.edges.celery.app import create_app
+from worker.edges.celery.transport import SENTINEL_TRANSPORT
+from worker.edges.redis.sentinel import master_client, master_options, master_reader, watch_for
+from worker.edges.redis.sentinel_watch import (
     ABORTED,
     FAILOVER_HOLD_S,
     PROMOTING,

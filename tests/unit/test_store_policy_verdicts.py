@@ -1,4 +1,4 @@
-"""The start-up check of each Redis's ``maxmemory-policy`` (``worker.edges.store_policy``): what
+"""The start-up check of each Redis's ``maxmemory-policy`` (``worker.edges.redis.policy``): what
 it decides from a reading, and what it does with a Redis that will not say or is not there.
 (The refusals on real redis-servers: ``tests/integration/test_store_policy.py``.)"""
 
@@ -14,7 +14,7 @@ from structlog.testing import capture_logs
 
 from worker.base.settings import load_settings
 from worker.dev.redis_server import free_port
-from worker.edges.store_policy import Reading, check_stores, read_policy, refusal, verdict
+from worker.edges.redis.policy import Reading, check_stores, read_policy, refusal, verdict
 
 
 @pytest.mark.parametrize(

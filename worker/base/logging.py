@@ -3,7 +3,7 @@ through it, rendered for a person (``console``, the default) or as one JSON obje
 (``DRES_LOG_FORMAT=json``, CONTRACT §3).
 
 Context such as ``turn_id``, ``run_id``, ``chunk`` and ``epoch`` is bound once per chunk in
-contextvars (``worker.edges.celery_app`` and the lifecycle's claim) and merged into every log line
+contextvars (``worker.edges.celery.app`` and the lifecycle's claim) and merged into every log line
 of that chunk, dres's and Celery's alike.
 """
 

@@ -2,9 +2,9 @@
 
 The floors above record through these helpers only (``worker.engine`` and ``worker.lifecycle``
 never import ``prometheus_client``). Who serves what is the edges': a worker serves all its pool
-processes' values together on ``DRES_METRICS_PORT`` (``worker.edges.worker_metrics``), the API
+processes' values together on ``DRES_METRICS_PORT`` (``worker.edges.celery.metrics``), the API
 serves its own process's beside the turn counts it reads from Redis
-(``worker.edges.metrics_http``). Each process counts what it did itself, so a query sums over
+(``worker.edges.http.metrics``). Each process counts what it did itself, so a query sums over
 the processes scraped: ``sum by (outcome) (rate(dres_tool_calls_total[5m]))``.
 
 The metrics are made on first use, not at import: ``prometheus_client`` picks its multiprocess

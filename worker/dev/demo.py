@@ -28,7 +28,6 @@ from worker.base.settings import load_settings
 from worker.dev.demo_tools import outbox
 from worker.dev.embedded import embedded_redis
 from worker.dev.worker_process import WorkerProcess
-from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 
 MESSAGE = "Email Ada the launch notes, then track the launch in a ticket."
@@ -68,7 +67,7 @@ def run_demo() -> int:
             runtime = Runtime.from_settings(settings)
             print(f"  worker: prefork, 1 process, soft limit {SOFT_LIMIT_S} s (pid {worker.pid})")
             print(f"  model:  {settings.model or 'the scripted demo model (DRES_MODEL unset)'}")
-            turn = enqueue(runtime, MESSAGE)
+            turn = runtime.lifecycle.enqueue(MESSAGE)
             print(f"  turn:   {turn.turn_id}\n")
             events = _follow(runtime.ledger, turn.turn_id)
             ok = _report(events, runtime, turn.turn_id, scripted=not settings.model)

@@ -12,20 +12,14 @@ import structlog
 from redis.backoff import ExponentialBackoff
 
 from ledger.codec import Envelope
-from ledger.errors import LedgerError, LedgerUnavailable
+from ledger.errors import LedgerUnavailable
 from ledger.events import Event
 from worker.base.clock import Clock
-from worker.base.errors import InvalidInput
 from worker.base.settings import get_settings
-from worker.edges.api_schemas import is_blank
-from worker.edges.conversation import Context, conversation_context
 from worker.edges.runtime import Runtime
-from worker.engine.models import make_model
-from worker.lifecycle import NewTurn
 
 log = structlog.get_logger("dres.client")
 
-MODES = ("foreground", "background")
 #: milliseconds each live read of a followed turn waits for news before it looks at the status
 FOLLOW_BLOCK_MS = 250
 #: seconds a follower rides out an unreachable Redis (a restart, an outage) before it gives up
@@ -34,69 +28,6 @@ FOLLOW_OUTAGE_S = 120.0
 FOLLOW_BACKOFF_S = (0.2, 5.0)
 #: what an unreachable Redis raises (``LedgerUnavailable``: the ledger's retries were spent)
 STORE_DOWN = (redis.ConnectionError, redis.TimeoutError, LedgerUnavailable)
-
-
-def enqueue(
-    runtime: Runtime,
-    message: str,
-    *,
-    conversation_id: str | None = None,
-    mode: str = "foreground",
-    model: str | None = None,
-    turn_id: str | None = None,
-) -> NewTurn:
-    """Record the turn (status queued, first run pending) and dispatch its first chunk.
-
-    All or nothing, as far as Redis lets it be: when a step fails after the turn may have been
-    recorded (Redis out of memory or gone part way, the broker unreachable), the turn is taken
-    back before the error is raised, so the caller's failure leaves no turn that runs later. If
-    even that cannot reach Redis, the turn stays queued and the reaper sends its chunk, as after
-    a crash between the two steps; a repeat with the API's Idempotency-Key finds it.
-    """
-    if mode not in MODES:
-        raise InvalidInput(f"mode must be foreground or background, not {mode!r}")
-    if is_blank(message):
-        raise InvalidInput("message is empty")
-    make_model(model or runtime.settings.model, runtime.clock)  # a bad spec fails here, not later
-    if conversation_id:
-        # A new message supersedes a turn of the conversation that waits for approval: it
-        # stops, its requests void, and the new turn's note says what was waiting (§7.14).
-        runtime.lifecycle.supersede(conversation_id)
-    context = conversation_context(runtime, conversation_id) if conversation_id else Context()
-    lifecycle = runtime.lifecycle
-    turn_id = turn_id or runtime.ids.new("turn")
-    conversation_id = conversation_id or runtime.ids.new("conv")
-    try:
-        turn = lifecycle.create(
-            message,
-            conversation_id=conversation_id,
-            mode=mode,
-            model=model,
-            turn_id=turn_id,
-            prior_turn_note=context.prior_turn_note,
-            earlier_turns=context.earlier_turns,
-        )
-        lifecycle.launch(turn.turn_id, turn.run_id, mode)
-    except Exception as e:
-        _take_back(runtime, turn_id, conversation_id, e)
-        raise
-    return turn
-
-
-def _take_back(runtime: Runtime, turn_id: str, conversation_id: str, error: Exception) -> None:
-    try:
-        withdrawn = runtime.lifecycle.withdraw(turn_id, conversation_id)
-    except (redis.RedisError, LedgerError) as e:
-        log.warning(
-            "could not take back what a failed creation may have recorded; a turn recorded "
-            "is dispatched by the reaper",
-            turn_id=turn_id,
-            error=repr(error),
-            withdraw_error=repr(e),
-        )
-        return
-    if not withdrawn:
-        log.warning("a turn whose creation failed went on", turn_id=turn_id, error=repr(error))
 
 
 def enqueue_turn(
@@ -108,9 +39,10 @@ def enqueue_turn(
 ) -> str:
     """Enqueue a turn with the settings of the environment; returns its ``turn_id``."""
     runtime = Runtime.from_settings(get_settings())
-    return enqueue(
-        runtime, message, conversation_id=conversation_id, mode=mode, model=model
-    ).turn_id
+    turn = runtime.lifecycle.enqueue(
+        message, conversation_id=conversation_id, mode=mode, model=model
+    )
+    return turn.turn_id
 
 
 class Patience:

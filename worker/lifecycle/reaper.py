@@ -8,7 +8,7 @@ It looks at the turns in the active index whose time has come:
   than worker slots) nothing is done; a message that is nowhere (lost between the record and the
   send, or by the broker) is sent again, up to ``max_redispatches`` times, then the turn stops
   with Continue available. The message's mark in the broker answers "still there?" for each due
-  run at O(1) (``worker.edges.marks``); only a run without one costs a read of the queues;
+  run at O(1) (``worker.edges.celery.marks``); only a run without one costs a read of the queues;
 - a turn waiting for approval whose first request expired stops (``approval_expired``);
 - a turn missing from its conversation's list (a crash right after its creation) is listed;
 - an ended or vanished turn leaves the index.
@@ -160,8 +160,8 @@ class Reaper:
     def _in_broker(self, meta: TurnMeta) -> bool:
         """Is the pending run's message in the broker (queued, or held by a worker), or can the
         broker not be looked into (then nothing is taken for lost)? Its mark answers at O(1)
-        (``worker.edges.marks``); without one, or with one old enough to doubt while the queues
-        are short (``_doubted``), the broker's queues are read as before, at most once per sweep:
+        (``worker.edges.celery.marks``); without one, or with one old enough to doubt while the
+        queues are short (``_doubted``), the broker's queues are read as before, at most once per sweep:
         a message sent without a mark is never taken for lost."""
         dispatcher = self.lifecycle.dispatcher
         try:

@@ -11,14 +11,33 @@ this service; the chunk path (``run_chunk``) is the same for all of them. Its pa
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+import redis
+import structlog
+
+from ledger.errors import LedgerError
 from ledger.events import EarlierTurn, TurnStarted
+from worker.base.errors import InvalidInput
+from worker.engine.models import make_model
 from worker.engine.recorder import make_event
 from worker.lifecycle.approvals import Approvals, Decided
 from worker.lifecycle.base import Outcome
 from worker.lifecycle.chunks import ChunkPath
 from worker.lifecycle.control import Control
+from worker.lifecycle.conversation import Context, conversation_context
+
+log = structlog.get_logger("dres.lifecycle")
+
+MODES = ("foreground", "background")
+#: a character that is not a space, a tab or a line break: a message holds one. Spelled out, not
+#: ``\S``, so Python and a JSON Schema (ECMA-262) validator read the pattern alike.
+NOT_BLANK = r"[^ \t\n\r\x0b\x0c]"
+
+
+def is_blank(message: str) -> bool:
+    return re.search(NOT_BLANK, message) is None
 
 
 @dataclass(frozen=True)
@@ -29,6 +48,70 @@ class NewTurn:
 
 
 class Lifecycle(ChunkPath, Control, Approvals):
+    def enqueue(
+        self,
+        message: str,
+        *,
+        conversation_id: str | None = None,
+        mode: str = "foreground",
+        model: str | None = None,
+        turn_id: str | None = None,
+    ) -> NewTurn:
+        """Record the turn (status queued, first run pending) and dispatch its first chunk.
+
+        All or nothing, as far as Redis lets it be: when a step fails after the turn may have
+        been recorded (Redis out of memory or gone part way, the broker unreachable), the turn is
+        taken back before the error is raised, so the caller's failure leaves no turn that runs
+        later. If even that cannot reach Redis, the turn stays queued and the reaper sends its
+        chunk, as after a crash between the two steps; a repeat with the API's Idempotency-Key
+        finds it.
+        """
+        if mode not in MODES:
+            raise InvalidInput(f"mode must be foreground or background, not {mode!r}")
+        if is_blank(message):
+            raise InvalidInput("message is empty")
+        make_model(model or self.settings.model, self.clock)  # a bad spec fails here, not later
+        context = Context()
+        if conversation_id:
+            # A new message supersedes a turn of the conversation that waits for approval: it
+            # stops, its requests void, and the new turn's note says what was waiting.
+            self.supersede(conversation_id)
+            context = conversation_context(
+                self.ledger, conversation_id, self.settings.history_chars
+            )
+        turn_id = turn_id or self.ids.new("turn")
+        conversation_id = conversation_id or self.ids.new("conv")
+        try:
+            turn = self.create(
+                message,
+                conversation_id=conversation_id,
+                mode=mode,
+                model=model,
+                turn_id=turn_id,
+                prior_turn_note=context.prior_turn_note,
+                earlier_turns=context.earlier_turns,
+            )
+            self.launch(turn.turn_id, turn.run_id, mode)
+        except Exception as e:
+            self._take_back(turn_id, conversation_id, e)
+            raise
+        return turn
+
+    def _take_back(self, turn_id: str, conversation_id: str, error: Exception) -> None:
+        try:
+            withdrawn = self.withdraw(turn_id, conversation_id)
+        except (redis.RedisError, LedgerError) as e:
+            log.warning(
+                "could not take back what a failed creation may have recorded; a turn recorded "
+                "is dispatched by the reaper",
+                turn_id=turn_id,
+                error=repr(error),
+                withdraw_error=repr(e),
+            )
+            return
+        if not withdrawn:
+            log.warning("a turn whose creation failed went on", turn_id=turn_id, error=repr(error))
+
     def create(
         self,
         message: str,

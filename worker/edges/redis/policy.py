@@ -36,7 +36,7 @@ from redis.retry import Retry
 from worker.base import metrics
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
-from worker.edges import sentinel
+from worker.edges.redis import sentinel
 
 log = structlog.get_logger("dres.store")
 

@@ -30,7 +30,7 @@ from celery import signals
 
 from worker.base import metrics
 from worker.base.errors import ConfigError
-from worker.edges.celery_app import CHUNK_TASK_BACKGROUND, CHUNK_TASKS
+from worker.edges.celery.names import CHUNK_TASK_BACKGROUND, CHUNK_TASKS
 
 log = structlog.get_logger("dres.metrics")
 

@@ -2,7 +2,7 @@
 
 Durable chunk settings (see shared/research/celery-redis-facts.md):
 - JSON only; results ignored (the ledger is the record);
-- prefork pool (the only pool that raises soft time limits; ``worker.edges.prefork``'s, which
+- prefork pool (the only pool that raises soft time limits; ``worker.edges.celery.pool``'s, which
   survives a consumer restart that finds a pool child gone), ``acks_late`` with
   ``reject_on_worker_lost`` (a killed pool child's message is delivered again at once) and
   prefetch 1 (a worker reserves only what it runs);
@@ -11,7 +11,7 @@ Durable chunk settings (see shared/research/celery-redis-facts.md):
 - one visibility timeout, set everywhere Celery reads it and above every hard limit, so a
   running chunk is never delivered to a second worker; unacked messages of a dead worker are
   restored every ``unacked_restore_interval`` seconds instead of every ~100;
-- kombu's Redis transport with one fix (``worker.edges.broker``): a consumer whose broker
+- kombu's Redis transport with one fix (``worker.edges.celery.transport``): a consumer whose broker
   restarted while it held unacknowledged messages reconnects instead of stopping the worker;
   through Sentinel (``DRES_REDIS_SENTINELS``, ``sentinel://`` URLs) kombu's Sentinel transport
   with the same fix, the master's name and the Sentinels' options (password, TLS) in its
@@ -33,18 +33,10 @@ from celery import Celery, signals
 from kombu.entity import Queue
 
 from worker.base.settings import Settings
-from worker.edges import broker, prefork
-from worker.edges.sentinel import SENTINEL_TIMEOUT_S, sentinel_options
-
-#: the chunk task's registered names, per mode (dispatch goes by name: worker never imports tasks)
-CHUNK_TASK = "dres.run_chunk"
-CHUNK_TASK_BACKGROUND = "dres.run_chunk_background"
-CHUNK_TASKS = (CHUNK_TASK, CHUNK_TASK_BACKGROUND)
-
-
-def chunk_task(mode: str) -> str:
-    return CHUNK_TASK_BACKGROUND if mode == "background" else CHUNK_TASK
-
+from worker.edges.celery import pool as prefork
+from worker.edges.celery import transport as broker
+from worker.edges.celery.names import CHUNK_TASK, CHUNK_TASK_BACKGROUND, CHUNK_TASKS
+from worker.edges.redis.sentinel import SENTINEL_TIMEOUT_S, sentinel_options
 
 #: seconds between sweeps that restore a dead worker's unacknowledged messages
 UNACKED_RESTORE_INTERVAL_S = 5
@@ -127,7 +119,7 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
 
 def _sentinel_kwargs(settings: Settings, timeout_s: float | None) -> dict[str, Any]:
     """The options of kombu's clients of the Sentinels themselves (not of the master): the
-    ledger's (``worker.edges.sentinel.sentinel_options``), the API's timeout if shorter."""
+    ledger's (``worker.edges.redis.sentinel.sentinel_options``), the API's timeout if shorter."""
     timeout = SENTINEL_TIMEOUT_S if timeout_s is None else min(timeout_s, SENTINEL_TIMEOUT_S)
     return sentinel_options(settings, timeout)
 

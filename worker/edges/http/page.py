@@ -29,7 +29,7 @@ CSP = (
 
 @cache
 def _static(name: str) -> str:
-    return resources.files("worker.edges").joinpath("static", name).read_text(encoding="utf-8")
+    return resources.files("worker.edges.http").joinpath("static", name).read_text(encoding="utf-8")
 
 
 def render(settings: Settings) -> str:

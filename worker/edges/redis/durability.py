@@ -36,8 +36,8 @@ from redis.retry import Retry
 from ledger.durability import Durability
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
-from worker.edges import sentinel
-from worker.edges.store_policy import CHECK_TIMEOUT_S
+from worker.edges.redis import sentinel
+from worker.edges.redis.policy import CHECK_TIMEOUT_S
 
 log = structlog.get_logger("dres.store")
 

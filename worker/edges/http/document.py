@@ -21,7 +21,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.routing import APIRoute
 
 from worker.base.settings import Settings
-from worker.edges.api_models import default_spec
+from worker.edges.http.models import default_spec
 from worker.engine.models import PROVIDERS
 from worker.engine.models.allow import ANY, parse_allowed
 

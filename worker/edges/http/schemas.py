@@ -2,21 +2,12 @@
 
 from __future__ import annotations
 
-import re
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from ledger.journal import JournalEntry
-
-#: a character that is not a space, a tab or a line break: a message holds one. Spelled out, not
-#: ``\S``, so Python and a JSON Schema (ECMA-262) validator read the pattern alike.
-NOT_BLANK = r"[^ \t\n\r\x0b\x0c]"
-
-
-def is_blank(message: str) -> bool:
-    return re.search(NOT_BLANK, message) is None
-
+from worker.lifecycle.service import NOT_BLANK, is_blank
 
 #: characters: the longest user message accepted
 MAX_MESSAGE_CHARS = 100_000

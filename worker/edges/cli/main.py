@@ -31,7 +31,8 @@ def _fail(message: str) -> int:
 def _runtime() -> Runtime:
     from worker.base.logging import configure_logging_for
     from worker.base.settings import load_settings
-    from worker.edges.runtime import API_STORE_OUTAGE_S, Runtime
+    from worker.edges.redis.clients import API_STORE_OUTAGE_S
+    from worker.edges.runtime import Runtime
 
     settings = load_settings()
     # stdout is the command's answer (a turn id, a decision) and an error is one line on stderr
@@ -42,7 +43,7 @@ def _runtime() -> Runtime:
 
 
 def cmd_worker(args: argparse.Namespace, extra: list[str]) -> int:
-    from worker.edges.worker_main import run_worker
+    from worker.edges.cli.worker import run_worker
 
     return run_worker(extra, reaper=not args.no_reaper)
 
@@ -62,8 +63,8 @@ def cmd_api(args: argparse.Namespace, extra: list[str]) -> int:
 
     from worker.base.logging import configure_logging_for
     from worker.base.settings import load_settings
-    from worker.edges.api import create_api
-    from worker.edges.store_policy import check_stores
+    from worker.edges.http.app import create_api
+    from worker.edges.redis.policy import check_stores
 
     settings = load_settings()
     if not _loopback(args.host) and not settings.api_token:
@@ -84,18 +85,17 @@ def _loopback(host: str) -> bool:
 
 
 def cmd_enqueue(args: argparse.Namespace, extra: list[str]) -> int:
-    from worker.edges.client import enqueue
 
     mode = "background" if args.background else "foreground"
-    turn = enqueue(
-        _runtime(), args.message, conversation_id=args.conversation, mode=mode, model=args.model
+    turn = _runtime().lifecycle.enqueue(
+        args.message, conversation_id=args.conversation, mode=mode, model=args.model
     )
     print(turn.turn_id)
     return 0
 
 
 def cmd_watch(args: argparse.Namespace, extra: list[str]) -> int:
-    from worker.edges.watch import watch
+    from worker.edges.cli.watch import watch
 
     status = watch(
         _runtime(), args.turn_id, events=args.events, auto_continue=not args.no_auto_continue
@@ -234,7 +234,7 @@ def cmd_config(args: argparse.Namespace, extra: list[str]) -> int:
     from dataclasses import asdict
 
     from worker.base.settings import load_settings
-    from worker.edges.config_table import render, rows
+    from worker.edges.cli.config import render, rows
 
     table = rows(load_settings())
     if args.json:
@@ -384,7 +384,3 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"cannot reach Redis: {e}")
     except KeyboardInterrupt:
         return 130
-
-
-if __name__ == "__main__":
-    sys.exit(main())

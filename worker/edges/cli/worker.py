@@ -14,11 +14,11 @@ from worker.base.errors import ConfigError
 from worker.base.forks import guard_forks
 from worker.base.logging import configure_logging_for
 from worker.base.settings import load_settings
-from worker.edges.durability_policy import check_durability
+from worker.edges.celery.metrics import WorkerMetrics
+from worker.edges.celery.shutdown import hand_over_on_shutdown
+from worker.edges.redis.durability import check_durability
+from worker.edges.redis.policy import check_stores
 from worker.edges.runtime import Runtime
-from worker.edges.shutdown import hand_over_on_shutdown
-from worker.edges.store_policy import check_stores
-from worker.edges.worker_metrics import WorkerMetrics
 from worker.engine.models import preload_sdks
 from worker.engine.tools.approval import ApprovalPolicy
 from worker.lifecycle.reaper import ReaperThread

@@ -51,6 +51,7 @@ from kombu.utils.json import dumps
 from ledger import keys
 from ledger.errors import InvalidId
 from ledger.turns import Outgoing
+from worker.edges.celery.names import CHUNK_TASKS
 
 log = structlog.get_logger("dres.marks")
 
@@ -61,9 +62,6 @@ MIN_MARK_TTL_S = 3600
 def mark_of(headers: Any) -> str | None:
     """The mark of a chunk message (Celery's headers: its task name and ``turn:run`` id);
     None for any other message."""
-    # celery_app imports this module (through worker.edges.broker): its names come at call time
-    from worker.edges.celery_app import CHUNK_TASKS
-
     if not isinstance(headers, dict) or headers.get("task") not in CHUNK_TASKS:
         return None
     turn_id, _, run_id = str(headers.get("id") or "").rpartition(":")

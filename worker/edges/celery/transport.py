@@ -46,8 +46,8 @@ dres's transport; ``create_app`` installs it. Tests: ``tests/unit/test_broker_tr
 ``tests/integration/test_sentinel.py`` (a worker with a free slot stays up through two SIGKILLs
 of the master in a row while chunks run).
 
-Both channels also mark each chunk message's presence in the broker (``worker.edges.marks``), so
-the reaper asks about a due run without reading the queues.
+Both channels also mark each chunk message's presence in the broker
+(``worker.edges.celery.marks``), so the reaper asks about a due run without reading the queues.
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ from celery.app import amqp
 from kombu import connection
 from kombu.transport import redis as kombu_redis
 
-from worker.edges.marks import MarkingChannel
+from worker.edges.celery.marks import MarkingChannel
 
 #: the transport's class path, for Celery's ``broker_transport``
 TRANSPORT = f"{__name__}:Transport"
@@ -67,7 +67,7 @@ TRANSPORT = f"{__name__}:Transport"
 SCHEMES = frozenset({"redis"})
 #: the same for a ``sentinel://`` broker: kombu's ``SentinelChannel`` is a Redis ``Channel`` and
 #: builds its clients through the same ``_connparams``, so it has the same hazard
-SENTINEL_TRANSPORT = "worker.edges.broker:SentinelTransport"
+SENTINEL_TRANSPORT = "worker.edges.celery.transport:SentinelTransport"
 
 
 class _ClosedConnectionGuard(kombu_redis.Channel):

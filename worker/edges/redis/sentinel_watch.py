@@ -1,5 +1,5 @@
 """This process's view of where a Sentinel-monitored master is, and whether a failover is
-promoting a replica right now (``worker.edges.sentinel`` says why its clients need it).
+promoting a replica right now (``worker.edges.redis.sentinel`` says why its clients need it).
 
 ``MasterWatch`` listens on every Sentinel (a daemon thread each, in the process that started
 them: a forked child starts its own) for ``+switch-master``, the failover leader's

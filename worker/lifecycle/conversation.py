@@ -10,14 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ledger import keys
 from ledger.approvals import fold_approvals
-from ledger.codec import text
+from ledger.conversations import Conversations
 from ledger.errors import UnknownTurn
 from ledger.events import EarlierTurn, Event, TurnStarted
 from ledger.journal import JournalEntry, build_journal
+from ledger.store import Ledger
 from ledger.turn import TurnMeta
-from worker.edges.runtime import Runtime
 from worker.engine.history import (
     earlier_answer,
     final_text,
@@ -36,21 +35,21 @@ class Context:
     prior_turn_note: str | None = None
 
 
-def conversation_context(runtime: Runtime, conversation_id: str) -> Context:
-    """The conversation's earlier turns, newest read first until the history budget is spent."""
-    budget = runtime.settings.history_chars
-    listed = runtime.redis.lrange(keys.conversation_turns(conversation_id), -MAX_EARLIER_TURNS, -1)
+def conversation_context(ledger: Ledger, conversation_id: str, budget: int) -> Context:
+    """The conversation's earlier turns, newest read first until ``budget`` characters of
+    history (``DRES_HISTORY_CHARS``) are spent."""
+    listed = Conversations(ledger).newest_turns(conversation_id, MAX_EARLIER_TURNS)
     turns: list[EarlierTurn] = []
     note: str | None = None
     used = 0
-    for position, turn_id in enumerate(text(t) for t in reversed(listed)):
+    for position, turn_id in enumerate(listed):
         if used > budget:
             break  # the older turns would be dropped
         try:
-            meta = runtime.ledger.meta(turn_id)
+            meta = ledger.meta(turn_id)
         except UnknownTurn:
             continue  # expired with its keys
-        events = runtime.ledger.events(turn_id)
+        events = ledger.events(turn_id)
         started = next((e for e in events if isinstance(e, TurnStarted)), None)
         unfinished = None if meta.status == "completed" else _how_it_ended(meta)
         if position == 0 and unfinished is not None:

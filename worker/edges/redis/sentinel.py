@@ -52,7 +52,7 @@ import redis.asyncio.sentinel as aiosentinel
 from redis.sentinel import MasterNotFoundError, Sentinel, SentinelConnectionPool
 
 from worker.base.settings import Settings
-from worker.edges.sentinel_watch import HOLD_POLL_S, Address, MasterWatch, newest_master
+from worker.edges.redis.sentinel_watch import HOLD_POLL_S, Address, MasterWatch, newest_master
 
 #: seconds a command to a Sentinel may take (discovery asks each in turn)
 SENTINEL_TIMEOUT_S = 1.0

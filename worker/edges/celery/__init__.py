@@ -1,0 +1,22 @@
+"""The Celery wing: the app (``app``), the chunk tasks' names (``names``), the lifecycle's
+dispatcher over Celery (``dispatch``), the messages' marks in the broker (``marks``), and the one
+named place of every Celery, kombu and billiard workaround, each with its upstream issue and a
+tripwire test that fails if the workaround goes while the bug stays:
+
+- ``transport``: kombu's Redis transport restores unacknowledged messages through a connection
+  Celery already collected after a broker restart (``'NoneType' object has no attribute
+  'hostname'``, celery/kombu#970, celery/celery#10205, #10302) -- tripwire
+  ``tests/integration/test_broker_transport_kombu.py``; and a Sentinel connection that moves to the
+  next Sentinel's URL drops dres's transport -- ``tests/unit/test_broker_transport.py``.
+- ``pool``: the prefork pool re-registers a dead child's ``None`` sentinel (celery/kombu#2623) and a
+  dead child's recycled result pipe (celery/celery#4185) after a consumer restart --
+  ``tests/integration/test_worker_pool.py``.
+- ``shutdown``: a SIGTERM hands each running chunk over (Celery's warm shutdown waits for tasks),
+  and a late soft limit is dropped instead of raised into a child's pool loop --
+  ``tests/integration/test_graceful_shutdown.py``.
+- ``metrics``: prometheus_client's multiprocess mode set before the pool forks.
+
+May import: ``ledger``, ``worker.base``, ``worker.engine`` (the guard's signals),
+``worker.lifecycle`` (the dispatcher's protocol) and the ``redis`` wing (Sentinel options).
+Never the ``http`` or ``cli`` wings.
+"""

@@ -1,0 +1,153 @@
+"""The HTTP API (CONTRACT §10): FastAPI, JSON errors with a ``detail``, live events over SSE.
+
+The app: its routers (``turns``, ``listings``, the page), error handlers and body limit. Every Redis
+client here fails fast, so an unreachable or full store is answered at once with 503 or 507
+(``api_faults``) instead of being waited out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.routing import Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from ledger.errors import CorruptTurn, UnknownTurn
+from worker.base.errors import ConfigError
+from worker.base.settings import Settings
+from worker.edges.http.deps import authorize
+from worker.edges.http.document import install_document, operation_id
+from worker.edges.http.faults import add_fault_handlers, healthz
+from worker.edges.http.listings import approvals_router, conversations_router
+from worker.edges.http.metrics import serve_metrics
+from worker.edges.http.models import check_allow_list
+from worker.edges.http.page import router as page_router
+from worker.edges.http.schemas import HEALTH_ERRORS
+from worker.edges.http.sse import SSE_KEEPALIVE_S
+from worker.edges.http.turns import router
+from worker.edges.redis.clients import API_STORE_TIMEOUT_S, ledger_reader
+from worker.edges.runtime import Runtime
+
+#: bytes: the largest request body accepted
+MAX_BODY_BYTES = 256 * 1024
+
+
+def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
+    api = FastAPI(
+        title="dres",
+        version="1",
+        description="Durable resume for agent turns",
+        lifespan=_lifespan,
+        generate_unique_id_function=operation_id,
+    )
+    check_allow_list(settings)  # a bad DRES_MODELS fails at start
+    api.state.settings = settings
+    api.state.rt = runtime or Runtime.for_api(settings)
+    api.state.reader = ledger_reader(settings, socket_timeout=API_STORE_TIMEOUT_S)
+    # the event streams' XREAD BLOCK waits up to SSE_KEEPALIVE_S for news
+    api.state.tail = ledger_reader(settings, socket_timeout=SSE_KEEPALIVE_S + 30)
+    api.add_middleware(BodyLimit)
+    api.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
+    api.add_exception_handler(RequestValidationError, invalid)  # type: ignore[arg-type]
+    api.add_exception_handler(UnknownTurn, unknown)  # type: ignore[arg-type]
+    api.add_exception_handler(CorruptTurn, corrupt)  # type: ignore[arg-type]
+    api.add_exception_handler(ConfigError, bad_config)  # type: ignore[arg-type]
+    add_fault_handlers(api)
+    api.include_router(router)
+    api.include_router(approvals_router)
+    api.include_router(conversations_router)
+    api.include_router(page_router)
+    api.add_api_route("/healthz", healthz, methods=["GET"], responses=HEALTH_ERRORS)
+    install_document(api, settings)
+    # behind the token when one is set (Prometheus scrapes with a bearer token); Prometheus text,
+    # not JSON, so not in the OpenAPI schema
+    api.add_api_route(
+        "/metrics",
+        serve_metrics,
+        methods=["GET"],
+        dependencies=[Depends(authorize)],
+        include_in_schema=False,
+    )
+
+    return api
+
+
+@asynccontextmanager
+async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
+    yield
+    await api.state.reader.aclose()
+    await api.state.tail.aclose()
+
+
+class BodyLimit:
+    """Refuse a body over MAX_BODY_BYTES: by its Content-Length, or as it arrives (chunked)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        too_large = f"request body over {MAX_BODY_BYTES} bytes"
+        length = Headers(scope=scope).get("content-length")
+        if length and (not length.isdigit() or int(length) > MAX_BODY_BYTES):
+            await JSONResponse({"detail": too_large}, 413)(scope, receive, send)
+            return
+        received = 0
+
+        async def counted() -> Message:
+            nonlocal received
+            message = await receive()
+            received += len(message.get("body", b""))
+            if received > MAX_BODY_BYTES:
+                raise HTTPException(413, too_large)  # answered by ``http_error``
+            return message
+
+        await self.app(scope, counted, send)
+
+
+async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
+    headers = exc.headers
+    if exc.status_code == 405:
+        # Starlette's Allow names the methods of the first route of the path only (GET and
+        # DELETE of a conversation are two routes): name every route's
+        headers = {**(headers or {}), "Allow": ", ".join(_allowed_methods(request))}
+    return JSONResponse({"detail": str(exc.detail)}, exc.status_code, headers=headers)
+
+
+def _allowed_methods(request: Request) -> list[str]:
+    methods: set[str] = set()
+    for route in request.app.router.routes:
+        match, _ = route.matches(request.scope)
+        if match is not Match.NONE:
+            methods |= set(getattr(route, "methods", None) or ())
+    return sorted(methods)
+
+
+async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+    first = exc.errors()[0]
+    if first.get("type") == "json_invalid":
+        return JSONResponse({"detail": f"malformed JSON body: {first.get('msg')}"}, 400)
+    where = ".".join(str(p) for p in first.get("loc", ())) or "request"
+    return JSONResponse({"detail": f"{where}: {first.get('msg')}"}, 422)
+
+
+async def bad_config(request: Request, exc: ConfigError) -> JSONResponse:
+    """A request naming something unusable, such as a model spec with no script file."""
+    return JSONResponse({"detail": str(exc)}, 422)
+
+
+async def unknown(request: Request, exc: UnknownTurn) -> JSONResponse:
+    return JSONResponse({"detail": str(exc)}, 404)
+
+
+async def corrupt(request: Request, exc: CorruptTurn) -> JSONResponse:
+    """A turn whose metadata is not a turn's: said as it is, never guessed at."""
+    return JSONResponse({"detail": str(exc)}, 500)

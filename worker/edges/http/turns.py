@@ -1,0 +1,230 @@
+"""``/v1/turns``: enqueue a turn, read its status, journal and live events, Continue and Stop it,
+and decide one of its approval requests.
+
+Writes go through the same lifecycle service as the CLI and the tasks, in FastAPI's thread pool;
+reads and the event stream use ``redis.asyncio``. A request that is rejected writes nothing to
+the ledger: every check runs before the first write.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from contextlib import suppress
+from typing import Annotated
+
+import redis
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import StreamingResponse
+from starlette.exceptions import HTTPException
+
+from ledger import keys
+from ledger.approvals import fold_approvals
+from ledger.codec import text
+from ledger.journal import build_journal
+from ledger.turn import continue_refusal
+from worker.edges.http.deps import RT, Reader, TurnId, authorize, meta_of, runtime_of
+from worker.edges.http.document import STREAM_ID_PATTERN
+from worker.edges.http.models import admit_model
+from worker.edges.http.schemas import (
+    ERRORS,
+    ID,
+    WRITE_ERRORS,
+    Accepted,
+    ApprovalOut,
+    ContinueRequest,
+    DecisionOut,
+    DecisionRequest,
+    JournalOut,
+    TurnCreated,
+    TurnRequest,
+    TurnStatus,
+    journal_call,
+)
+from worker.edges.http.sse import event_stream
+
+#: a stream id as a client may give it (the OpenAPI document's form)
+STREAM_ID_FORM = re.compile(STREAM_ID_PATTERN)
+#: bytes: the largest request body accepted
+MAX_BODY_BYTES = 256 * 1024
+#: seconds an Idempotency-Key is remembered beyond DRES_FINISHED_TTL_S: a stopped turn can be
+#: continued as long as its keys live, and its call_agent retry must still find the child turn
+#: its key made there (CONTRACT §7.9)
+IDEMPOTENCY_MARGIN_S = 24 * 3600
+
+
+def _body_hash(body: TurnRequest) -> str:
+    return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
+
+
+router = APIRouter(prefix="/v1/turns", dependencies=[Depends(authorize)], responses=ERRORS)
+
+
+@router.post("", status_code=202, response_model=TurnCreated, responses=WRITE_ERRORS)
+def create_turn(
+    rt: RT,
+    body: TurnRequest,
+    idempotency_key: Annotated[str | None, Header(pattern=ID)] = None,
+) -> TurnCreated:
+    """Enqueue a turn; a repeated Idempotency-Key with the same body returns the same turn."""
+    admit_model(rt, body.model)  # before anything reads a file the spec names
+    if body.conversation_id and rt.lifecycle.store.conversations.erased(body.conversation_id):
+        raise HTTPException(
+            409, f"conversation {body.conversation_id!r} was deleted: start a new one"
+        )
+    if not idempotency_key:
+        turn = rt.lifecycle.enqueue(
+            body.message, conversation_id=body.conversation_id, mode=body.mode, model=body.model
+        )
+        return _created(turn.turn_id, turn.conversation_id)
+    # The record names the turn and its conversation before the turn exists, so a repeat that
+    # races the first request answers from the record alone.
+    turn_id = rt.ids.new("turn")
+    conversation_id = body.conversation_id or rt.ids.new("conv")
+    record = {"hash": _body_hash(body), "turn_id": turn_id, "conversation_id": conversation_id}
+    key = keys.idempotency(idempotency_key)
+    ttl = rt.settings.finished_ttl_s + IDEMPOTENCY_MARGIN_S
+    if not rt.redis.set(key, json.dumps(record), nx=True, ex=ttl):
+        seen = json.loads(rt.redis.get(key) or "{}")
+        if seen.get("hash") != record["hash"]:
+            raise HTTPException(409, "Idempotency-Key was used with a different body")
+        return _created(seen["turn_id"], seen["conversation_id"])
+    try:
+        turn = rt.lifecycle.enqueue(
+            body.message,
+            conversation_id=conversation_id,
+            mode=body.mode,
+            model=body.model,
+            turn_id=turn_id,
+        )
+    except BaseException:
+        # No turn was made (or it was taken back): the key must not answer for one. Redis may be
+        # gone: then the key stays, and a repeat answers for the turn if it was made after all.
+        with suppress(redis.RedisError):
+            if not rt.redis.exists(keys.turn_meta(turn_id)):
+                rt.redis.delete(key)
+        raise
+    return _created(turn.turn_id, turn.conversation_id)
+
+
+@router.get("/{turn_id}", response_model=TurnStatus)
+async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> TurnStatus:
+    meta = await meta_of(reader, turn_id)
+    newest = await reader.lindex(keys.conversation_turns(meta.conversation_id or "_"), -1)
+    refusal = continue_refusal(
+        meta,
+        newest_turn=None if newest is None else text(newest),
+        auto=False,
+        max_auto=runtime_of(request).settings.max_auto_continue,
+    )
+    approvals: list[ApprovalOut] = []
+    if meta.approvals:  # only a turn that waited reads its stream for them
+        events = await run_in_threadpool(runtime_of(request).ledger.events, turn_id)
+        approvals = [ApprovalOut(**entry.as_dict()) for entry in fold_approvals(events)]
+    return TurnStatus(
+        turn_id=turn_id,
+        conversation_id=meta.conversation_id,
+        status=meta.status.value,
+        mode=meta.mode,
+        runs=meta.runs,
+        chunk=meta.chunk,
+        auto_continues=meta.auto_continues,
+        can_continue=refusal is None,
+        code=meta.code,
+        approvals=approvals,
+    )
+
+
+@router.get("/{turn_id}/journal", response_model=JournalOut)
+def journal(rt: RT, turn_id: TurnId) -> JournalOut:
+    rt.ledger.meta(turn_id)
+    built = build_journal(rt.ledger.events(turn_id))
+    return JournalOut(
+        turn_id=turn_id,
+        completed=[journal_call(e) for e in built.completed],
+        interrupted=[journal_call(e) for e in built.interrupted],
+    )
+
+
+@router.get("/{turn_id}/events", response_class=StreamingResponse)
+async def events(
+    request: Request,
+    reader: Reader,
+    turn_id: TurnId,
+    after: Annotated[str | None, Query(description="replay after this stream id")] = None,
+    last_event_id: Annotated[str | None, Header()] = None,
+) -> StreamingResponse:
+    """Server-Sent Events: every ledger event with its stream id as the SSE ``id``."""
+    # the header wins over ?after=, but each one given must be a stream id: given but empty is
+    # a bad one, not the start (a client that sends it lost its place)
+    given = [value for value in (last_event_id, after) if value is not None]
+    for value in given:
+        # each part of a stream id is a 64-bit number: Redis refuses a larger one mid-stream
+        if not STREAM_ID_FORM.match(value):
+            raise HTTPException(
+                400, f"not a stream id: {value!r} (expected like 3-14, at most 19 digits a part)"
+            )
+    start = given[0] if given else "0-0"
+    if "-" not in start:
+        start += "-0"  # as Redis reads an id without its sequence number
+    await meta_of(reader, turn_id)
+    return StreamingResponse(
+        event_stream(request.app.state.tail, request, turn_id, start),
+        media_type="text/event-stream",
+        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+    )
+
+
+@router.post(
+    "/{turn_id}/continue", status_code=202, response_model=Accepted, responses=WRITE_ERRORS
+)
+def continue_turn(rt: RT, turn_id: TurnId, body: ContinueRequest) -> Accepted:
+    outcome = rt.lifecycle.continue_turn(turn_id, auto=body.auto)
+    if not outcome.ok:
+        raise HTTPException(409, outcome.reason)
+    return Accepted(turn_id=turn_id, detail=outcome.reason, run_id=outcome.run_id)
+
+
+@router.post("/{turn_id}/stop", status_code=202, response_model=Accepted, responses=WRITE_ERRORS)
+def stop_turn(rt: RT, turn_id: TurnId) -> Accepted:
+    outcome = rt.lifecycle.stop(turn_id)
+    if not outcome.ok:
+        raise HTTPException(409, outcome.reason)
+    return Accepted(turn_id=turn_id, detail=outcome.reason)
+
+
+@router.post(
+    "/{turn_id}/approvals/{approval_id}",
+    status_code=202,
+    response_model=DecisionOut,
+    responses=WRITE_ERRORS,
+)
+def decide(
+    rt: RT,
+    turn_id: TurnId,
+    approval_id: Annotated[str, Path(pattern=ID, description="the request's id")],
+    body: DecisionRequest,
+) -> DecisionOut:
+    """A person's decision on an approval request (CONTRACT §7.14): taken once, for the
+    requested signature only; 409 when it was decided already (the detail says how), when the
+    signature is another call's, or when the turn does not wait on it."""
+    decided = rt.lifecycle.decide(
+        turn_id, approval_id, body.decision, body.signature, reason=body.reason, by=body.by or "api"
+    )
+    if not decided.ok:
+        raise HTTPException(decided.status, decided.detail)
+    return DecisionOut(
+        turn_id=turn_id,
+        approval_id=approval_id,
+        decision=body.decision,
+        detail=decided.detail,
+        run_id=decided.run_id,
+    )
+
+
+def _created(turn_id: str, conversation_id: str) -> TurnCreated:
+    return TurnCreated(
+        turn_id=turn_id, conversation_id=conversation_id, events_url=f"/v1/turns/{turn_id}/events"
+    )
