@@ -17,6 +17,11 @@ UV := $(TOOLS)/bin/uv
 # uv uses the Python it is given and never downloads one; .venv is where the lock is installed
 export UV_PYTHON_DOWNLOADS := never
 export UV_PROJECT_ENVIRONMENT := $(VENV)
+# uv trusts the system's certificate store, as pip does: behind a company proxy that re-signs TLS
+# (its CA installed in the system store, no SSL_CERT_FILE set) uv's own bundle fails with
+# "invalid peer certificate: UnknownIssuer". UV_SYSTEM_CERTS is uv 0.13's name for the older
+# UV_NATIVE_TLS, which it still reads but warns about.
+export UV_SYSTEM_CERTS := 1
 
 .PHONY: install redis-server chromium test test-latest lint lock bench bench-peers run clean chaos fuzz
 

@@ -3,7 +3,7 @@ shows as an approval card with its input in full, the turn reads ``waiting``, an
 Approve or Deny decides it; the page never decides on its own.
 
 The worker runs with ``DRES_APPROVAL=send_email`` and a scripted model that sends one email.
-``PAGE_SCREENSHOTS=docs/screenshots`` makes the first test write the README's
+``PAGE_SCREENSHOTS=docs/screenshots`` makes the first test write docs/page.md's
 ``approval-1280.png`` there (by default it goes to the test's tmp_path).
 """
 
