@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.support import ROOT
+from rigs import ROOT
 from worker.base.settings import Settings
 from worker.edges.cli import main
 from worker.edges.config_table import MASK, rows
