@@ -81,9 +81,9 @@ lint: install
 		|| { echo "requirements.lock is stale: run make lock" >&2; exit 1; }
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
-	$(VENV)/bin/mypy --strict --explicit-package-bases ledger worker tasks tests/support
+	$(VENV)/bin/mypy --strict --explicit-package-bases ledger worker tasks rigs tests/support
 	$(VENV)/bin/pylint --disable=all --enable=duplicate-code --min-similarity-lines=6 \
-		--score=n ledger worker tasks tests/support
+		--score=n ledger worker tasks rigs tests/support
 
 # The demo: a private redis-server (or DRES_REDIS_URL), a prefork worker, one turn; it stops all.
 run: install redis-server

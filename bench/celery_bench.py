@@ -48,7 +48,7 @@ from bench.celery_worker import CeleryPlan, running_worker, wait_turns
 from bench.harness import Row, loadavg, private_redis, table_lines, write_result
 from bench.resume_bench import bench_resume, dres_resume_round, plain_hop_round, resume_script
 from bench.throughput_bench import bench_throughput, plain_task_batch, throughput_script
-from tests.support import write_script
+from rigs import write_script
 from worker.edges.runtime import Runtime
 
 FULL = CeleryPlan(

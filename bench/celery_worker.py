@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ledger import keys
-from tests.support import ROOT, WorkerProcess
+from rigs import ROOT, WorkerProcess
 from worker.base.settings import Settings, load_settings
 from worker.edges.runtime import Runtime
 

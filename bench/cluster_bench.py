@@ -3,7 +3,7 @@
 The same code as rows 1-3 (``bench.ledger_bench.measure``: a fenced append, one tool call's
 recording, a journal rebuild) runs against a private redis-server (AOF, ``appendfsync everysec``)
 through ``redis.Redis`` and against a private three-master Redis Cluster of the same servers
-(``tests.support.redis_cluster.LocalCluster``: AOF everysec, ``--cluster-replicas 0``) through
+(``rigs.redis_cluster.LocalCluster``: AOF everysec, ``--cluster-replicas 0``) through
 ``redis.cluster.RedisCluster``, both with the hiredis parser and bytes replies, in alternating
 rounds (single, cluster, cluster, single, ...) so that host noise falls on both. Every server
 runs on this machine: the cluster's three masters share its cores with the client.
@@ -35,7 +35,7 @@ from bench import ledger_bench
 from bench.harness import Group, Row, loadavg, private_redis, summary, table_lines, write_result
 from bench.ledger_bench import Plan
 from bench.rebuild_bench import CALLS_1000
-from tests.support.redis_cluster import LocalCluster
+from rigs.redis_cluster import LocalCluster
 
 
 @dataclass(frozen=True)

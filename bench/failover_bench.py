@@ -1,9 +1,9 @@
 """Rows D5-D6 (issue 23): a Sentinel failover in the middle of a running turn -> that turn's next
 event, and its next model call, on the new master, in seconds.
 
-Setup: ``tests.support.redis_sentinel.LocalSentinel`` (a primary and a replica, redis-server with
+Setup: ``rigs.redis_sentinel.LocalSentinel`` (a primary and a replica, redis-server with
 AOF ``everysec``; three sentinels, quorum 2, ``down-after-milliseconds`` 1000,
-``failover-timeout`` 5000) and one real ``dres worker -c 1`` (prefork, ``tests.support
+``failover-timeout`` 5000) and one real ``dres worker -c 1`` (prefork, ``rigs
 .WorkerProcess``) whose environment names the rig's sentinels and master and nothing else of
 dres's but the bench tools and room for a long turn (``DRES_MAX_MODEL_CALLS``): every limit, the
 lease, the store outage budget and the failover hold (``sentinel_watch.FAILOVER_HOLD_S``) at
@@ -65,8 +65,8 @@ from bench.failover_rig import (
 )
 from bench.harness import Group, Row, loadavg, table_lines, write_result
 from ledger.events import Event, ModelStart, RunStarted, TurnEnded
-from tests.support import ROOT, WorkerProcess, poll, subprocess_env, write_script
-from tests.support.redis_sentinel import DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, QUORUM, LocalSentinel
+from rigs import ROOT, WorkerProcess, poll, subprocess_env, write_script
+from rigs.redis_sentinel import DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, QUORUM, LocalSentinel
 from worker.edges.redis.sentinel_watch import FAILOVER_HOLD_S
 from worker.edges.runtime import Runtime
 

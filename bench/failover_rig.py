@@ -14,8 +14,8 @@ import redis
 from ledger import keys
 from ledger.events import Event, ModelStart, TurnEnded
 from ledger.store import Ledger
-from tests.support import poll
-from tests.support.redis_sentinel import LocalSentinel
+from rigs import poll
+from rigs.redis_sentinel import LocalSentinel
 from worker.dev.redis_server import RedisServerError
 
 #: seconds between polls of the new master

@@ -7,7 +7,7 @@ of this commit (no ``DRES_*`` but the Redis URL and the tools).
 
 For each of the two, on a private redis-server of its own (no persistence: it counts commands,
 not their cost), one real dres worker (``python -m worker.edges.cli worker -c 1``, prefork, one
-pool process, the reaper on; ``tests.support.WorkerProcess``):
+pool process, the reaper on; ``rigs.WorkerProcess``):
 
 1. idle: once the worker is ready and has settled, every command Redis runs in ``window_s``, read
    from ``MONITOR`` (Celery's broker polling, the reaper's sweeps), per second;
@@ -42,7 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ledger.events import ToolStart
-from tests.support import ROOT, WorkerProcess, poll, subprocess_env, write_script
+from rigs import ROOT, WorkerProcess, poll, subprocess_env, write_script
 from worker.base.settings import Settings, load_settings
 from worker.dev.redis_server import RedisServer
 from worker.edges.runtime import Runtime

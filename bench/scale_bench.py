@@ -36,7 +36,7 @@ from bench.stream_bench import bytes_rows, measure_streaming
 from bench.throughput_bench import throughput_script
 from ledger import keys
 from ledger.events import TurnEnded, TurnStarted
-from tests.support import write_script
+from rigs import write_script
 from worker.edges.runtime import Runtime
 
 #: what ``--only scale`` runs, in a line

@@ -11,7 +11,7 @@ from pathlib import Path
 
 from bench.celery_worker import WORKER_ARGS
 from ledger import keys
-from tests.support import WorkerProcess
+from rigs import WorkerProcess
 from worker.edges.runtime import Runtime
 
 MILLION = 1_000_000

@@ -29,8 +29,8 @@ from bench.celery_worker import process_env
 from bench.harness import Row
 from bench.scale_support import ScalePlan, events_json_bytes, turn_bytes, workers
 from ledger.events import Text
-from tests.support import ApiProcess
-from tests.support.providers import chunk
+from rigs import ApiProcess
+from rigs.providers import chunk
 from worker.edges.runtime import Runtime
 
 #: bytes of Redis per byte of streamed text, for a 2,000-token answer (issue 16)

@@ -12,7 +12,7 @@ from typing import Any
 from bench.celery_worker import WORKER_CONCURRENCY, CeleryPlan, wait_turns
 from bench.harness import Row, summary
 from ledger.events import ToolDone, TurnEnded
-from tests.support import wait_until
+from rigs import wait_until
 from worker.edges.runtime import Runtime
 
 

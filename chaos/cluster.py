@@ -13,7 +13,7 @@ from typing import Any
 
 import redis
 
-from tests.support import ROOT, UNACKED, WorkerProcess
+from rigs import ROOT, UNACKED, WorkerProcess
 from worker.base.settings import load_settings
 from worker.dev.redis_server import RedisServer
 from worker.edges.runtime import Runtime

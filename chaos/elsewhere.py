@@ -2,8 +2,8 @@
 others: they need servers of their own).
 
 The same restartable prefork worker and redis-server as ``chaos.cluster``'s, plus two real
-servers beside them: the tests' MCP server over streamable HTTP (``x``, DRES_MCP_SERVERS) and
-the tests' FastAPI app (``api``, DRES_OPENAPI). Each trial runs one turn under a ``restart``-mode
+servers beside them: the rigs' MCP server over streamable HTTP (``x``, DRES_MCP_SERVERS) and
+the rigs' FastAPI app (``api``, DRES_OPENAPI). Each trial runs one turn under a ``restart``-mode
 model that calls a plain MCP write (``x__send``), a plain HTTP POST (``api__create_item``), an
 idempotent MCP write (``x__charge``), an idempotent PUT (``api__put_item``) and two reads, and
 injects one fault: a SIGKILL of the pool child or the worker at a failpoint, a soft limit inside
@@ -36,9 +36,9 @@ from chaos.runner import POLL_S, Trial, Watch, answered, arm
 from ledger import keys
 from ledger.events import ToolBlocked, ToolDone, ToolStart
 from ledger.journal import build_journal
-from tests.support import write_script
-from tests.support.mcp_servers import McpHttpServer, calls
-from tests.support.openapi_app import ApiServer, requests
+from rigs import write_script
+from rigs.mcp_servers import McpHttpServer, calls
+from rigs.openapi_app import ApiServer, requests
 from worker.engine.tools.context import idempotency_key
 
 KIND = "elsewhere"

@@ -1,6 +1,6 @@
 """The failover trials' machines (``make chaos KINDS=failover``): the same restartable prefork
 worker as ``chaos.cluster``'s, on a Sentinel set-up of real processes instead of one redis-server
-(``tests.support.redis_sentinel``: a primary, a replica, three Sentinels). The ledger, the Celery
+(``rigs.redis_sentinel``: a primary, a replica, three Sentinels). The ledger, the Celery
 broker and the runner's own clients all reach the master through the Sentinels
 (``DRES_REDIS_SENTINELS``, ``DRES_REDIS_MASTER``).
 
@@ -24,7 +24,7 @@ import redis
 from chaos.cluster import Cluster
 from ledger import keys
 from ledger.store import STORE_ERRORS
-from tests.support.redis_sentinel import LocalSentinel
+from rigs.redis_sentinel import LocalSentinel
 from worker.base.logging import configure_logging
 
 #: how a failover is made: ``SENTINEL FAILOVER``, or a SIGKILL of the master

@@ -62,7 +62,7 @@ from chaos.tools import read_effects
 from ledger import keys
 from ledger.errors import LedgerUnavailable
 from ledger.store import STORE_ERRORS
-from tests.support import write_script
+from rigs import write_script
 from worker.base.logging import configure_logging
 
 #: store faults: the action, and the range of its outage in seconds (down, or paused)

@@ -42,8 +42,8 @@ def chunk_message(turn_id: str, run_id: str) -> str:
     """String in the **broker's** Redis, there exactly while a chunk message of that run is in
     the broker (queued, or held unacknowledged by a worker): dres's kombu transport writes it in
     the transaction that queues the message and deletes it in the one that acknowledges it
-    (``worker.edges.celery.marks``), so the reaper asks "is this due run's message still there?" with
-    one ``EXISTS`` instead of reading the queues."""
+    (``worker.edges.celery.marks``), so the reaper asks "is this due run's message still there?"
+    with one ``EXISTS`` instead of reading the queues."""
     return f"{PREFIX}:turn:{_tag(turn_id)}:message:{run_id}"
 
 

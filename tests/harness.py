@@ -19,7 +19,7 @@ from ledger.cache import EventCache
 from ledger.events import ApprovalRequested, Event, TurnEnded
 from ledger.store import Ledger
 from ledger.turns import Outgoing
-from tests.support import write_script
+from rigs import write_script
 from worker.base.settings import Settings, load_settings
 from worker.engine.loop import AgentLoop
 from worker.engine.models import make_model

@@ -1,5 +1,5 @@
 """Helpers of the API and CLI tests: SSE parsing, Redis snapshots, crafted turns, an in-process
-server. What the other tests share with these (processes, waiting, scripts) is ``tests.support``'s.
+server. What the other tests share with these (processes, waiting, scripts) is ``rigs``'.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from harness import Harness
 from ledger.codec import Envelope
 from ledger.events import ApprovalRequested, Event, ToolDone, ToolStart
 from ledger.signature import input_signature
-from tests.support import EMAIL, TICKET, ApiProcess, wait_until
+from rigs import EMAIL, TICKET, ApiProcess, wait_until
 from worker.base.settings import load_settings
 from worker.dev.redis_server import free_port
 from worker.edges.runtime import Runtime

@@ -20,8 +20,9 @@ import httpx
 import pytest
 from api_support import TOKEN, Cli, StartApi
 
-from tests.support import DRES_ENV, ROOT, TESTS, ApiProcess, stop_all, subprocess_env
-from tests.support.scripts import Script, script_writer
+from rigs import ROOT, ApiProcess, stop_all, subprocess_env
+from rigs.scripts import Script, script_writer
+from tests.support import DRES_ENV, TESTS
 from worker.dev.redis_server import RedisServer
 
 #: seconds an HTTP request may take (an event stream: between two chunks of it)

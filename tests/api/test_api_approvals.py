@@ -30,9 +30,9 @@ from api_support import (
 
 from ledger.events import ApprovalDecided, TurnStarted
 from ledger.store import Ledger
-from tests.support import EMAIL, Script, wait_until
+from rigs import EMAIL, Script, wait_until
+from rigs.scrape import Scrape
 from tests.support.fixtures import StartWorker
-from tests.support.scrape import Scrape
 from worker.dev.demo_tools import outbox
 
 pytestmark = pytest.mark.redis_server

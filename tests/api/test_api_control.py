@@ -18,7 +18,7 @@ from api_support import STATUSES, expected_journal, post_turn, status_of, turn_w
 
 from ledger.journal import build_journal
 from ledger.store import Ledger
-from tests.support import MULTI_CHUNK, Script, WorkerProcess, busy, crashed_stop, wait_until
+from rigs import MULTI_CHUNK, Script, WorkerProcess, busy, crashed_stop, wait_until
 from worker.base.settings import Settings
 from worker.dev.demo_tools import outbox
 from worker.edges.runtime import Runtime

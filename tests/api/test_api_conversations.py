@@ -10,7 +10,7 @@ import redis
 from api_support import post_turn, status_of
 
 from ledger import keys
-from tests.support import Script, WorkerProcess, busy, crashed_stop, wait_until
+from rigs import Script, WorkerProcess, busy, crashed_stop, wait_until
 from worker.edges.runtime import Runtime
 
 

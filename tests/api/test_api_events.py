@@ -16,7 +16,7 @@ from structlog.testing import capture_logs
 
 from ledger import keys
 from ledger.store import Ledger
-from tests.support import MULTI_CHUNK, Script, WorkerProcess, crashed_stop
+from rigs import MULTI_CHUNK, Script, WorkerProcess, crashed_stop
 from worker.base.settings import Settings
 from worker.edges.http.app import create_api
 from worker.edges.runtime import Runtime

@@ -24,7 +24,7 @@ from schemathesis import APIOperation, GenerationMode
 from schemathesis.checks import not_a_server_error
 from schemathesis.core.failures import FailureGroup
 
-from tests.support import ApiProcess, crashed_stop
+from rigs import ApiProcess, crashed_stop
 from worker.edges.runtime import Runtime
 
 #: examples per operation, generation mode and kind of turn id (keeps the test well under 60 s)

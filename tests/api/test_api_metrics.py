@@ -7,7 +7,7 @@ import httpx
 import pytest
 from api_support import TOKEN
 
-from tests.support.scrape import Scrape
+from rigs.scrape import Scrape
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server

@@ -13,7 +13,7 @@ from api_support import Cli, post_turn, redis_state, serve, turn_count
 
 from ledger.events import TurnStarted
 from ledger.store import Ledger
-from tests.support import DONE, write_script
+from rigs import DONE, write_script
 from worker.base.settings import load_settings
 from worker.edges.http.app import create_api
 

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.support import DONE, ApiProcess, WorkerProcess, stop_all
+from rigs import DONE, ApiProcess, WorkerProcess, stop_all
+from rigs.scripts import write_script
 from tests.support.fixtures import StartWorker
-from tests.support.scripts import write_script
 
 #: examples per operation and phase (``make fuzz`` asks for more)
 EXAMPLES = int(os.environ.get("DRES_FUZZ_EXAMPLES", "8"))

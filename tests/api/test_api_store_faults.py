@@ -25,16 +25,8 @@ import pytest
 import redis
 from api_support import Sse, redis_state, sse_events
 
-from tests.support import (
-    DRES_ENV,
-    ROOT,
-    TESTS,
-    ApiProcess,
-    close_runtime,
-    say,
-    stop_all,
-    subprocess_env,
-)
+from rigs import ROOT, ApiProcess, close_runtime, say, stop_all, subprocess_env
+from tests.support import DRES_ENV, TESTS
 from tests.support.fixtures import started
 from worker.base.settings import load_settings
 from worker.dev.redis_server import RedisServer

@@ -18,7 +18,7 @@ import redis
 from api_support import Approvals, Cli
 
 from ledger.events import ApprovalDecided
-from tests.support import EMAIL, ROOT
+from rigs import EMAIL, ROOT
 from worker.dev.demo_tools import outbox
 
 pytestmark = pytest.mark.redis_server

@@ -19,7 +19,7 @@ from api_support import Cli, expected_journal, turn_with_calls
 
 from ledger import keys
 from ledger.store import Ledger
-from tests.support import MULTI_CHUNK, ROOT, Script, WorkerProcess, crashed_stop
+from rigs import MULTI_CHUNK, ROOT, Script, WorkerProcess, crashed_stop
 from worker.dev.redis_server import free_port
 from worker.edges.runtime import Runtime
 

@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.support import ROOT, wait_until
+from rigs import ROOT, wait_until
 from worker.dev.redis_server import free_port
 
 pytestmark = pytest.mark.redis_server

@@ -13,7 +13,7 @@ from api_support import Cli
 from ledger.codec import Envelope
 from ledger.events import ToolDone, ToolStart
 from ledger.store import Ledger
-from tests.support import DONE, MULTI_CHUNK, Script, WorkerProcess, crashed_stop, send
+from rigs import DONE, MULTI_CHUNK, Script, WorkerProcess, crashed_stop, send
 from worker.base.settings import get_settings
 from worker.client import watch_turn
 from worker.edges.cli.watch import PersonView

@@ -16,8 +16,8 @@ from typing import Any
 
 import pytest
 
-from tests.support import DRES_ENV, TESTS, ApiProcess, stop_all, subprocess_env
-from tests.support.processes import IN_CI
+from rigs import ApiProcess, stop_all, subprocess_env
+from tests.support import DRES_ENV, IN_CI, TESTS
 from worker.dev.redis_server import RedisServer
 
 CHROMIUM = Path("/usr/bin/chromium")

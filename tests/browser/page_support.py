@@ -10,7 +10,7 @@ from typing import Any
 from playwright.sync_api import expect
 
 from ledger.store import Ledger
-from tests.support import WorkerProcess, having, wait_for
+from rigs import WorkerProcess, having, wait_for
 from tests.support.fixtures import StartWorker
 
 #: limits (seconds) of a worker whose turn must stay in one chunk however slow the machine is

@@ -22,7 +22,7 @@ from playwright.sync_api import expect
 
 from ledger.events import Event
 from ledger.store import Ledger
-from tests.support import EMAIL, Script, having, of, send, show, wait_for
+from rigs import EMAIL, Script, having, of, send, show, wait_for
 from tests.support.fixtures import StartWorker
 from worker.dev.demo_tools import outbox
 

@@ -9,9 +9,9 @@ import pytest
 from page_support import ONE_CHUNK, READ, model_worker, send_message
 from playwright.sync_api import expect
 
-from tests.support import Script
+from rigs import Script
+from tests.support import IN_CI
 from tests.support.fixtures import StartWorker
-from tests.support.processes import IN_CI
 
 pytestmark = pytest.mark.redis_server
 

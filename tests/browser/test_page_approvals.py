@@ -22,7 +22,7 @@ from playwright.sync_api import expect
 
 from ledger.events import ApprovalDecided, ApprovalRequested, ToolStart
 from ledger.store import Ledger
-from tests.support import ApiProcess, Script, having, of, show, wait_for
+from rigs import ApiProcess, Script, having, of, show, wait_for
 from tests.support.fixtures import StartWorker
 from worker.dev.demo_tools import outbox
 

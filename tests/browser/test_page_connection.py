@@ -22,8 +22,9 @@ from page_support import turn_id_of as newest_turn
 from playwright.sync_api import expect
 
 from ledger.store import Ledger
-from tests.support import DRES_ENV, TESTS, ApiProcess, Script, having, of, stop_all, wait_for
-from tests.support import subprocess_env as env_of
+from rigs import ApiProcess, Script, having, of, stop_all, wait_for
+from rigs import subprocess_env as env_of
+from tests.support import DRES_ENV, TESTS
 from tests.support.fixtures import StartWorker
 from worker.dev.redis_server import free_port
 

@@ -11,7 +11,7 @@ import pytest
 from page_support import model_worker
 from playwright.sync_api import expect
 
-from tests.support import EMAIL, Script
+from rigs import EMAIL, Script
 from tests.support.fixtures import StartWorker
 
 pytestmark = pytest.mark.redis_server

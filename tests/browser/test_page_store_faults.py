@@ -17,8 +17,9 @@ import pytest
 from page_support import send_message, turn_id_of
 from playwright.sync_api import expect
 
-from tests.support import DRES_ENV, TESTS, ApiProcess, close_runtime, say, stop_all
-from tests.support import subprocess_env as env_of
+from rigs import ApiProcess, close_runtime, say, stop_all
+from rigs import subprocess_env as env_of
+from tests.support import DRES_ENV, TESTS
 from worker.base.settings import Settings
 from worker.dev.redis_server import RedisServer
 from worker.edges.runtime import Runtime

@@ -15,7 +15,7 @@ from page_support import ONE_CHUNK, READ, model_worker, send_message, turn_id_of
 from playwright.sync_api import expect
 
 from ledger.store import Ledger
-from tests.support import ApiProcess, Script, of, show
+from rigs import ApiProcess, Script, of, show
 from tests.support.fixtures import StartWorker
 from worker.engine.history import final_text
 

@@ -10,8 +10,9 @@ import os
 
 import pytest
 
-from tests.support.processes import DRES_ENV, TESTS, subprocess_env
-from tests.support.redis_cluster import LocalCluster
+from rigs.processes import subprocess_env
+from rigs.redis_cluster import LocalCluster
+from tests.support import DRES_ENV, TESTS
 
 
 @pytest.fixture

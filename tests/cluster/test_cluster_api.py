@@ -13,9 +13,9 @@ import httpx
 import pytest
 
 from ledger import keys
+from rigs import DONE, ApiProcess, WorkerProcess, send, stop_all, think
+from rigs.redis_cluster import LocalCluster
 from tests.api.api_support import as_ledger, ledger_form, sse_events
-from tests.support import DONE, ApiProcess, WorkerProcess, send, stop_all, think
-from tests.support.redis_cluster import LocalCluster
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server

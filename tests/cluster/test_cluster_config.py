@@ -9,7 +9,8 @@ import sys
 
 import pytest
 
-from tests.support import DRES_ENV, ROOT, TESTS, subprocess_env
+from rigs import ROOT, subprocess_env
+from tests.support import DRES_ENV, TESTS
 from worker.base.errors import ConfigError
 from worker.base.settings import load_settings
 

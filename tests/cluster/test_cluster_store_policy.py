@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import redis
 
-from tests.support.redis_cluster import LocalCluster
+from rigs.redis_cluster import LocalCluster
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
 from worker.edges.redis.policy import check_stores

@@ -24,7 +24,7 @@ from chaos.invariants import (
 )
 from ledger import keys
 from ledger.codec import Envelope
-from tests.support import (
+from rigs import (
     DONE,
     WorkerProcess,
     busy,
@@ -38,7 +38,7 @@ from tests.support import (
     wait_for,
     wait_until,
 )
-from tests.support.redis_cluster import LocalCluster
+from rigs.redis_cluster import LocalCluster
 from worker.dev.demo_tools import outbox
 from worker.edges.runtime import Runtime
 

@@ -23,7 +23,8 @@ from harness import Harness
 from sample_tools import SimulatedSoftLimit
 
 from ledger.store import Ledger
-from tests.support import DONE, Backend, think
+from rigs import DONE, think
+from tests.support import Backend
 from worker.base.errors import Shutdown, TurnCancelled
 from worker.engine.loop import AgentLoop
 from worker.engine.recorder import RunContext

@@ -22,7 +22,7 @@ from ledger import keys
 from ledger.events import Event, Resumed, RunStarted, ToolBlocked, ToolDone, ToolStart, TurnEnded
 from ledger.signature import input_signature
 from ledger.turn import Step, TurnMeta, TurnStatus
-from tests.support import DONE
+from rigs import DONE
 from worker.base.settings import load_settings
 from worker.dev.demo_tools import outbox
 from worker.engine.loop import AgentLoop

@@ -17,7 +17,7 @@ from ledger.codec import Envelope
 from ledger.events import Resumed, Text, TurnEnded
 from ledger.note import COMPLETED_HEADER, INTERRUPTED_HEADER
 from ledger.store import Ledger
-from tests.support import DONE
+from rigs import DONE
 from worker.base.settings import load_settings
 from worker.dev.demo_tools import outbox
 from worker.engine.history import NUDGE, build_messages

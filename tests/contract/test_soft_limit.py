@@ -20,7 +20,7 @@ from sample_tools import SimulatedSoftLimit, effects
 
 from ledger import keys
 from ledger.events import RunEnded, ToolDone
-from tests.support import DONE, having, wait_for
+from rigs import DONE, having, wait_for
 from worker.base.failpoints import Failpoints
 from worker.dev.redis_server import RedisServer
 from worker.lifecycle import Lifecycle

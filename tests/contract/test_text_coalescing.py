@@ -15,7 +15,7 @@ from harness import Harness
 from sample_tools import SimulatedSoftLimit
 
 from ledger.events import Event, ModelDone, ModelStart, Resumed, RunEnded, Text, ToolStart
-from tests.support import poll
+from rigs import poll
 from worker.base.settings import load_settings
 from worker.engine.history import Conversation
 from worker.engine.loop import AgentLoop

@@ -16,9 +16,9 @@ from harness import TOOL_MODULES, Harness
 
 from ledger.events import ToolBlocked, ToolDone, ToolStart
 from ledger.journal import build_journal
-from tests.support.mcp_servers import McpHttpServer, calls, stdio_entry
-from tests.support.openapi_app import ApiServer, requests
-from tests.support.waiting import wait_until
+from rigs.mcp_servers import McpHttpServer, calls, stdio_entry
+from rigs.openapi_app import ApiServer, requests
+from rigs.waiting import wait_until
 from worker.base.errors import ConfigError
 from worker.base.tool_sources import McpServer, OpenApi
 from worker.engine.tools import Registry

@@ -32,7 +32,7 @@ import pytest
 from compose_support import HA_VARIABLES, Service, load, service
 
 from ledger.store import Ledger
-from tests.support import (
+from rigs import (
     ROOT,
     ApiProcess,
     DresProcess,
@@ -44,8 +44,8 @@ from tests.support import (
     subprocess_env,
     wait_until,
 )
+from rigs.redis_sentinel import LocalSentinel
 from tests.support.fixtures import started as rig_started
-from tests.support.redis_sentinel import LocalSentinel
 from worker.dev.redis_server import free_port
 
 TOKEN = "compose-test-token"

@@ -17,17 +17,7 @@ import pytest
 import structlog
 
 from ledger.store import Ledger
-from tests.support import (
-    ROOT,
-    ApiProcess,
-    Script,
-    WorkerProcess,
-    ended,
-    of,
-    send,
-    think,
-    wait_for,
-)
+from rigs import ROOT, ApiProcess, Script, WorkerProcess, ended, of, send, think, wait_for
 from worker.base.logging import configure_logging, configure_logging_for
 from worker.base.settings import load_settings
 from worker.edges.runtime import Runtime

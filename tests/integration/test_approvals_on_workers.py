@@ -28,10 +28,8 @@ from sample_tools import effects
 from ledger import keys
 from ledger.events import Event
 from ledger.store import Ledger
-from tests.support import (
+from rigs import (
     DONE,
-    DRES_ENV,
-    TESTS,
     ApiProcess,
     WorkerProcess,
     ended,
@@ -46,15 +44,10 @@ from tests.support import (
     wait_for,
     wait_until,
 )
+from rigs.providers import DIALECTS, FakeProvider, blackhole, fake_provider
+from rigs.scripts import Script, script_writer
+from tests.support import DRES_ENV, TESTS, require_sdk
 from tests.support.fixtures import StartWorker
-from tests.support.providers import (
-    DIALECTS,
-    FakeProvider,
-    blackhole,
-    fake_provider,
-    require_sdk,
-)
-from tests.support.scripts import Script, script_writer
 from worker.dev.demo_tools import outbox
 from worker.dev.redis_server import RedisServer, free_port
 from worker.lifecycle.approvals import WEBHOOK_TIMEOUT_S

@@ -17,8 +17,8 @@ import redis
 from kombu import Connection, Exchange, Queue
 from kombu.common import ignore_errors
 
+from rigs.redis_sentinel import MASTER, LocalSentinel
 from tests.support.fixtures import started
-from tests.support.redis_sentinel import MASTER, LocalSentinel
 from worker.base.settings import load_settings
 from worker.dev.redis_server import RedisServer
 from worker.edges.celery.transport import SENTINEL_TRANSPORT, TRANSPORT

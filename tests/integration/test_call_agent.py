@@ -27,10 +27,8 @@ from ledger import keys
 from ledger.events import Event
 from ledger.journal import build_journal
 from ledger.store import Ledger
-from tests.support import (
-    DRES_ENV,
+from rigs import (
     ROOT,
-    TESTS,
     ApiProcess,
     WorkerProcess,
     ended,
@@ -43,6 +41,7 @@ from tests.support import (
     wait_until,
     write_script,
 )
+from tests.support import DRES_ENV, TESTS
 from tests.support.fixtures import started
 from worker.base.settings import Settings
 from worker.dev.redis_server import RedisServer

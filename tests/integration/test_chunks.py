@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 from sample_tools import effects
 
-from tests.support import DONE, WorkerProcess, ended, of, send, show, slow_write, think, wait_for
+from rigs import DONE, WorkerProcess, ended, of, send, show, slow_write, think, wait_for
 from worker.dev.demo_tools import outbox
 from worker.edges.runtime import Runtime
 

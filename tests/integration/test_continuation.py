@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.support import (
+from rigs import (
     DONE,
     WorkerProcess,
     close_runtime,

@@ -13,9 +13,9 @@ import pytest
 
 from ledger.events import TurnStarted
 from ledger.store import Ledger
-from tests.support import close_runtime, crashed_stop, ended, wait_for
+from rigs import close_runtime, crashed_stop, ended, wait_for
+from rigs.providers import DIALECTS, Dialect, FakeProvider, fake_provider
 from tests.support.fixtures import StartWorker
-from tests.support.providers import DIALECTS, Dialect, FakeProvider, fake_provider
 from worker.base.settings import load_settings
 from worker.edges.runtime import Runtime
 

@@ -16,7 +16,7 @@ import pytest
 from sample_tools import effects
 
 from ledger.events import Event
-from tests.support import (
+from rigs import (
     DONE,
     WorkerProcess,
     ended,

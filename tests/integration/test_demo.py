@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import run_demo
+from rigs.processes import run_demo
 from worker.dev.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -1,6 +1,6 @@
 """Write durability levels on real servers (CONTRACT §7.13, ``DRES_DURABILITY``): a primary and its
 replica as processes (Debian's redis-server 7.0 for ``WAIT``), and a 7.2+ server for ``WAITAOF``
-(``tests.support.redis_durability.waitaof_binary``: skipped, loudly, where there is none, and a
+(``rigs.redis_durability.waitaof_binary``: skipped, loudly, where there is none, and a
 failure under ``CI=true``, where the dev dependency that ships one is installed).
 """
 
@@ -21,12 +21,12 @@ from sample_tools import AOF_DIR, outside_effects
 from ledger import keys
 from ledger.durability import Confirmer, Durability
 from ledger.store import Ledger
-from tests.support import DRES_ENV, ROOT, TESTS, WorkerProcess, outside_write, subprocess_env
+from rigs import ROOT, WorkerProcess, outside_write, subprocess_env
+from rigs.redis_cluster import LocalCluster
+from rigs.redis_durability import ReplicatedRedis, waitaof_binary
+from rigs.waiting import ended, having, of, show, wait_for
+from tests.support import DRES_ENV, IN_CI, TESTS
 from tests.support.fixtures import StartWorker, outside_worker, started
-from tests.support.processes import IN_CI
-from tests.support.redis_cluster import LocalCluster
-from tests.support.redis_durability import ReplicatedRedis, waitaof_binary
-from tests.support.waiting import ended, having, of, show, wait_for
 from worker.base.errors import ConfigError
 from worker.base.settings import load_settings
 from worker.dev.redis_server import RedisServer

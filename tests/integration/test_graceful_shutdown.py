@@ -12,7 +12,7 @@ from sample_tools import effects
 
 from chaos.invariants import each_run_started_once, nothing_after_turn_ended, runs_closed
 from ledger.events import Event
-from tests.support import (
+from rigs import (
     DONE,
     WorkerProcess,
     ended,

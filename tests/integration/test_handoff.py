@@ -13,7 +13,7 @@ import pytest
 
 from ledger import keys
 from ledger.turns import Outgoing
-from tests.support import (
+from rigs import (
     DONE,
     WorkerProcess,
     broker_drained,

@@ -16,7 +16,7 @@ import redis
 from harness import FakeClock, SeqIds
 
 from ledger import keys
-from tests.support import DONE
+from rigs import DONE
 from worker.base.settings import Settings
 from worker.edges.celery.dispatch import CeleryDispatcher
 from worker.edges.runtime import Runtime

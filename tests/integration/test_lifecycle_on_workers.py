@@ -14,7 +14,7 @@ from sample_tools import effects
 
 from ledger import keys
 from ledger.events import Event
-from tests.support import (
+from rigs import (
     DONE,
     WorkerProcess,
     ended,

@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from tests.support import (
+from rigs import (
     DIALECTS,
     Dialect,
     FakeProvider,
@@ -34,8 +34,8 @@ from tests.support import (
     show,
     wait_for,
 )
-from tests.support.processes import run_demo
-from tests.support.providers import Reply
+from rigs.processes import run_demo
+from rigs.providers import Reply
 from worker.dev.demo_tools import outbox
 from worker.dev.redis_server import RedisServer
 from worker.edges.runtime import Runtime

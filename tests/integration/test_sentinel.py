@@ -1,5 +1,5 @@
 """Sentinel failover (CONTRACT §7.13, issue 23): a primary, a replica and three sentinels as real
-processes (``tests.support.redis_sentinel``), with passwords on the data nodes and on the
+processes (``rigs.redis_sentinel``), with passwords on the data nodes and on the
 sentinels; dres's ledger, broker and this process's runtime all reach the master through the
 sentinels (``DRES_REDIS_SENTINELS``, ``DRES_REDIS_MASTER``).
 
@@ -27,7 +27,7 @@ from chaos.invariants import (
 )
 from ledger.codec import Envelope
 from ledger.store import Ledger
-from tests.support import (
+from rigs import (
     DONE,
     ApiProcess,
     having,
@@ -38,8 +38,8 @@ from tests.support import (
     wait_for,
     wait_until,
 )
+from rigs.redis_sentinel import MASTER, LocalSentinel
 from tests.support.fixtures import StartWorker, outside_worker, show_logs, started
-from tests.support.redis_sentinel import MASTER, LocalSentinel
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
 from worker.edges.redis.durability import check_durability

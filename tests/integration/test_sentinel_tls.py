@@ -20,7 +20,7 @@ import redis
 from sample_tools import OUTSIDE_EFFECTS, outside_effects
 
 from ledger.store import Ledger
-from tests.support import (
+from rigs import (
     DONE,
     ApiProcess,
     having,
@@ -31,9 +31,9 @@ from tests.support import (
     wait_for,
     wait_until,
 )
+from rigs.redis_sentinel import LocalSentinel
+from rigs.scripts import Script
 from tests.support.fixtures import StartWorker, show_logs, started
-from tests.support.redis_sentinel import LocalSentinel
-from tests.support.scripts import Script
 from worker.base.settings import Settings
 from worker.edges.redis.policy import check_stores
 from worker.edges.redis.sentinel import watch_for

@@ -8,7 +8,7 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.support import (
+from rigs import (
     DONE,
     WorkerProcess,
     broker_drained,

@@ -17,16 +17,7 @@ from pathlib import Path
 import pytest
 from sample_tools import outside_effects
 
-from tests.support import (
-    DONE,
-    ended,
-    having,
-    of,
-    outside_write,
-    show,
-    wait_for,
-    wait_until,
-)
+from rigs import DONE, ended, having, of, outside_write, show, wait_for, wait_until
 from tests.support.fixtures import StartWorker, outside_worker, started
 from worker.dev.redis_server import RedisServer
 from worker.edges.runtime import Runtime

@@ -14,9 +14,10 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
-from tests.support import DRES_ENV, ROOT, TESTS, ApiProcess, WorkerProcess, subprocess_env
+from rigs import ROOT, ApiProcess, WorkerProcess, subprocess_env
+from rigs.scrape import Scrape, scrape
+from tests.support import DRES_ENV, TESTS
 from tests.support.fixtures import started
-from tests.support.scrape import Scrape, scrape
 from worker.base.errors import ConfigError
 from worker.base.settings import load_settings
 from worker.dev.redis_server import RedisServer, free_port

@@ -11,7 +11,7 @@ import pytest
 from ledger.codec import Envelope
 from ledger.events import ModelStart, RunEnded, Text, TurnEnded
 from ledger.store import Ledger
-from tests.support import show
+from rigs import show
 from tests.support.fixtures import StartWorker
 from worker.edges.runtime import Runtime
 from worker.engine.history import Conversation

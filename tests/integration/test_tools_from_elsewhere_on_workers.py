@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from tests.support import ROOT, WorkerProcess, of, show, wait_for, wait_until
-from tests.support.mcp_servers import McpHttpServer, calls, stdio_entry
-from tests.support.openapi_app import ApiServer, requests
-from tests.support.waiting import ended
+from rigs import ROOT, WorkerProcess, of, show, wait_for, wait_until
+from rigs.mcp_servers import McpHttpServer, calls, stdio_entry
+from rigs.openapi_app import ApiServer, requests
+from rigs.waiting import ended
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server

@@ -12,10 +12,10 @@ from pathlib import Path
 import pytest
 from sample_tools import effects
 
-from tests.support import DONE, having, send, slow_write, think, wait_for, wait_until
+from rigs import DONE, having, send, slow_write, think, wait_for, wait_until
+from rigs.scrape import Scrape, scrape
+from rigs.waiting import ended, of
 from tests.support.fixtures import StartWorker
-from tests.support.scrape import Scrape, scrape
-from tests.support.waiting import ended, of
 from worker.dev.redis_server import free_port
 from worker.edges.runtime import Runtime
 

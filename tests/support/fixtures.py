@@ -32,20 +32,14 @@ import redis
 from sample_tools import OUTSIDE_EFFECTS  # type: ignore[import-not-found]  # tests/, on pytest's path
 
 from ledger.store import Client, Ledger
+from rigs.processes import DresProcess, WorkerProcess, subprocess_env
+from rigs.redis_cluster import LocalCluster
+from rigs.redis_durability import ReplicatedRedis
+from rigs.redis_sentinel import LocalSentinel
+from rigs.scripts import Script, script_writer
+from rigs.turns import close_runtime
 from tests.support.backends import Backend
-from tests.support.processes import (
-    DRES_ENV,
-    IN_CI,
-    TESTS,
-    DresProcess,
-    WorkerProcess,
-    subprocess_env,
-)
-from tests.support.redis_cluster import LocalCluster
-from tests.support.redis_durability import ReplicatedRedis
-from tests.support.redis_sentinel import LocalSentinel
-from tests.support.scripts import Script, script_writer
-from tests.support.turns import close_runtime
+from tests.support.suite import DRES_ENV, IN_CI, TESTS
 from worker.base.settings import Settings, load_settings
 from worker.dev.redis_server import RedisServer, RedisServerError
 from worker.edges.runtime import Runtime

@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from tests.support import ROOT
+from rigs import ROOT
 from worker.base.settings import Settings
 from worker.edges.cli.config import MASK, rows
 from worker.edges.cli.main import main

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import subprocess_env
+from rigs.processes import subprocess_env
 
 SCENARIO = """
 import os, signal, sys, threading

@@ -1,8 +1,10 @@
 """The floors of the house and the arrows allowed between them (STYLE: shape; docs/architecture.md).
 
 ``tasks -> worker -> ledger``, never back; inside ``worker``, each floor imports only the floors
-below it: ``base`` <- ``engine`` <- ``lifecycle`` <- ``edges`` <- ``dev``. One walk of every
-module's imports checks every rule, so a reversed arrow fails here.
+below it: ``base`` <- ``engine`` <- ``lifecycle`` <- ``edges`` <- ``dev``. Beside the product,
+``rigs`` (what tests, bench and chaos stand dres up on) imports only the product, and ``bench`` and
+``chaos`` import the product and the rigs, never ``tests``. One walk of every top-level package's
+imports checks every rule, so a reversed arrow fails here.
 """
 
 from __future__ import annotations
@@ -49,6 +51,11 @@ ALLOWED: dict[str, set[str]] = {
     "worker.tools": {"worker.engine.tools"},
     "worker.client": {"worker.edges.client"},
     "tasks": {"ledger", "worker", "tasks"},
+    # beside the product: the testing rigs, and the proofs and the suite that stand on them
+    "rigs": {"ledger", "worker", "rigs"},
+    "bench": {"ledger", "worker", "tasks", "rigs", "bench"},
+    "chaos": {"ledger", "worker", "tasks", "rigs", "chaos"},
+    "tests": {"ledger", "worker", "tasks", "rigs", "bench", "chaos", "tests"},
 }
 #: imports made inside a function, allowed where a module-level one is not
 LAZY: dict[str, set[str]] = {
@@ -72,7 +79,10 @@ THIRD_PARTY: dict[str, set[str] | None] = {
     "worker.engine.tools.sources": {"pydantic", "structlog", "httpx", "mcp", "mcp_types"},
     "worker.lifecycle": {"redis", "structlog"},
 }
-DRES = ("ledger", "worker", "tasks")
+#: every top-level package of the repository: the product, then what stands beside it
+DRES = ("ledger", "worker", "tasks", "rigs", "bench", "chaos", "tests")
+#: top-level directories that hold no package of the repository (tools, caches, build output)
+NOT_PACKAGES = {"build", "dist"}
 
 
 def module_name(path: Path) -> str:
@@ -137,6 +147,31 @@ def test_a_module_imports_only_the_floors_below_it(path: Path) -> None:
 def test_every_module_lives_on_a_floor_with_a_rule() -> None:
     homeless = [module_name(p) for p in modules() if not rule(ALLOWED, module_name(p))]
     assert homeless in ([], ["worker"]), homeless
+
+
+def test_every_top_level_package_is_walked_and_has_a_rule() -> None:
+    """A new top-level directory of Python files is not outside the walk by omission."""
+    found = {
+        p.name
+        for p in ROOT.iterdir()
+        if p.is_dir()
+        and not p.name.startswith(".")
+        and p.name not in NOT_PACKAGES
+        and any(p.rglob("*.py"))
+    }
+    assert found == set(DRES)
+    ruled = {key.split(".")[0] for key in ALLOWED}
+    assert [package for package in DRES if package not in ruled] == []
+
+
+def test_the_rigs_are_no_pytest_plugin() -> None:
+    """What needs pytest (fixtures, skip-or-fail) is ``tests/support``'s: the bench and chaos run
+    the rigs without it."""
+    rigs = sorted((ROOT / "rigs").rglob("*.py"))
+    assert rigs
+    assert [
+        module_name(p) for p in rigs for name, _ in imports(p) if name.split(".")[0] == "pytest"
+    ] == []
 
 
 def test_every_floor_says_what_it_may_import() -> None:
@@ -236,6 +271,30 @@ def test_the_walk_sees_a_reversed_arrow_and_a_lazy_one(tmp_path: Path) -> None:
             "worker.engine.probe imports the third-party celery",
             "worker.engine.probe imports worker.edges.http.app",
             "worker.engine.probe imports tasks",
+        ]
+    finally:
+        ROOT = saved
+
+
+def test_the_walk_sees_a_rig_or_a_proof_that_imports_the_suite(tmp_path: Path) -> None:
+    """Guard against a vacuous check: ``tests`` is first-party, so importing it is seen."""
+    for package, body in [("rigs", "from tests.support import DRES_ENV\nimport bench\n")] + [
+        (proof, "from tests.support.suite import IN_CI\n") for proof in ("bench", "chaos")
+    ]:
+        (tmp_path / package).mkdir()
+        (tmp_path / package / "probe.py").write_text(body)
+    global ROOT
+    saved, ROOT = ROOT, tmp_path
+    try:
+        assert violations(tmp_path / "rigs" / "probe.py") == [
+            "rigs.probe imports tests.support",
+            "rigs.probe imports bench",
+        ]
+        assert violations(tmp_path / "bench" / "probe.py") == [
+            "bench.probe imports tests.support.suite"
+        ]
+        assert violations(tmp_path / "chaos" / "probe.py") == [
+            "chaos.probe imports tests.support.suite"
         ]
     finally:
         ROOT = saved

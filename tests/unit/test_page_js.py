@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.processes import IN_CI
+from tests.support import IN_CI
 
 JS_TESTS = Path(__file__).resolve().parents[1] / "js"
 

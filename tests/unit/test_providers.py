@@ -1,6 +1,6 @@
 """The provider adapters against a local server speaking each provider's streaming wire format.
 
-No network: the SDKs are pointed at the fake provider (``tests.support.providers``) on 127.0.0.1
+No network: the SDKs are pointed at the fake provider (``rigs.providers``) on 127.0.0.1
 through ``base_url``.
 """
 
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.providers import (
+from rigs.providers import (
     FakeProvider,
     ProviderServer,
     Reply,
@@ -24,12 +24,12 @@ from tests.support.providers import (
     fake_provider,
     openai_error,
     openai_stream,
-    require_sdk,
     sse,
     text_block,
     tool_block,
     tool_delta,
 )
+from tests.support import require_sdk
 from worker.base.clock import SystemClock
 from worker.base.errors import ConfigError, ModelError
 from worker.engine.models import Models, make_model, providers

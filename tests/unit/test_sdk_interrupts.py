@@ -28,15 +28,8 @@ import pytest
 from billiard.exceptions import SoftTimeLimitExceeded
 from billiard.pool import soft_timeout_sighandler
 
-from tests.support.providers import (
-    DIALECTS,
-    Dialect,
-    FakeProvider,
-    Reply,
-    blackhole,
-    fake_provider,
-    require_sdk,
-)
+from rigs.providers import DIALECTS, Dialect, FakeProvider, Reply, blackhole, fake_provider
+from tests.support import require_sdk
 from worker.base.errors import Shutdown, SoftLimit, TurnCancelled
 from worker.engine.models import providers
 from worker.engine.models.base import ModelRequest, TextDelta, UserMessage

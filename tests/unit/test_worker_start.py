@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from tests.support.processes import ROOT, subprocess_env
+from rigs.processes import ROOT, subprocess_env
 
 
 @pytest.mark.parametrize(

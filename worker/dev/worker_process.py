@@ -1,7 +1,7 @@
 """``dres`` subprocesses: started in their own session, ready when they say so, stopped by PID.
 
 ``DresProcess`` is any ``python -m worker.edges.cli ARGS`` process with its output in a log file;
-``WorkerProcess`` is a ``dres worker``. Used by ``dres demo``, and through ``tests.support`` by the
+``WorkerProcess`` is a ``dres worker``. Used by ``dres demo``, and through ``rigs`` by the
 tests, the benchmarks and the chaos runner, so that every one of them starts, watches and stops
 processes the same way (stopped by PID; the whole group killed when it must be).
 """

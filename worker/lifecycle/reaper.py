@@ -161,8 +161,8 @@ class Reaper:
         """Is the pending run's message in the broker (queued, or held by a worker), or can the
         broker not be looked into (then nothing is taken for lost)? Its mark answers at O(1)
         (``worker.edges.celery.marks``); without one, or with one old enough to doubt while the
-        queues are short (``_doubted``), the broker's queues are read as before, at most once per sweep:
-        a message sent without a mark is never taken for lost."""
+        queues are short (``_doubted``), the broker's queues are read as before, at most once per
+        sweep: a message sent without a mark is never taken for lost."""
         dispatcher = self.lifecycle.dispatcher
         try:
             if dispatcher.marked(meta.turn_id, meta.next_run) and not self._doubted(meta):

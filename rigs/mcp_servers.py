@@ -11,7 +11,7 @@ Tools: ``lookup`` (``readOnlyHint: true``), ``send`` (a write with no hints), ``
 per key answers far too late), ``send_slowly`` (a write that does its effect,
 then never answers: a timeout, or a kill mid-call).
 
-``python -m tests.support.mcp_servers stdio`` or ``... http PORT``.
+``python -m rigs.mcp_servers stdio`` or ``... http PORT``.
 """
 
 from __future__ import annotations
@@ -28,16 +28,16 @@ import httpx
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.types import ToolAnnotations
 
-from tests.support.hangs import HANG_S, hang_if_asked
-from tests.support.processes import ROOT
-from tests.support.waiting import wait_until
+from rigs.hangs import HANG_S, hang_if_asked
+from rigs.processes import ROOT
+from rigs.waiting import wait_until
 from worker.dev.redis_server import free_port
 
 #: the environment variable naming the server's call log
 LOG_VAR = "DRES_TEST_MCP_LOG"
 #: the environment variable naming a flag file: while it exists, the next write hangs
 HANG_VAR = "DRES_TEST_MCP_HANG"
-MODULE = "tests.support.mcp_servers"
+MODULE = "rigs.mcp_servers"
 
 
 def stdio_entry(log: Path, **options: Any) -> dict[str, Any]:

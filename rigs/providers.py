@@ -17,7 +17,6 @@ completes (a full accept queue): the client blocks in connect.
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import socket
 import threading
@@ -26,10 +25,6 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
-
-import pytest
-
-from tests.support.processes import IN_CI
 
 #: seconds a hanging or stalled reply waits at most for the test to release it
 HANG_S = 120.0
@@ -387,13 +382,3 @@ class OpenAIDialect(Dialect):
 
 
 DIALECTS: tuple[Dialect, ...] = (AnthropicDialect(), OpenAIDialect())
-
-
-def require_sdk(package: str) -> None:
-    """The SDKs are in the ``dev`` extra: missing locally skips, missing under CI fails."""
-    try:
-        importlib.import_module(package)
-    except ImportError:
-        if IN_CI:
-            pytest.fail(f"CI=true requires the {package} package", pytrace=False)
-        pytest.skip(f"the {package} package is not installed")

@@ -10,7 +10,7 @@ first request sleep past any client timeout after doing its work), ``create_slow
 does its work, then never answers in time), ``create_order`` (POST declaring an
 ``Idempotency-Key`` header: idempotent).
 
-``python -m tests.support.openapi_app PORT``.
+``python -m rigs.openapi_app PORT``.
 """
 
 from __future__ import annotations
@@ -28,9 +28,9 @@ import httpx
 from fastapi import FastAPI, Header, HTTPException, Request
 from pydantic import BaseModel
 
-from tests.support.hangs import HANG_S, hang_if_asked
-from tests.support.processes import ROOT
-from tests.support.waiting import wait_until
+from rigs.hangs import HANG_S, hang_if_asked
+from rigs.processes import ROOT
+from rigs.waiting import wait_until
 from worker.dev.redis_server import free_port
 
 LOG_VAR = "DRES_TEST_API_LOG"
@@ -142,7 +142,7 @@ class ApiServer:
         if self.hang is not None:
             env[HANG_VAR] = str(self.hang)
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "tests.support.openapi_app", str(self.port)],
+            [sys.executable, "-m", "rigs.openapi_app", str(self.port)],
             env=env,
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -8,7 +8,7 @@ from typing import Any
 
 from ledger.events import Text, ToolStart
 from ledger.signature import input_signature
-from tests.support.scripts import EMAIL
+from rigs.scripts import EMAIL
 from worker.edges.runtime import Runtime
 from worker.engine.recorder import RunContext, make_event
 

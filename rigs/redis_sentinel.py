@@ -10,7 +10,7 @@ auth-pass``); with ``sentinel_password`` the sentinels require one of their own 
 and ``sentinel sentinel-pass`` between them). With ``tls`` every node and sentinel serves TLS
 only (``port 0``, ``tls-port``), replicates and monitors over TLS (``tls-replication yes``) and
 asks its clients for a certificate (``tls-auth-clients``' default): one CA and one certificate
-for all (``tests.support.tls``), which ``url`` names in its query and ``client_options`` gives
+for all (``rigs.tls``), which ``url`` names in its query and ``client_options`` gives
 this rig's own clients.
 
 Ready once every sentinel names the primary as the master, knows the two other sentinels and
@@ -36,7 +36,7 @@ from urllib.parse import urlencode
 
 import redis
 
-from tests.support.tls import Certificates, make_certificates
+from rigs.tls import Certificates, make_certificates
 from worker.dev.redis_server import RedisServer, RedisServerError, free_port
 
 #: the master's name the sentinels monitor

@@ -20,30 +20,8 @@ import httpx
 from worker.dev.redis_server import free_port
 from worker.dev.worker_process import READY_S, ROOT, DresProcess, WorkerProcess
 
-TESTS = ROOT / "tests"
-#: under CI a missing service or package fails a test instead of skipping it
-IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
-
-#: the dres settings of the tests (seconds): 0.5 s soft limits, a 3 s hard limit, a lease of 1 s
-#: (renewed every third of it), a fast reaper; the tools of ``tests/sample_tools.py`` too
-DRES_ENV = {
-    "DRES_TOOLS": "worker.dev.demo_tools,sample_tools",
-    "DRES_SOFT_LIMIT_S": "0.5",
-    "DRES_HARD_LIMIT_S": "3",
-    "DRES_BG_SOFT_LIMIT_S": "0.5",
-    "DRES_BG_HARD_LIMIT_S": "3",
-    "DRES_VISIBILITY_TIMEOUT_S": "8",
-    "DRES_LEASE_S": "1",
-    "DRES_HANDOFF_GRACE_S": "1",
-    "DRES_REAPER_INTERVAL_S": "0.2",
-    "DRES_CANCEL_POLL_S": "0.05",
-}
-
 __all__ = [
-    "DRES_ENV",
-    "IN_CI",
     "ROOT",
-    "TESTS",
     "ApiProcess",
     "DresProcess",
     "WorkerProcess",
