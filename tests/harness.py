@@ -27,7 +27,7 @@ from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
 from worker.engine.tools import Registry
 from worker.lifecycle import Decided, Lifecycle
 
-TOOL_MODULES = ["worker.dev.demo_tools", "sample_tools"]
+TOOL_MODULES = ["worker.demo_tools", "sample_tools"]
 
 
 class FakeClock:

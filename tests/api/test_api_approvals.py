@@ -33,7 +33,7 @@ from ledger.store import Ledger
 from tests.support import EMAIL, Script, wait_until
 from tests.support.fixtures import StartWorker
 from tests.support.scrape import Scrape
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 
 pytestmark = pytest.mark.redis_server
 

@@ -39,7 +39,7 @@ from tests.support import (
     wait_until,
 )
 from tests.support.redis_cluster import LocalCluster
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 

@@ -55,7 +55,7 @@ from tests.support.providers import (
     require_sdk,
 )
 from tests.support.scripts import Script, script_writer
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.dev.redis_server import RedisServer, free_port
 from worker.lifecycle.approvals import WEBHOOK_TIMEOUT_S
 

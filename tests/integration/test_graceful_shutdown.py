@@ -25,7 +25,7 @@ from tests.support import (
     wait_for,
     wait_until,
 )
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 

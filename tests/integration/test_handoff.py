@@ -29,7 +29,7 @@ from tests.support import (
     wait_until,
 )
 from worker.base.settings import Settings
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.edges.client import enqueue
 from worker.edges.runtime import CeleryDispatcher, Runtime
 from worker.engine.recorder import RunContext

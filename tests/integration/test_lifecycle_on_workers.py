@@ -28,7 +28,7 @@ from tests.support import (
     wait_until,
 )
 from worker.base.settings import Settings, load_settings
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime
 

@@ -36,7 +36,7 @@ from tests.support import (
 )
 from tests.support.processes import run_demo
 from tests.support.providers import Reply
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.dev.redis_server import RedisServer
 from worker.edges.client import enqueue
 from worker.edges.runtime import Runtime

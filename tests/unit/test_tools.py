@@ -60,7 +60,7 @@ def test_a_read_only_tool_cannot_declare_write_options() -> None:
 
 
 def test_the_registry_loads_the_tools_of_the_dres_tools_modules() -> None:
-    registry = Registry.from_modules(["worker.dev.demo_tools"])
+    registry = Registry.from_modules(["worker.demo_tools"])
     assert registry.names() == ["create_ticket", "get_ticket", "list_outbox", "send_email"]
     assert registry.read_only_names() == ["get_ticket", "list_outbox"]
     assert registry.tools["create_ticket"].idempotent

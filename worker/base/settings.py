@@ -22,7 +22,9 @@ from worker.base.tool_sources import (
     parse_openapi,
 )
 
-DEMO_TOOLS = "worker.dev.demo_tools"
+#: the demo's tools, the default DRES_TOOLS (CONTRACT §3): an example module written against the
+#: public ``worker.tools`` only, beside it at the package's root and on no floor
+DEMO_TOOLS = "worker.demo_tools"
 
 
 class AgentApp(BaseModel):

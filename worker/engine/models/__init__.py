@@ -20,7 +20,9 @@ DEFAULT_MAX_ADAPTERS = 8
 
 
 def demo_script_path() -> str:
-    return str(resources.files("worker.dev").joinpath("scripts", "demo.json"))
+    """The demo's script, what DRES_MODEL's default plays (CONTRACT §3): beside the demo's
+    tools at the package's root, on no floor."""
+    return str(resources.files("worker").joinpath("demo_script.json"))
 
 
 def make_model(spec: str | None, clock: Clock) -> ChatModel:
