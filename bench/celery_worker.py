@@ -60,7 +60,7 @@ def worker_env(redis_url: str) -> dict[str, str]:
     values: dict[str, object] = {
         "REDIS_URL": redis_url,
         "CELERY_INCLUDE": "bench.hop_tasks",
-        "TOOLS": "worker.dev.demo_tools,bench.bench_tools",
+        "TOOLS": "worker.demo_tools,bench.bench_tools",
         "SOFT_LIMIT_S": SOFT_LIMIT_S,
         "HARD_LIMIT_S": HARD_LIMIT_S,
         "BG_SOFT_LIMIT_S": BG_SOFT_LIMIT_S,
@@ -77,7 +77,7 @@ def bench_settings(redis_url: str) -> Settings:
     return load_settings(
         redis_url=redis_url,
         celery_include="bench.hop_tasks",
-        tools="worker.dev.demo_tools,bench.bench_tools",
+        tools="worker.demo_tools,bench.bench_tools",
         soft_limit_s=SOFT_LIMIT_S,
         hard_limit_s=HARD_LIMIT_S,
         bg_soft_limit_s=BG_SOFT_LIMIT_S,

@@ -57,6 +57,7 @@ from worker.engine.tools import Registry
 from worker.engine.tools.calls import Attempt
 from worker.engine.tools.executor import ToolExecutor
 from worker.engine.tools.guard import DeferSignals
+from worker.engine.tools.sources.python import module_tools
 
 #: seconds a confirmation may wait: far above any figure here, so none falls short
 TIMEOUT_S = 5.0
@@ -100,7 +101,7 @@ class Side:
         self.recorder = Recorder(ledger, RunContext(lease), clock, ids, [], durable=confirmer)
         guard = DeferSignals()
         guard.arm()
-        registry = Registry.from_modules(["bench.bench_tools"])
+        registry = Registry().add_specs(*module_tools(["bench.bench_tools"]))
         self.executor = ToolExecutor(registry, self.recorder, guard=guard)
         self.attempt = Attempt.begin(None)
         self.numbers = itertools.count()

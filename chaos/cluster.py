@@ -31,7 +31,7 @@ ENV = {
     "DRES_MAX_REDISPATCHES": "3",
     "DRES_CANCEL_POLL_S": "0.05",
     "DRES_FAILPOINTS": "1",
-    "DRES_TOOLS": "worker.dev.demo_tools,chaos.tools",
+    "DRES_TOOLS": "worker.demo_tools,chaos.tools",
     "DRES_JOURNAL_READ_BACKOFF_S": "0.2",
 }
 #: kombu's Redis transport keeps a message of priority p > 0 in ``queue + SEP + step``

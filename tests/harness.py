@@ -25,9 +25,10 @@ from worker.engine.loop import AgentLoop
 from worker.engine.models import make_model
 from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
 from worker.engine.tools import Registry
+from worker.engine.tools.sources.python import module_tools
 from worker.lifecycle import Decided, Lifecycle
 
-TOOL_MODULES = ["worker.dev.demo_tools", "sample_tools"]
+TOOL_MODULES = ["worker.demo_tools", "sample_tools"]
 
 
 class FakeClock:
@@ -113,7 +114,7 @@ class Harness:
         self.ledger = Ledger(self.client)
         #: as in a worker process: each chunk reads only what is new since the previous one
         self.cache = EventCache(self.ledger)
-        self.registry = Registry.from_modules(TOOL_MODULES)
+        self.registry = Registry().add_specs(*module_tools(TOOL_MODULES))
         self.pending: str | None = None
         self.turn_id = ""
         self.messages = KeptMessages()

@@ -33,7 +33,7 @@ from ledger.store import Ledger
 from rigs import EMAIL, Script, wait_until
 from rigs.scrape import Scrape
 from tests.support.fixtures import StartWorker
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 
 pytestmark = pytest.mark.redis_server
 

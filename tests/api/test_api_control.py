@@ -20,7 +20,7 @@ from ledger.journal import build_journal
 from ledger.store import Ledger
 from rigs import MULTI_CHUNK, Script, WorkerProcess, busy, crashed_stop, wait_until
 from worker.base.settings import Settings
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.edges.runtime import Runtime
 
 

@@ -19,7 +19,7 @@ from api_support import Approvals, Cli
 
 from ledger.events import ApprovalDecided
 from rigs import EMAIL, ROOT
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 
 pytestmark = pytest.mark.redis_server
 

@@ -24,7 +24,7 @@ from ledger.events import Event
 from ledger.store import Ledger
 from rigs import EMAIL, Script, having, of, send, show, wait_for
 from tests.support.fixtures import StartWorker
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 
 pytestmark = pytest.mark.redis_server
 

@@ -39,7 +39,7 @@ from rigs import (
     wait_until,
 )
 from rigs.redis_cluster import LocalCluster
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server

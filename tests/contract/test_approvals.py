@@ -25,7 +25,7 @@ from ledger.events import (
 from ledger.turn import Step, StopCode, TurnStatus
 from worker.base.errors import ConfigError
 from worker.base.settings import load_settings
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.lifecycle.reaper import Reaper
 
 EMAIL = {"to": "ada@example.com", "subject": "Launch", "body": "Friday at 10."}

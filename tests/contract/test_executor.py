@@ -14,7 +14,7 @@ from harness import Harness
 from sample_tools import effects
 
 from ledger.events import ToolBlocked, ToolDone, ToolStart
-from worker.dev.demo_tools import outbox, tickets
+from worker.demo_tools import outbox, tickets
 
 EMAIL = {"to": "ada@example.com", "subject": "Launch", "body": "Friday at 10."}
 

@@ -24,7 +24,7 @@ from ledger.signature import input_signature
 from ledger.turn import Step, TurnMeta, TurnStatus
 from rigs import DONE
 from worker.base.settings import load_settings
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.engine.loop import AgentLoop
 from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
 from worker.engine.recorder import Recorder, RunContext

@@ -19,7 +19,7 @@ from ledger.note import COMPLETED_HEADER, INTERRUPTED_HEADER
 from ledger.store import Ledger
 from rigs import DONE
 from worker.base.settings import load_settings
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.engine.history import NUDGE, build_messages
 from worker.engine.models.base import ModelRequest, TextDelta, UserMessage
 

@@ -25,6 +25,7 @@ from worker.engine.tools import Registry
 from worker.engine.tools.context import idempotency_key
 from worker.engine.tools.sources.mcp import Connection, McpTool, list_server, server_tools
 from worker.engine.tools.sources.openapi import api_tools, load_document
+from worker.engine.tools.sources.python import module_tools
 
 PAUSE = {"delay_s": 10, "tool_calls": [{"name": "async_lookup", "input": {"key": "pause"}}]}
 DONE = {"text": "Done."}
@@ -60,7 +61,7 @@ def mcp(request: pytest.FixtureRequest, h: Harness, tmp_path: Path) -> Iterator[
 
 def _registered(h: Harness, server: McpServer, log: Path) -> Iterator[Path]:
     specs = server_tools("t", server, list_server("t", server))
-    h.registry = Registry.from_modules(TOOL_MODULES).add_specs(*specs)
+    h.registry = Registry().add_specs(*module_tools(TOOL_MODULES)).add_specs(*specs)
     yield log
     tool = specs[0].fn
     assert isinstance(tool, McpTool)
@@ -74,7 +75,7 @@ def api(h: Harness, tmp_path: Path) -> Iterator[Path]:
     server = ApiServer(log).start()
     entry = OpenApi.model_validate(server.entry(timeout_s=1))
     specs = api_tools("api", entry, load_document("api", entry))
-    h.registry = Registry.from_modules(TOOL_MODULES).add_specs(*specs)
+    h.registry = Registry().add_specs(*module_tools(TOOL_MODULES)).add_specs(*specs)
     yield log
     server.stop()
 
@@ -297,7 +298,7 @@ def test_a_request_that_cannot_connect_is_an_error_result(h: Harness, tmp_path: 
     entry = OpenApi.model_validate(server.entry())
     specs = api_tools("api", entry, load_document("api", entry))
     server.stop()
-    h.registry = Registry.from_modules(TOOL_MODULES).add_specs(*specs)
+    h.registry = Registry().add_specs(*module_tools(TOOL_MODULES)).add_specs(*specs)
     h.start([step(("api__create_item", {"name": "a"})), DONE])
     assert h.run_to_end().status == "completed"
     [done] = h.events("tool_done")

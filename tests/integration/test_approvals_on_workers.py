@@ -48,7 +48,7 @@ from rigs.providers import DIALECTS, FakeProvider, blackhole, fake_provider
 from rigs.scripts import Script, script_writer
 from tests.support import DRES_ENV, TESTS, require_sdk
 from tests.support.fixtures import StartWorker
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.dev.redis_server import RedisServer, free_port
 from worker.lifecycle.approvals import WEBHOOK_TIMEOUT_S
 

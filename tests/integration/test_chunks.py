@@ -8,7 +8,7 @@ import pytest
 from sample_tools import effects
 
 from rigs import DONE, WorkerProcess, ended, of, send, show, slow_write, think, wait_for
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server

@@ -13,7 +13,7 @@ import pytest
 from ledger.errors import FencedOut, TransitionRefused
 from ledger.events import Text
 from rigs import DONE, WorkerProcess, ended, of, send, show, wait_for
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.edges.runtime import Runtime
 from worker.engine.loop import RunResult
 from worker.engine.recorder import Recorder, RunContext

@@ -25,7 +25,7 @@ from rigs import (
     wait_for,
     wait_until,
 )
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server

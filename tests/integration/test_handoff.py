@@ -29,7 +29,7 @@ from rigs import (
     wait_until,
 )
 from worker.base.settings import Settings
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.edges.celery.dispatch import CeleryDispatcher
 from worker.edges.runtime import Runtime
 from worker.engine.recorder import RunContext

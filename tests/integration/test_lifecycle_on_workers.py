@@ -28,7 +28,7 @@ from rigs import (
     wait_until,
 )
 from worker.base.settings import Settings, load_settings
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server

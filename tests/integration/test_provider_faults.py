@@ -36,7 +36,7 @@ from rigs import (
 )
 from rigs.processes import run_demo
 from rigs.providers import Reply
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.dev.redis_server import RedisServer
 from worker.edges.runtime import Runtime
 

@@ -17,7 +17,7 @@ IN_CI = os.environ.get("CI", "").lower() in {"1", "true", "yes"}
 #: the dres settings of the tests (seconds): 0.5 s soft limits, a 3 s hard limit, a lease of 1 s
 #: (renewed every third of it), a fast reaper; the tools of ``tests/sample_tools.py`` too
 DRES_ENV = {
-    "DRES_TOOLS": "worker.dev.demo_tools,sample_tools",
+    "DRES_TOOLS": "worker.demo_tools,sample_tools",
     "DRES_SOFT_LIMIT_S": "0.5",
     "DRES_HARD_LIMIT_S": "3",
     "DRES_BG_SOFT_LIMIT_S": "0.5",

@@ -12,7 +12,7 @@ from worker.base.errors import ConfigError, ToolDefinitionError
 from worker.base.settings import load_settings
 from worker.engine.tools import Registry, ToolContext, tool
 from worker.engine.tools.approval import ApprovalPolicy
-from worker.engine.tools.registry import SPEC_ATTR, ToolSpec
+from worker.engine.tools.spec import SPEC_ATTR, ToolSpec
 
 CTX = ToolContext(turn_id="turn_1", run_id="run_1", call_id="call_1", idempotency_key="k")
 

@@ -11,9 +11,10 @@ import pytest
 
 from ledger.events import ModelStart, Text, TurnEnded
 from worker.base.errors import ConfigError
-from worker.base.settings import AgentApp, load_settings
+from worker.base.settings import load_settings
+from worker.base.tool_sources import AgentApp
 from worker.engine.tools import Registry
-from worker.engine.tools.agents import Answer, sse_events
+from worker.engine.tools.sources.agents import Answer, agent_tools, sse_events
 
 APPS = {"researcher": AgentApp(url="http://127.0.0.1:8001", token="t")}
 BASE = {"turn_id": "turn_b", "run_id": "run_1", "chunk": 0, "ts": 1.0}
@@ -43,8 +44,8 @@ def test_dres_agents_accepts_http_and_https_apps_with_or_without_a_token() -> No
 
 
 def test_call_agent_is_registered_as_an_idempotent_write_only_when_an_app_is_named() -> None:
-    assert Registry.from_modules([], agents={}).get("call_agent") is None
-    spec = Registry.from_modules([], agents=APPS).get("call_agent")
+    assert Registry().add_specs(*agent_tools({})).get("call_agent") is None
+    spec = Registry().add_specs(*agent_tools(APPS)).get("call_agent")
     assert spec is not None
     assert (spec.read_only, spec.idempotent, spec.wants_ctx) == (False, True, True)
     assert set(spec.schema["properties"]) == {"agent", "message"}

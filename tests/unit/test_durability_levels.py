@@ -22,7 +22,7 @@ from ledger.events import ToolDone
 from ledger.journal import build_journal
 from worker.base.errors import ConfigError
 from worker.base.settings import load_settings
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.edges.redis.durability import Capability, refusals
 from worker.edges.runtime import Runtime
 from worker.engine.tools.durable import NOT_RUN

@@ -77,7 +77,12 @@ def test_a_worker_loads_what_its_chunks_and_sweeps_import_before_its_pool_forks(
         "print(*(m in sys.modules for m in "
         "('sample_tools', 'httpx', 'prometheus_client', 'anthropic')))"
     )
-    dres = {"DRES_TOOLS": "worker.dev.demo_tools,sample_tools", "DRES_MODEL": spec}
+    # DRES_AGENTS names an app: call_agent's httpx is then what a chunk would import
+    dres = {
+        "DRES_TOOLS": "worker.demo_tools,sample_tools",
+        "DRES_MODEL": spec,
+        "DRES_AGENTS": '{"peer": {"url": "http://127.0.0.1:9"}}',
+    }
     env = subprocess_env(dres, Path(__file__).parents[1])
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert out.returncode == 0, out.stderr

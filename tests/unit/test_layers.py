@@ -50,6 +50,8 @@ ALLOWED: dict[str, set[str]] = {
     # the public names of CONTRACT §4 and §9, re-exported from their floors
     "worker.tools": {"worker.engine.tools"},
     "worker.client": {"worker.edges.client"},
+    # the demo's tools, the default DRES_TOOLS: written against the public face alone
+    "worker.demo_tools": {"worker.tools"},
     "tasks": {"ledger", "worker", "tasks"},
     # beside the product: the testing rigs, and the proofs and the suite that stand on them
     "rigs": {"ledger", "worker", "rigs"},
@@ -252,6 +254,26 @@ def test_no_module_imports_itself_through_others() -> None:
 def test_the_circle_finder_sees_a_circle() -> None:
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(graph) == [["a", "b", "c"]]
+
+
+def strings(path: Path) -> list[str]:
+    """Every string constant of ``path``'s code."""
+    tree = ast.parse(path.read_text(), filename=str(path))
+    return [
+        n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)
+    ]
+
+
+@pytest.mark.parametrize("floor", ["base", "engine", "lifecycle"])
+def test_no_floor_below_the_edges_names_the_dev_floor_even_as_a_string(floor: str) -> None:
+    """A default that imports ``worker.dev`` by name (a module, a resource) is an arrow the
+    import walk cannot see: the demo's defaults name neutral homes instead."""
+    named = [
+        module_name(path)
+        for path in sorted((ROOT / "worker" / floor).rglob("*.py"))
+        if any("worker.dev" in text or "worker/dev" in text for text in strings(path))
+    ]
+    assert named == []
 
 
 def test_the_walk_sees_a_reversed_arrow_and_a_lazy_one(tmp_path: Path) -> None:

@@ -18,7 +18,8 @@ from redis.asyncio.sentinel import SentinelManagedSSLConnection as AsyncSentinel
 from redis.sentinel import SentinelManagedSSLConnection
 
 from worker.base.errors import ConfigError
-from worker.base.settings import SENTINEL_TLS_OPTIONS, load_settings
+from worker.base.parsers import SENTINEL_TLS_OPTIONS
+from worker.base.settings import load_settings
 from worker.edges.celery.app import create_app
 from worker.edges.celery.transport import SENTINEL_TRANSPORT
 from worker.edges.redis.sentinel import master_client, master_options, master_reader, watch_for

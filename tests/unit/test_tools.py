@@ -2,16 +2,22 @@
 
 from __future__ import annotations
 
+import ast
 import asyncio
+import importlib
+from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 from worker.base.errors import ToolDefinitionError
-from worker.engine.tools import Registry, ToolContext, tool
+from worker.base.settings import Settings, load_settings
+from worker.engine.tools import Registry, ToolContext, sources, tool
+from worker.engine.tools import registry as registry_module
 from worker.engine.tools.context import idempotency_key
-from worker.engine.tools.registry import SPEC_ATTR, ToolSpec, run_coroutine
+from worker.engine.tools.sources.python import module_tools
+from worker.engine.tools.spec import SPEC_ATTR, ToolSpec, run_coroutine, specs_of
 
 
 def spec_of(fn: Any) -> ToolSpec:
@@ -60,7 +66,7 @@ def test_a_read_only_tool_cannot_declare_write_options() -> None:
 
 
 def test_the_registry_loads_the_tools_of_the_dres_tools_modules() -> None:
-    registry = Registry.from_modules(["worker.dev.demo_tools"])
+    registry = Registry().add_specs(*module_tools(["worker.demo_tools"]))
     assert registry.names() == ["create_ticket", "get_ticket", "list_outbox", "send_email"]
     assert registry.read_only_names() == ["get_ticket", "list_outbox"]
     assert registry.tools["create_ticket"].idempotent
@@ -69,9 +75,9 @@ def test_the_registry_loads_the_tools_of_the_dres_tools_modules() -> None:
 
 def test_an_unimportable_or_empty_tools_module_is_a_clear_error() -> None:
     with pytest.raises(ToolDefinitionError, match=r"cannot import 'no\.such\.module'"):
-        Registry.from_modules(["no.such.module"])
+        module_tools(["no.such.module"])
     with pytest.raises(ToolDefinitionError, match="defines no @tool"):
-        Registry.from_modules(["json"])
+        module_tools(["json"])
 
 
 def test_two_tools_with_one_name_are_refused() -> None:
@@ -110,3 +116,43 @@ def test_an_async_tool_runs_also_where_an_event_loop_is_already_running() -> Non
 
     assert asyncio.run(inside_a_loop()) == {"key": "k"}
     assert run_coroutine(lookup("j")) == {"key": "j"}
+
+
+def test_a_tool_source_added_to_the_list_registers_its_tools_with_no_other_edit(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    @tool(read_only=True)
+    def echo(text: str) -> str:
+        return text
+
+    class Fake:
+        def parse(self, settings: Settings) -> list[str]:
+            return [settings.tools]
+
+        def tools(self, parsed: list[str]) -> list[ToolSpec]:
+            return specs_of([echo]) if parsed == ["worker.demo_tools"] else []
+
+    monkeypatch.setattr(sources, "SOURCES", [*sources.SOURCES, Fake()])
+    settings = load_settings(tools="worker.demo_tools", agents="{}", mcp_servers="{}", openapi="{}")
+    registry = Registry.from_settings(settings)
+    assert registry.names() == ["create_ticket", "echo", "get_ticket", "list_outbox", "send_email"]
+    assert registry.tools["echo"].read_only
+
+
+def test_the_registry_names_no_source_and_every_listed_adapter_is_found() -> None:
+    """The registry imports the list of sources, never a source's module; each ``Lazy`` entry's
+    ``module:function`` names a function that exists (an adapter is imported only when used)."""
+    tree = ast.parse(Path(registry_module.__file__ or "").read_text())
+    imported = [
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    ]
+    assert "worker.engine.tools.sources" in imported
+    assert not [name for name in imported if name.startswith("worker.engine.tools.sources.")]
+    for source in sources.SOURCES:
+        assert isinstance(source, sources.Lazy)
+        module, _, name = source.adapter.partition(":")
+        assert callable(getattr(importlib.import_module(module), name))
+        assert source.setting in Settings.model_fields

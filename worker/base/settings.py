@@ -2,121 +2,35 @@
 
 from __future__ import annotations
 
-import re
+from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Literal
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pydantic_core import PydanticCustomError
 from pydantic_settings import BaseSettings, SettingsConfigDict
-from redis.connection import parse_url
 
 from ledger.durability import Durability, Level
 from worker.base.errors import ConfigError
-from worker.base.tool_sources import (
-    McpServer,
-    OpenApi,
-    parse_entries,
-    parse_mcp_servers,
-    parse_openapi,
-)
+from worker.base.parsers import parse_approval, parse_http_url, parse_sentinel_tls, parse_sentinels
+from worker.base.tool_sources import parse_agents, parse_mcp_servers, parse_openapi
 
-DEMO_TOOLS = "worker.dev.demo_tools"
+#: the demo's tools, the default DRES_TOOLS (CONTRACT §3): an example module written against the
+#: public ``worker.tools`` only, beside it at the package's root and on no floor
+DEMO_TOOLS = "worker.demo_tools"
 
-
-class AgentApp(BaseModel):
-    """One dres app ``call_agent`` may delegate to (an entry of DRES_AGENTS)."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-    #: the app's API base URL, ``http://`` or ``https://``
-    url: str = Field(pattern=r"^https?://[^/\s]+")
-    #: its DRES_API_TOKEN (sent as a bearer token); empty: none
-    token: str = ""
-
-
-def parse_sentinels(raw: str) -> list[tuple[str, int]]:
-    """DRES_REDIS_SENTINELS's ``(host, port)`` pairs; a ``ValueError`` naming what is wrong."""
-    pairs = []
-    for entry in (part.strip() for part in raw.split(",")):
-        if not entry:
-            continue
-        host, _, port = entry.rpartition(":")
-        if not host or not port.isdigit() or not 0 < int(port) < 65536:
-            raise ValueError(f"{entry!r} is not host:port (e.g. 10.0.0.5:26379,10.0.0.6:26379)")
-        pairs.append((host.strip("[]"), int(port)))
-    return pairs
-
-
-#: the TLS options a ``rediss://`` DRES_REDIS_URL may carry in its query under Sentinel, for the
-#: master and the Sentinels alike: those both of redis-py's clients take (the workers'
-#: ``redis.Redis``, the API's ``redis.asyncio.Redis``: the latter has no OCSP options)
-SENTINEL_TLS_OPTIONS = frozenset(
-    {
-        "ssl_ca_certs",
-        "ssl_ca_data",
-        "ssl_ca_path",
-        "ssl_cert_reqs",
-        "ssl_certfile",
-        "ssl_check_hostname",
-        "ssl_ciphers",
-        "ssl_exclude_verify_flags",
-        "ssl_include_verify_flags",
-        "ssl_keyfile",
-        "ssl_min_version",
-        "ssl_password",
-    }
-)
-#: ``ssl_cert_reqs`` values redis-py knows (its default: ``required``)
-CERT_REQS = ("none", "optional", "required")
-
-
-def parse_sentinel_tls(url: str) -> dict[str, Any]:
-    """DRES_REDIS_URL's TLS options under Sentinel: none for ``redis://``; for ``rediss://``,
-    ``ssl=True`` and the ``ssl_*`` options of its query, read as redis-py's ``from_url`` reads
-    them, which dres gives the master's connections and the Sentinels' alike. A ``ValueError``
-    naming what cannot work: another scheme, a query option not used through Sentinel (only
-    the URL's password, database (its path) and TLS options are), a TLS option on
-    ``redis://``."""
-    parts = urlsplit(url)
-    if parts.scheme not in {"redis", "rediss"}:
-        raise ValueError(
-            "must be a redis:// or rediss:// URL with DRES_REDIS_SENTINELS (only its password, "
-            "database and TLS options are used)"
-        )
-    for name in parse_qs(parts.query):
-        if name.startswith("ssl_") and name not in SENTINEL_TLS_OPTIONS:
-            raise ValueError(
-                f"{name} cannot be used through Sentinel: the API's client (redis.asyncio) has "
-                "no such option"
-            )
-        if name not in SENTINEL_TLS_OPTIONS:
-            raise ValueError(
-                f"{name} is not used through Sentinel: only the URL's password, database (its "
-                "path) and ssl_* options are"
-            )
-        if parts.scheme == "redis":
-            raise ValueError(f"{name} is a TLS option: use a rediss:// URL")
-    try:
-        parsed = parse_url(url)  # type: ignore[no-untyped-call]  # (unannotated)
-    except ValueError as e:
-        raise ValueError(str(e)) from None
-    if parsed.get("ssl_cert_reqs", "required") not in CERT_REQS:
-        raise ValueError(f"ssl_cert_reqs must be one of {', '.join(CERT_REQS)}")
-    if parts.scheme == "redis":
-        return {}
-    return {"ssl": True} | {k: v for k, v in parsed.items() if k in SENTINEL_TLS_OPTIONS}
-
-
-def parse_agents(raw: str) -> dict[str, AgentApp]:
-    """DRES_AGENTS's apps by name; a ``ValueError`` naming what is wrong."""
-    shape = '{"NAME": {"url": "http://…", "token": "…"}}'
-    return parse_entries(raw, AgentApp, "app", shape)
-
-
-#: a tool's name as DRES_APPROVAL lists it
-NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
-HTTP_URL = re.compile(r"^https?://[^/\s]+\S*$")
+#: the settings whose value a parser checks at start, beyond its type: its ``ValueError``
+#: becomes one line naming the variable (``load_settings``)
+PARSERS: dict[str, Callable[[str], object]] = {
+    "agents": parse_agents,
+    "mcp_servers": parse_mcp_servers,
+    "openapi": parse_openapi,
+    "approval": parse_approval,
+    "approval_webhook": parse_http_url,
+    "public_url": parse_http_url,
+    "redis_sentinels": parse_sentinels,
+}
 
 
 class Settings(BaseSettings):
@@ -288,61 +202,13 @@ class Settings(BaseSettings):
         "", description="the API's public base URL, for the turn's URL in a webhook's body"
     )
 
-    @field_validator("agents")
+    @field_validator(*PARSERS)
     @classmethod
-    def _agents_parse(cls, raw: str) -> str:
+    def _parsed(cls, raw: str, info: ValidationInfo) -> str:
         try:
-            parse_agents(raw)
+            PARSERS[info.field_name or ""](raw)
         except ValueError as e:
-            raise PydanticCustomError("dres_agents", str(e)) from None
-        return raw
-
-    @field_validator("mcp_servers")
-    @classmethod
-    def _mcp_servers_parse(cls, raw: str) -> str:
-        try:
-            parse_mcp_servers(raw)
-        except ValueError as e:
-            raise PydanticCustomError("dres_mcp_servers", str(e)) from None
-        return raw
-
-    @field_validator("openapi")
-    @classmethod
-    def _openapi_parse(cls, raw: str) -> str:
-        try:
-            parse_openapi(raw)
-        except ValueError as e:
-            raise PydanticCustomError("dres_openapi", str(e)) from None
-        return raw
-
-    @field_validator("approval")
-    @classmethod
-    def _approval_parse(cls, raw: str) -> str:
-        names = [name.strip() for name in raw.split(",")]
-        if not all(NAME.match(name) for name in names):
-            raise PydanticCustomError(
-                "dres_approval",
-                "must be none, writes, or comma-separated tool names (got '{raw}')",
-                {"raw": raw},
-            )
-        return raw
-
-    @field_validator("approval_webhook", "public_url")
-    @classmethod
-    def _an_http_url(cls, raw: str) -> str:
-        if raw and not HTTP_URL.match(raw):
-            raise PydanticCustomError(
-                "dres_url", "must be an http:// or https:// URL (got '{raw}')", {"raw": raw}
-            )
-        return raw
-
-    @field_validator("redis_sentinels")
-    @classmethod
-    def _sentinels_parse(cls, raw: str) -> str:
-        try:
-            parse_sentinels(raw)
-        except ValueError as e:
-            raise PydanticCustomError("dres_sentinels", str(e)) from None
+            raise PydanticCustomError("dres_setting", str(e)) from None
         return raw
 
     @model_validator(mode="after")
@@ -443,33 +309,9 @@ class Settings(BaseSettings):
         return self.redis_url
 
     @property
-    def tool_modules(self) -> list[str]:
-        return [name.strip() for name in self.tools.split(",") if name.strip()]
-
-    @property
     def approval_rule(self) -> tuple[bool, frozenset[str]]:
         """DRES_APPROVAL as (every write waits, the tool names that wait)."""
-        names = {name.strip() for name in self.approval.split(",") if name.strip()}
-        if names <= {"none"}:
-            return False, frozenset()
-        if "writes" in names:
-            return True, frozenset(names - {"writes"})
-        return False, frozenset(names - {"none"})
-
-    @property
-    def agent_apps(self) -> dict[str, AgentApp]:
-        """DRES_AGENTS's apps by name (validated when the settings were read)."""
-        return parse_agents(self.agents)
-
-    @property
-    def mcp_server_entries(self) -> dict[str, McpServer]:
-        """DRES_MCP_SERVERS's servers by name (validated when the settings were read)."""
-        return parse_mcp_servers(self.mcp_servers)
-
-    @property
-    def openapi_entries(self) -> dict[str, OpenApi]:
-        """DRES_OPENAPI's APIs by name (validated when the settings were read)."""
-        return parse_openapi(self.openapi)
+        return parse_approval(self.approval)
 
 
 def load_settings(**overrides: object) -> Settings:

@@ -1,5 +1,8 @@
-"""The tools from elsewhere as configured (CONTRACT §3, §4): ``DRES_MCP_SERVERS`` and
-``DRES_OPENAPI``, each a JSON object of named entries, read once with the settings.
+"""The tool sources' settings (CONTRACT §3, §4): ``DRES_TOOLS``'s modules, and ``DRES_AGENTS``,
+``DRES_MCP_SERVERS`` and ``DRES_OPENAPI``, each a JSON object of named entries. Their parsers
+check them when the settings are read (so a bad value stops the process at start) and the
+sources (``worker.engine.tools.sources``) read them with the same parsers: they live on this
+floor because the settings may import nothing above it.
 
 Listing a server or an API here is the operator's trust decision: its tools run with the worker's
 reach, and its own hints (MCP annotations, HTTP methods) say which calls are writes, unless the
@@ -59,6 +62,16 @@ class McpServer(BaseModel):
         return self.url or " ".join(self.command or ())
 
 
+class AgentApp(BaseModel):
+    """One dres app ``call_agent`` may delegate to (an entry of DRES_AGENTS)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    #: the app's API base URL, ``http://`` or ``https://``
+    url: str = Field(pattern=r"^https?://[^/\s]+")
+    #: its DRES_API_TOKEN (sent as a bearer token); empty: none
+    token: str = ""
+
+
 class OpenApi(BaseModel):
     """One HTTP API described by an OpenAPI document (an entry of DRES_OPENAPI)."""
 
@@ -113,6 +126,17 @@ def _named(entries: dict[str, M], kind: str) -> dict[str, M]:
                 "(its tools are NAME__tool)"
             )
     return entries
+
+
+def parse_modules(raw: str) -> list[str]:
+    """DRES_TOOLS's module names."""
+    return [name.strip() for name in raw.split(",") if name.strip()]
+
+
+def parse_agents(raw: str) -> dict[str, AgentApp]:
+    """DRES_AGENTS's apps by name; a ``ValueError`` naming what is wrong."""
+    shape = '{"NAME": {"url": "http://…", "token": "…"}}'
+    return parse_entries(raw, AgentApp, "app", shape)
 
 
 def parse_mcp_servers(raw: str) -> dict[str, McpServer]:

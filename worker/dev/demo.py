@@ -25,7 +25,7 @@ from ledger.events import Event, Resumed, Text, ToolBlocked, TurnEnded
 from ledger.note import shown
 from ledger.store import Ledger
 from worker.base.settings import load_settings
-from worker.dev.demo_tools import outbox
+from worker.demo_tools import outbox
 from worker.dev.embedded import embedded_redis
 from worker.dev.worker_process import WorkerProcess
 from worker.edges.runtime import Runtime

@@ -8,19 +8,22 @@ from importlib import resources
 
 from worker.base.clock import Clock
 from worker.base.errors import ConfigError
+from worker.engine.models import providers
 from worker.engine.models.base import ChatModel, ModelRequest
 from worker.engine.models.scripted import Script, ScriptedModel
 
 __all__ = ["ChatModel", "ModelRequest", "Models", "make_model", "preload_sdks"]
 
-#: spec kinds served by a provider SDK adapter
-PROVIDERS = frozenset({"anthropic", "openai"})
+#: spec kinds served by a provider SDK adapter (``providers.ADAPTERS``)
+PROVIDERS = frozenset(providers.ADAPTERS)
 #: provider adapters (SDK clients) a process keeps
 DEFAULT_MAX_ADAPTERS = 8
 
 
 def demo_script_path() -> str:
-    return str(resources.files("worker.dev").joinpath("scripts", "demo.json"))
+    """The demo's script, what DRES_MODEL's default plays (CONTRACT §3): beside the demo's
+    tools at the package's root, on no floor."""
+    return str(resources.files("worker").joinpath("demo_script.json"))
 
 
 def make_model(spec: str | None, clock: Clock) -> ChatModel:
@@ -32,12 +35,9 @@ def make_model(spec: str | None, clock: Clock) -> ChatModel:
     if kind in PROVIDERS:
         if not arg:
             raise ConfigError(f"model spec {spec!r}: name the model, e.g. {kind}:MODEL")
-        from worker.engine.models import providers
-
         return providers.make(kind, arg)
-    raise ConfigError(
-        f"model spec {spec!r}: expected scripted:PATH, anthropic:MODEL or openai:MODEL"
-    )
+    expected = ["scripted:PATH", *(f"{k}:MODEL" for k in sorted(PROVIDERS))]
+    raise ConfigError(f"model spec {spec!r}: expected {providers.spelled(expected)}")
 
 
 def preload_sdks(specs: list[str]) -> list[str]:

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 
 from worker.base.errors import ConfigError
 from worker.engine.models import PROVIDERS
+from worker.engine.models.providers import spelled
 
 KINDS = frozenset({"scripted", *PROVIDERS})
 #: a listed spec that allows every model of its provider: ``anthropic:*``
@@ -31,7 +32,8 @@ def parse_allowed(raw: str) -> frozenset[str]:
 
 def _check_entry(entry: str) -> None:
     kind, colon, arg = entry.partition(":")
-    expected = "expected scripted:/ABSOLUTE/PATH, anthropic:MODEL, openai:MODEL or PROVIDER:*"
+    kinds = [f"{k}:MODEL" for k in sorted(PROVIDERS)]
+    expected = f"expected {spelled(['scripted:/ABSOLUTE/PATH', *kinds, 'PROVIDER:*'])}"
     if not colon or kind not in KINDS or not arg:
         raise ConfigError(f"DRES_MODELS: bad entry {entry!r}: {expected}")
     if kind == "scripted" and ANY in arg:

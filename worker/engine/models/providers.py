@@ -24,8 +24,10 @@ from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
 from worker.engine.models.wire import (
     anthropic_events,
     anthropic_messages,
+    anthropic_tools,
     openai_events,
     openai_messages,
+    openai_tools,
 )
 
 #: tokens one model response may generate
@@ -53,16 +55,6 @@ ERROR_TYPES = {
     "request_too_large": "invalid_request",
     "timeout_error": "gateway_timeout",
 }
-
-
-def make(kind: str, model: str) -> ChatModel:
-    """The adapter for a ``kind:model`` spec (``anthropic`` or ``openai``)."""
-    adapters = {"anthropic": AnthropicModel, "openai": OpenAIModel}
-    if kind not in adapters:
-        raise ConfigError(
-            f"model spec {kind}:{model}: unknown provider; expected anthropic or openai"
-        )
-    return adapters[kind](model)
 
 
 class _Adapter:
@@ -147,10 +139,7 @@ class AnthropicModel(_Adapter):
         if request.system:
             kwargs["system"] = request.system
         if request.tools:
-            kwargs["tools"] = [
-                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-                for t in request.tools
-            ]
+            kwargs["tools"] = anthropic_tools(request.tools)
         try:
             stream = client.messages.create(stream=True, **kwargs)
         except TypeError as e:
@@ -173,14 +162,28 @@ class OpenAIModel(_Adapter):
             "max_completion_tokens": self.max_tokens,
             "messages": openai_messages(request.system, request.messages),
         }
-        functions = [
-            {"name": t.name, "description": t.description, "parameters": t.input_schema}
-            for t in request.tools
-        ]
-        if functions:
-            kwargs["tools"] = [{"type": "function", "function": f} for f in functions]
+        if request.tools:
+            kwargs["tools"] = openai_tools(request.tools)
         with client.chat.completions.create(stream=True, **kwargs) as stream:
             yield from openai_events(stream)
+
+
+#: every provider by its spec prefix: a new provider is its adapter class and one entry here
+ADAPTERS: dict[str, type[_Adapter]] = {cls.kind: cls for cls in (AnthropicModel, OpenAIModel)}
+
+
+def spelled(options: list[str]) -> str:
+    """``a, b or c``: the choices of a message."""
+    return " or ".join(filter(None, [", ".join(options[:-1]), options[-1]]))
+
+
+def make(kind: str, model: str) -> ChatModel:
+    """The adapter for a ``kind:model`` spec (a provider of ``ADAPTERS``)."""
+    if kind not in ADAPTERS:
+        raise ConfigError(
+            f"model spec {kind}:{model}: unknown provider; expected {spelled(sorted(ADAPTERS))}"
+        )
+    return ADAPTERS[kind](model)
 
 
 def rate_limits_not_retried(response: Any) -> None:

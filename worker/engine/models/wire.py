@@ -19,6 +19,7 @@ from worker.engine.models.base import (
     TextDelta,
     ToolCall,
     ToolResultMessage,
+    ToolSchema,
     UserMessage,
 )
 
@@ -77,6 +78,27 @@ def openai_messages(system: str, messages: tuple[Message, ...]) -> list[dict[str
             content = f"Error: {m.content}" if m.is_error else m.content
             out.append({"role": "tool", "tool_call_id": m.call_id, "content": content})
     return out
+
+
+def anthropic_tools(tools: tuple[ToolSchema, ...]) -> list[dict[str, Any]]:
+    return [
+        {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+        for t in tools
+    ]
+
+
+def openai_tools(tools: tuple[ToolSchema, ...]) -> list[dict[str, Any]]:
+    return [
+        {
+            "type": "function",
+            "function": {
+                "name": t.name,
+                "description": t.description,
+                "parameters": t.input_schema,
+            },
+        }
+        for t in tools
+    ]
 
 
 def _call_id(call: RecordedCall, position: int) -> str:

@@ -13,7 +13,8 @@ import structlog
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
 from worker.engine.tools.context import ToolContext
-from worker.engine.tools.registry import Registry, ToolSpec
+from worker.engine.tools.registry import Registry
+from worker.engine.tools.spec import ToolSpec
 
 log = structlog.get_logger("dres.approval")
 

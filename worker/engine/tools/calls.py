@@ -17,7 +17,8 @@ from ledger.events import ApprovalRequested
 from ledger.journal import Journal, JournalEntry
 from ledger.signature import input_signature
 from worker.engine.models.base import ToolCall
-from worker.engine.tools.registry import Registry, ToolSpec
+from worker.engine.tools.registry import Registry
+from worker.engine.tools.spec import ToolSpec
 
 DENIED = "denied by a person: {reason}"
 ALREADY_COMPLETED = (

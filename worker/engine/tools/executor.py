@@ -145,19 +145,18 @@ class ToolExecutor:
     def deny(self, request: ApprovalRequested, reason: str) -> ToolOutcome:
         """A call a person denied: recorded as blocked (``denied``) with the reason; not run."""
         result = error_result(DENIED.format(reason=reason or "no reason given"))
-        self.recorder.record(
-            ToolBlocked,
-            call_id=request.call_id,
-            tool=request.tool,
-            input=request.input,
-            signature=request.signature,
+        outcome = self._not_run(
+            request.call_id,
+            request.tool,
+            request.input,
+            request.signature,
             reason="denied",
             result=result,
             is_error=True,
         )
         metrics.tool_denied()
         log.info("tool call denied", tool=request.tool, approval_id=request.approval_id)
-        return ToolOutcome(request.call_id, request.tool, result, True, blocked=True)
+        return outcome
 
     # -- acting on a decision ----------------------------------------------------------------
 
@@ -310,19 +309,43 @@ class ToolExecutor:
         return ToolOutcome(call_id, call.name, result, True)
 
     def _blocked(self, call: PreparedCall, decision: Block | Refuse) -> ToolOutcome:
-        is_error = isinstance(decision, Refuse)
         matched = decision.entry.call_id
-        self.recorder.record(
-            ToolBlocked,
-            call_id=call.call_id,
-            tool=call.tool,
-            input=call.data,
-            signature=call.signature,
+        outcome = self._not_run(
+            call.call_id,
+            call.tool,
+            call.data,
+            call.signature,
             reason=decision.reason,
-            matched_call_id=matched,
             result=decision.result,
-            is_error=is_error,
+            is_error=isinstance(decision, Refuse),
+            matched_call_id=matched,
         )
         metrics.tool_blocked(decision.reason)
         log.info("tool call blocked", tool=call.tool, reason=decision.reason, matched=matched)
-        return ToolOutcome(call.call_id, call.tool, decision.result, is_error, blocked=True)
+        return outcome
+
+    def _not_run(
+        self,
+        call_id: str,
+        tool: str,
+        data: Any,
+        signature: str,
+        *,
+        reason: str,
+        result: Any,
+        is_error: bool,
+        matched_call_id: str | None = None,
+    ) -> ToolOutcome:
+        """Record a call that does not run (blocked, refused, denied) and its outcome."""
+        self.recorder.record(
+            ToolBlocked,
+            call_id=call_id,
+            tool=tool,
+            input=data,
+            signature=signature,
+            reason=reason,
+            matched_call_id=matched_call_id,
+            result=result,
+            is_error=is_error,
+        )
+        return ToolOutcome(call_id, tool, result, is_error, blocked=True)

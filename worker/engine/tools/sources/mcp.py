@@ -40,8 +40,8 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, RequestParamsMeta
 from worker.base.errors import ConfigError, OutcomeUnknown
 from worker.base.tool_sources import McpServer
 from worker.engine.tools.context import ToolContext
-from worker.engine.tools.registry import ToolSpec
 from worker.engine.tools.sources import ToolCallFailed
+from worker.engine.tools.spec import ToolSpec
 
 log = structlog.get_logger("dres.mcp")
 

@@ -33,8 +33,8 @@ import structlog
 from worker.base.errors import ConfigError, OutcomeUnknown
 from worker.base.tool_sources import OpenApi
 from worker.engine.tools.context import ToolContext
-from worker.engine.tools.registry import ToolSpec
 from worker.engine.tools.sources import ToolCallFailed
+from worker.engine.tools.spec import ToolSpec
 
 log = structlog.get_logger("dres.openapi")
 

@@ -3,6 +3,10 @@
 Each side effect is recorded in a Redis list so a person and a test can count exactly what
 happened. ``send_email`` is a write identified by ``to`` + ``subject``; ``create_ticket`` is an
 idempotent write (the idempotency key is its provider-side dedupe key); the other two only read.
+
+Written against the public ``worker.tools`` alone, like any user's tools module, it lives at the
+package's root, on no floor, so that the settings may name it as DRES_TOOLS's default without
+the ground floor naming the dev floor (``worker.dev`` runs the demo; it does not own its tools).
 """
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,9 +30,9 @@ import httpx
 from ledger.errors import EventDecodeError
 from ledger.events import Event, ModelStart, RunEnded, Text, TurnEnded, parse_event
 from worker.base.errors import DresError
-from worker.base.settings import AgentApp
+from worker.base.tool_sources import AgentApp
 from worker.engine.tools.context import ToolContext
-from worker.engine.tools.registry import tool
+from worker.engine.tools.spec import ToolSpec, specs_of, tool
 
 #: seconds to connect to an app's API
 CONNECT_S = 5.0
@@ -62,7 +62,7 @@ class DelegationError(DresError):
     """A ``call_agent`` call that could not be made or followed; the model gets it as an error."""
 
 
-def agent_tools(apps: Mapping[str, AgentApp]) -> list[Callable[..., Any]]:
+def agent_tools(apps: Mapping[str, AgentApp]) -> list[ToolSpec]:
     """The built-in tools for DRES_AGENTS: ``call_agent`` when it names an app, else none."""
     if not apps:
         return []
@@ -78,7 +78,7 @@ def agent_tools(apps: Mapping[str, AgentApp]) -> list[Callable[..., Any]]:
             with ctx.interruptible():
                 return _follow(client, agent, turn_id)
 
-    return [call_agent]
+    return specs_of([call_agent])
 
 
 def _client(app: AgentApp) -> httpx.Client:

@@ -1,0 +1,108 @@
+"""The parsers of the settings' values that are more than a type: the Sentinels, the TLS options
+of a Sentinel's ``rediss://`` URL, ``DRES_APPROVAL`` and the URLs of webhooks. Each raises a
+``ValueError`` saying what is wrong, which the settings turn into one line naming the variable.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from redis.connection import parse_url
+
+#: a tool's name as DRES_APPROVAL lists it
+NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
+HTTP_URL = re.compile(r"^https?://[^/\s]+\S*$")
+
+
+def parse_sentinels(raw: str) -> list[tuple[str, int]]:
+    """DRES_REDIS_SENTINELS's ``(host, port)`` pairs."""
+    pairs = []
+    for entry in (part.strip() for part in raw.split(",")):
+        if not entry:
+            continue
+        host, _, port = entry.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"{entry!r} is not host:port (e.g. 10.0.0.5:26379,10.0.0.6:26379)")
+        pairs.append((host.strip("[]"), int(port)))
+    return pairs
+
+
+#: the TLS options a ``rediss://`` DRES_REDIS_URL may carry in its query under Sentinel, for the
+#: master and the Sentinels alike: those both of redis-py's clients take (the workers'
+#: ``redis.Redis``, the API's ``redis.asyncio.Redis``: the latter has no OCSP options)
+SENTINEL_TLS_OPTIONS = frozenset(
+    {
+        "ssl_ca_certs",
+        "ssl_ca_data",
+        "ssl_ca_path",
+        "ssl_cert_reqs",
+        "ssl_certfile",
+        "ssl_check_hostname",
+        "ssl_ciphers",
+        "ssl_exclude_verify_flags",
+        "ssl_include_verify_flags",
+        "ssl_keyfile",
+        "ssl_min_version",
+        "ssl_password",
+    }
+)
+#: ``ssl_cert_reqs`` values redis-py knows (its default: ``required``)
+CERT_REQS = ("none", "optional", "required")
+
+
+def parse_sentinel_tls(url: str) -> dict[str, Any]:
+    """DRES_REDIS_URL's TLS options under Sentinel: none for ``redis://``; for ``rediss://``,
+    ``ssl=True`` and the ``ssl_*`` options of its query, read as redis-py's ``from_url`` reads
+    them, which dres gives the master's connections and the Sentinels' alike. A ``ValueError``
+    naming what cannot work: another scheme, a query option not used through Sentinel (only
+    the URL's password, database (its path) and TLS options are), a TLS option on
+    ``redis://``."""
+    parts = urlsplit(url)
+    if parts.scheme not in {"redis", "rediss"}:
+        raise ValueError(
+            "must be a redis:// or rediss:// URL with DRES_REDIS_SENTINELS (only its password, "
+            "database and TLS options are used)"
+        )
+    for name in parse_qs(parts.query):
+        if name.startswith("ssl_") and name not in SENTINEL_TLS_OPTIONS:
+            raise ValueError(
+                f"{name} cannot be used through Sentinel: the API's client (redis.asyncio) has "
+                "no such option"
+            )
+        if name not in SENTINEL_TLS_OPTIONS:
+            raise ValueError(
+                f"{name} is not used through Sentinel: only the URL's password, database (its "
+                "path) and ssl_* options are"
+            )
+        if parts.scheme == "redis":
+            raise ValueError(f"{name} is a TLS option: use a rediss:// URL")
+    try:
+        parsed = parse_url(url)  # type: ignore[no-untyped-call]  # (unannotated)
+    except ValueError as e:
+        raise ValueError(str(e)) from None
+    if parsed.get("ssl_cert_reqs", "required") not in CERT_REQS:
+        raise ValueError(f"ssl_cert_reqs must be one of {', '.join(CERT_REQS)}")
+    if parts.scheme == "redis":
+        return {}
+    return {"ssl": True} | {k: v for k, v in parsed.items() if k in SENTINEL_TLS_OPTIONS}
+
+
+def parse_approval(raw: str) -> tuple[bool, frozenset[str]]:
+    """DRES_APPROVAL as (every write waits, the tool names that wait)."""
+    if not all(NAME.match(name.strip()) for name in raw.split(",")):
+        raise ValueError(f"must be none, writes, or comma-separated tool names (got '{raw}')")
+    names = {name.strip() for name in raw.split(",")}
+    if names <= {"none"}:
+        return False, frozenset()
+    if "writes" in names:
+        return True, frozenset(names - {"writes"})
+    return False, frozenset(names - {"none"})
+
+
+def parse_http_url(raw: str) -> str:
+    """An optional http(s) URL: empty, or one."""
+    if raw and not HTTP_URL.match(raw):
+        raise ValueError(f"must be an http:// or https:// URL (got '{raw}')")
+    return raw
