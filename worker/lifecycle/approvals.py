@@ -23,7 +23,7 @@ import structlog
 
 from ledger.approvals import request_fields
 from ledger.errors import TransitionRefused, UnknownTurn
-from ledger.events import ApprovalDecided, ApprovalRequested, TurnEnded
+from ledger.events import ApprovalDecided, ApprovalRequested
 from ledger.store import MetaValue
 from ledger.turn import (
     PENDING,
@@ -245,17 +245,8 @@ class Approvals(LifecycleBase):
             )
             for aid in open_ids
         ]
-        can_continue = code != StopCode.SUPERSEDED and self.is_newest(
-            meta.turn_id, meta.conversation_id
-        )
-        ended = self.event(
-            meta,
-            TurnEnded,
-            status="stopped",
-            code=code.value,
-            detail=detail,
-            can_continue=can_continue,
-        )
+        # a superseded turn is never continued: the new message's turn, made next, is newest
+        ended = self.stopped(meta, code, detail, continuable=code != StopCode.SUPERSEDED)
         asked = {aid: self.store.open_request(meta.turn_id, aid) for aid in open_ids}
         fields: dict[str, MetaValue] = {"approvals_pending": 0, "approval_expires": 0}
         for aid, state, signature in meta.approvals:

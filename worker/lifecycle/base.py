@@ -136,6 +136,20 @@ class LifecycleBase:
             can_continue=stopped and self.is_newest(run.turn_id, run.conversation_id),
         )
 
+    def stopped(
+        self, meta: TurnMeta, code: StopCode, detail: str, *, continuable: bool = True
+    ) -> TurnEnded:
+        """The ``turn_ended`` of a turn stopped from outside its run (Stop, the reaper, an
+        expiry): it may be continued while it is its conversation's newest, and ``continuable``."""
+        return self.event(
+            meta,
+            TurnEnded,
+            status="stopped",
+            code=code.value,
+            detail=detail,
+            can_continue=continuable and self.is_newest(meta.turn_id, meta.conversation_id),
+        )
+
     def event(self, meta: TurnMeta, cls: type[E], **fields: Any) -> E:
         """An event written on behalf of the turn's last run (by Stop, the reaper, …)."""
         run_id = meta.run_id or "control"
