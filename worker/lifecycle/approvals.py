@@ -7,7 +7,7 @@ machine whose conditions are the request's state and signature: decided once, at
 for the requested call. The last open request decided resumes the turn (``Step.DECIDE_LAST``,
 a run of cause ``approval``); Stop, the expiry (the reaper) and a new message in the
 conversation end a waiting turn (``Step.STOP_WAITING``), their requests ``voided`` or
-``expired``. A person is told through ``DRES_APPROVAL_WEBHOOK``, best-effort.
+``expired``. A person is told through the injected ``notify`` (the edges' webhook).
 
 A decision's outcome is a ``Decided`` of one ``DecidedKind``: the HTTP wing maps the kinds to
 status codes, the CLI to exit codes; nothing here knows either.
@@ -15,19 +15,14 @@ status codes, the CLI to exit codes; nothing here knows either.
 
 from __future__ import annotations
 
-import json
-import threading
-import urllib.request
 from contextlib import suppress
 from dataclasses import dataclass
 from enum import Enum
-from typing import Any
 
 import structlog
 
-from ledger.approvals import request_fields
 from ledger.errors import TransitionRefused, UnknownTurn
-from ledger.events import ApprovalDecided, ApprovalRequested
+from ledger.events import ApprovalDecided
 from ledger.store import MetaValue
 from ledger.turn import (
     PENDING,
@@ -50,8 +45,6 @@ DECISIONS = ("approve", "deny")
 DECIDED = {"approve": "approved", "deny": "denied"}
 #: attempts at a decision whose turn another decision changed meanwhile
 DECIDE_ATTEMPTS = 8
-#: seconds a webhook POST may take
-WEBHOOK_TIMEOUT_S = 5.0
 
 
 class DecidedKind(Enum):
@@ -125,26 +118,6 @@ class Approvals(LifecycleBase):
         self.notify(requests)
         log.info("turn waits for approval", approvals=[r.approval_id for r in requests])
         return "waiting"
-
-    def notify(self, requests: tuple[ApprovalRequested, ...]) -> None:
-        """POST each request to DRES_APPROVAL_WEBHOOK in a thread of its own: best-effort, the
-        turn never waits for it."""
-        url = self.settings.approval_webhook
-        if not url:
-            return
-        bodies = [self.webhook_body(r) for r in requests]
-        threading.Thread(
-            target=_post_all, args=(url, bodies), name="dres-approval-webhook", daemon=True
-        ).start()
-
-    def webhook_body(self, request: ApprovalRequested) -> dict[str, Any]:
-        base = self.settings.public_url.rstrip("/")
-        path = f"/v1/turns/{request.turn_id}"
-        return {
-            **request_fields(request),
-            "turn_url": base + path,
-            "decide_url": f"{base}{path}/approvals/{request.approval_id}",
-        }
 
     # -- a person decides --------------------------------------------------------------------
 
@@ -321,19 +294,6 @@ class Approvals(LifecycleBase):
             if self.stop_waiting(meta, StopCode.SUPERSEDED, detail):
                 return newest
         return None
-
-
-def _post_all(url: str, bodies: list[dict[str, Any]]) -> None:
-    for body in bodies:
-        data = json.dumps(body).encode()
-        request = urllib.request.Request(
-            url, data=data, headers={"Content-Type": "application/json"}, method="POST"
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_S) as answer:
-                answer.read()
-        except Exception as e:  # best-effort: the request stands in the ledger and the lists
-            log.warning("approval webhook failed", url=url, error=repr(e))
 
 
 def _not_waiting(meta: TurnMeta, approval_id: str) -> Decided:

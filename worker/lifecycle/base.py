@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 
 from ledger.cache import EventCache
-from ledger.events import Event, RunEnded, TurnEnded
+from ledger.events import ApprovalRequested, Event, RunEnded, TurnEnded
 from ledger.store import Ledger, MetaValue
 from ledger.turn import Step, StopCode, TurnMeta, TurnStatus
 from ledger.turns import EXPIRE, TurnStore
@@ -24,6 +24,10 @@ from worker.engine.recorder import E, RunContext, make_event
 from worker.lifecycle.dispatch import Dispatcher
 
 log = structlog.get_logger("dres.lifecycle")
+
+#: tells a person that a run ended waiting on these approval requests (each names its turn): the
+#: edges' webhook. Best-effort: it returns at once, the turn never waits on it.
+NotifyApprovals = Callable[[Sequence[ApprovalRequested]], None]
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class LifecycleBase:
         heartbeat: Callable[[RunContext, Callable[[], None]], AbstractContextManager[object]]
         | None = None,
         failpoints: Failpoints = OFF,
+        notify: NotifyApprovals | None = None,
     ) -> None:
         self.ledger = ledger
         self.store = TurnStore(ledger)
@@ -59,6 +64,8 @@ class LifecycleBase:
         #: Stop is requested (none: the lease is not renewed, Stop is seen at safe points only)
         self.heartbeat = heartbeat or (lambda run, on_stop: nullcontext())
         self.failpoints = failpoints
+        #: none: nobody is told; the requests stand in the ledger and the lists all the same
+        self.notify: NotifyApprovals = notify or (lambda requests: None)
 
     def ms(self, after_s: float = 0.0) -> int:
         """The clock's now plus ``after_s``, in ms since the epoch (leases, the reaper's index)."""
