@@ -21,6 +21,7 @@ from ledger.store import Ledger
 from ledger.turns import Outgoing
 from rigs import write_script
 from worker.base.settings import Settings, load_settings
+from worker.edges.webhook import approval_webhook
 from worker.engine.loop import AgentLoop
 from worker.engine.models import make_model
 from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
@@ -121,7 +122,15 @@ class Harness:
         self.lifecycle = self.lifecycle_for(self.ledger, self.cache)
 
     def lifecycle_for(self, ledger: Ledger, cache: EventCache | None) -> Lifecycle:
-        return Lifecycle(ledger, self.settings, self.clock, self.ids, self.messages, cache=cache)
+        return Lifecycle(
+            ledger,
+            self.settings,
+            self.clock,
+            self.ids,
+            self.messages,
+            cache=cache,
+            notify=approval_webhook(self.settings),  # as a worker's runtime wires it
+        )
 
     def loop(self, ledger: Ledger | None = None) -> AgentLoop:
         return AgentLoop(

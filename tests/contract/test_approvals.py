@@ -26,6 +26,7 @@ from ledger.turn import Step, StopCode, TurnStatus
 from worker.base.errors import ConfigError
 from worker.base.settings import load_settings
 from worker.demo_tools import outbox
+from worker.lifecycle.approvals import DecidedKind
 from worker.lifecycle.reaper import Reaper
 
 EMAIL = {"to": "ada@example.com", "subject": "Launch", "body": "Friday at 10."}
@@ -161,23 +162,23 @@ def test_a_decision_is_taken_once_and_only_for_the_requested_signature(h: Harnes
     h.run_next()
     (request,) = requests(h)
     stale = h.decide(signature="0" * 64)
-    assert (stale.status, stale.decision) == (409, None)
+    assert (stale.kind, stale.decision) == (DecidedKind.WRONG_SIGNATURE, None)
     assert "signature" in stale.detail and status(h) == TurnStatus.WAITING
     assert h.decide(decision="deny", reason="no").ok
     again = h.decide(decision="approve")
-    assert (again.status, again.decision) == (409, "deny")
+    assert (again.kind, again.decision) == (DecidedKind.ALREADY, "deny")
     assert "already decided: deny" in again.detail
     unknown = h.lifecycle.decide(h.turn_id, "apr_nope", "approve", request.signature)
-    assert unknown.status == 409  # the turn no longer waits at all
+    assert unknown.kind == DecidedKind.NOT_WAITING  # the turn no longer waits at all
     bad = h.lifecycle.decide(h.turn_id, request.approval_id, "maybe", request.signature)
-    assert bad.status == 422 and "approve or deny" in bad.detail
+    assert bad.kind == DecidedKind.INVALID and "approve or deny" in bad.detail
 
 
 def test_an_unknown_approval_of_a_waiting_turn_is_not_found(h: Harness) -> None:
     h.start([SEND, DONE])
     h.run_next()
     unknown = h.lifecycle.decide(h.turn_id, "apr_nope", "approve", "0" * 64)
-    assert unknown.status == 404 and "apr_nope" in unknown.detail
+    assert unknown.kind == DecidedKind.UNKNOWN and "apr_nope" in unknown.detail
 
 
 def test_a_decision_on_a_turn_that_does_not_wait_is_refused_and_changes_nothing(
@@ -186,7 +187,7 @@ def test_a_decision_on_a_turn_that_does_not_wait_is_refused_and_changes_nothing(
     h.start([SEND, DONE])
     before = h.events()
     refusal = h.lifecycle.decide(h.turn_id, "apr_1", "approve", "0" * 64)
-    assert refusal.status == 409 and "not waiting" in refusal.detail
+    assert refusal.kind == DecidedKind.NOT_WAITING and "not waiting" in refusal.detail
     assert status(h) == TurnStatus.QUEUED and h.events() == before
 
 
@@ -267,7 +268,7 @@ def test_stop_on_a_waiting_turn_voids_its_requests(h: Harness) -> None:
     (voided,) = [e for e in h.events("approval_decided") if isinstance(e, ApprovalDecided)]
     assert voided.decision == "voided" and voided.by == "dres"
     late = h.decide()
-    assert late.status == 409 and late.decision == "voided"
+    assert late.kind == DecidedKind.ALREADY and late.decision == "voided"
     assert h.lifecycle.store.open_approvals(limit=10)[0] == []
 
 

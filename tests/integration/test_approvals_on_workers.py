@@ -50,7 +50,7 @@ from tests.support import DRES_ENV, TESTS, require_sdk
 from tests.support.fixtures import StartWorker
 from worker.demo_tools import outbox
 from worker.dev.redis_server import RedisServer, free_port
-from worker.lifecycle.approvals import WEBHOOK_TIMEOUT_S
+from worker.edges.webhook import WEBHOOK_TIMEOUT_S
 
 pytestmark = pytest.mark.redis_server
 

@@ -8,6 +8,9 @@
               every Celery, kombu and billiard workaround (transport, pool, shutdown, metrics)
 - ``redis/``  the Redis clients, Sentinel, and the start-up checks of eviction and durability
 - ``runtime`` the composition root: builds a process's parts from the settings
+- ``webhook`` the approval webhook the lifecycle is given to tell a person of a request: an
+              outbound POST from whichever process ends a run waiting (a worker's chunk), so it
+              sits beside ``runtime``, not in the ``http`` wing, which serves the API
 - ``client``  the Python client (``worker.client``: ``enqueue_turn``, ``watch_turn``)
 
 May import: ``ledger``, ``worker.base``, ``worker.engine``, ``worker.lifecycle``. Never ``tasks``:

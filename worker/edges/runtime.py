@@ -23,6 +23,7 @@ from worker.base.settings import Settings
 from worker.edges.celery.app import create_app
 from worker.edges.celery.dispatch import CeleryDispatcher
 from worker.edges.redis.clients import API_STORE_OUTAGE_S, API_STORE_TIMEOUT_S, ledger_client
+from worker.edges.webhook import approval_webhook
 from worker.engine.loop import AgentLoop
 from worker.engine.models import Models
 from worker.engine.recorder import RunContext
@@ -134,6 +135,7 @@ class Runtime:
             cache=self.events,
             heartbeat=self.heartbeat,
             failpoints=self.failpoints,
+            notify=approval_webhook(self.settings),
         )
 
     def heartbeat(self, run: RunContext, on_stop: Callable[[], None]) -> Heartbeat:

@@ -7,23 +7,22 @@ machine whose conditions are the request's state and signature: decided once, at
 for the requested call. The last open request decided resumes the turn (``Step.DECIDE_LAST``,
 a run of cause ``approval``); Stop, the expiry (the reaper) and a new message in the
 conversation end a waiting turn (``Step.STOP_WAITING``), their requests ``voided`` or
-``expired``. A person is told through ``DRES_APPROVAL_WEBHOOK``, best-effort.
+``expired``. A person is told through the injected ``notify`` (the edges' webhook).
+
+A decision's outcome is a ``Decided`` of one ``DecidedKind``: the HTTP wing maps the kinds to
+status codes, the CLI to exit codes; nothing here knows either.
 """
 
 from __future__ import annotations
 
-import json
-import threading
-import urllib.request
 from contextlib import suppress
 from dataclasses import dataclass
-from typing import Any
+from enum import Enum
 
 import structlog
 
-from ledger.approvals import request_fields
 from ledger.errors import TransitionRefused, UnknownTurn
-from ledger.events import ApprovalDecided, ApprovalRequested, TurnEnded
+from ledger.events import ApprovalDecided
 from ledger.store import MetaValue
 from ledger.turn import (
     PENDING,
@@ -46,15 +45,32 @@ DECISIONS = ("approve", "deny")
 DECIDED = {"approve": "approved", "deny": "denied"}
 #: attempts at a decision whose turn another decision changed meanwhile
 DECIDE_ATTEMPTS = 8
-#: seconds a webhook POST may take
-WEBHOOK_TIMEOUT_S = 5.0
+
+
+class DecidedKind(Enum):
+    """What became of a person's decision on a request."""
+
+    #: taken: recorded, and the turn resumes once no request is left open
+    DECIDED = "decided"
+    #: neither approve nor deny
+    INVALID = "invalid"
+    #: the turn waits, but not on a request of that id
+    UNKNOWN = "unknown"
+    #: the request was decided before (``Decided.decision`` says how)
+    ALREADY = "already"
+    #: the turn does not wait (on that request or at all)
+    NOT_WAITING = "not_waiting"
+    #: the signature is not the requested call's: the call changed since it was shown
+    WRONG_SIGNATURE = "wrong_signature"
+    #: the turn kept changing under the decision; asking again may take it
+    CONTENDED = "contended"
 
 
 @dataclass(frozen=True)
 class Decided:
-    """What became of a decision: ``status`` is the HTTP status it answers with."""
+    """What became of a decision, with a detail in words a person can be shown."""
 
-    status: int
+    kind: DecidedKind
     detail: str
     #: the request's decision: this one, or the one that came first
     decision: str | None = None
@@ -62,7 +78,7 @@ class Decided:
 
     @property
     def ok(self) -> bool:
-        return self.status == 202
+        return self.kind == DecidedKind.DECIDED
 
 
 class Approvals(LifecycleBase):
@@ -103,26 +119,6 @@ class Approvals(LifecycleBase):
         log.info("turn waits for approval", approvals=[r.approval_id for r in requests])
         return "waiting"
 
-    def notify(self, requests: tuple[ApprovalRequested, ...]) -> None:
-        """POST each request to DRES_APPROVAL_WEBHOOK in a thread of its own: best-effort, the
-        turn never waits for it."""
-        url = self.settings.approval_webhook
-        if not url:
-            return
-        bodies = [self.webhook_body(r) for r in requests]
-        threading.Thread(
-            target=_post_all, args=(url, bodies), name="dres-approval-webhook", daemon=True
-        ).start()
-
-    def webhook_body(self, request: ApprovalRequested) -> dict[str, Any]:
-        base = self.settings.public_url.rstrip("/")
-        path = f"/v1/turns/{request.turn_id}"
-        return {
-            **request_fields(request),
-            "turn_url": base + path,
-            "decide_url": f"{base}{path}/approvals/{request.approval_id}",
-        }
-
     # -- a person decides --------------------------------------------------------------------
 
     def decide(
@@ -138,7 +134,8 @@ class Approvals(LifecycleBase):
         """Take a person's decision on one request: once, atomically, for the requested
         signature only. The last open request decided resumes the turn in a new run."""
         if decision not in DECISIONS:
-            return Decided(422, f"decision must be approve or deny, not {decision!r}")
+            detail = f"decision must be approve or deny, not {decision!r}"
+            return Decided(DecidedKind.INVALID, detail)
         for _ in range(DECIDE_ATTEMPTS):
             meta = self.store.meta(turn_id)
             refused = self._refusal(meta, approval_id, signature)
@@ -148,26 +145,25 @@ class Approvals(LifecycleBase):
                 return self._decide(meta, approval_id, decision, signature, reason, by)
             except TransitionRefused:
                 continue  # another decision (or Stop, or the expiry) came first: read again
-        return Decided(409, "the turn kept changing while the decision was taken; try again")
+        detail = "the turn kept changing while the decision was taken; try again"
+        return Decided(DecidedKind.CONTENDED, detail)
 
     def _refusal(self, meta: TurnMeta, approval_id: str, signature: str) -> Decided | None:
         known = meta.approval(approval_id)
         if known is None:
             if meta.status == TurnStatus.WAITING:
-                return Decided(404, f"turn {meta.turn_id} has no approval request {approval_id}")
-            return Decided(
-                409, f"the turn is not waiting on approval {approval_id} (status {meta.status})"
-            )
+                kind = DecidedKind.UNKNOWN
+                return Decided(kind, f"turn {meta.turn_id} has no approval request {approval_id}")
+            return _not_waiting(meta, approval_id)
         state, requested = known
         if state != PENDING:
-            return Decided(409, f"approval {approval_id} was already decided: {state}", state)
+            detail = f"approval {approval_id} was already decided: {state}"
+            return Decided(DecidedKind.ALREADY, detail, state)
         if meta.status != TurnStatus.WAITING:
-            return Decided(
-                409, f"the turn is not waiting on approval {approval_id} (status {meta.status})"
-            )
+            return _not_waiting(meta, approval_id)
         if signature != requested:
             return Decided(
-                409,
+                DecidedKind.WRONG_SIGNATURE,
                 f"signature {signature!r} is not the requested call's ({requested}): the call "
                 "changed since it was shown; read the request again",
             )
@@ -228,9 +224,11 @@ class Approvals(LifecycleBase):
             decision=decision,
         )
         if run_id is None:
-            return Decided(202, f"{DECIDED[decision]}; {left} request(s) still open", decision)
+            detail = f"{DECIDED[decision]}; {left} request(s) still open"
+            return Decided(DecidedKind.DECIDED, detail, decision)
         self.launch(meta.turn_id, run_id, meta.mode)
-        return Decided(202, f"{DECIDED[decision]}; the turn resumes", decision, run_id)
+        detail = f"{DECIDED[decision]}; the turn resumes"
+        return Decided(DecidedKind.DECIDED, detail, decision, run_id)
 
     # -- a waiting turn ends -----------------------------------------------------------------
 
@@ -245,17 +243,8 @@ class Approvals(LifecycleBase):
             )
             for aid in open_ids
         ]
-        can_continue = code != StopCode.SUPERSEDED and self.is_newest(
-            meta.turn_id, meta.conversation_id
-        )
-        ended = self.event(
-            meta,
-            TurnEnded,
-            status="stopped",
-            code=code.value,
-            detail=detail,
-            can_continue=can_continue,
-        )
+        # a superseded turn is never continued: the new message's turn, made next, is newest
+        ended = self.stopped(meta, code, detail, continuable=code != StopCode.SUPERSEDED)
         asked = {aid: self.store.open_request(meta.turn_id, aid) for aid in open_ids}
         fields: dict[str, MetaValue] = {"approvals_pending": 0, "approval_expires": 0}
         for aid, state, signature in meta.approvals:
@@ -307,14 +296,6 @@ class Approvals(LifecycleBase):
         return None
 
 
-def _post_all(url: str, bodies: list[dict[str, Any]]) -> None:
-    for body in bodies:
-        data = json.dumps(body).encode()
-        request = urllib.request.Request(
-            url, data=data, headers={"Content-Type": "application/json"}, method="POST"
-        )
-        try:
-            with urllib.request.urlopen(request, timeout=WEBHOOK_TIMEOUT_S) as answer:
-                answer.read()
-        except Exception as e:  # best-effort: the request stands in the ledger and the lists
-            log.warning("approval webhook failed", url=url, error=repr(e))
+def _not_waiting(meta: TurnMeta, approval_id: str) -> Decided:
+    detail = f"the turn is not waiting on approval {approval_id} (status {meta.status})"
+    return Decided(DecidedKind.NOT_WAITING, detail)

@@ -11,7 +11,7 @@ from typing import Any
 import structlog
 
 from ledger.cache import EventCache
-from ledger.events import Event, RunEnded, TurnEnded
+from ledger.events import ApprovalRequested, Event, RunEnded, TurnEnded
 from ledger.store import Ledger, MetaValue
 from ledger.turn import Step, StopCode, TurnMeta, TurnStatus
 from ledger.turns import EXPIRE, TurnStore
@@ -24,6 +24,10 @@ from worker.engine.recorder import E, RunContext, make_event
 from worker.lifecycle.dispatch import Dispatcher
 
 log = structlog.get_logger("dres.lifecycle")
+
+#: tells a person that a run ended waiting on these approval requests (each names its turn): the
+#: edges' webhook. Best-effort: it returns at once, the turn never waits on it.
+NotifyApprovals = Callable[[Sequence[ApprovalRequested]], None]
 
 
 @dataclass(frozen=True)
@@ -47,6 +51,7 @@ class LifecycleBase:
         heartbeat: Callable[[RunContext, Callable[[], None]], AbstractContextManager[object]]
         | None = None,
         failpoints: Failpoints = OFF,
+        notify: NotifyApprovals | None = None,
     ) -> None:
         self.ledger = ledger
         self.store = TurnStore(ledger)
@@ -59,6 +64,8 @@ class LifecycleBase:
         #: Stop is requested (none: the lease is not renewed, Stop is seen at safe points only)
         self.heartbeat = heartbeat or (lambda run, on_stop: nullcontext())
         self.failpoints = failpoints
+        #: none: nobody is told; the requests stand in the ledger and the lists all the same
+        self.notify: NotifyApprovals = notify or (lambda requests: None)
 
     def ms(self, after_s: float = 0.0) -> int:
         """The clock's now plus ``after_s``, in ms since the epoch (leases, the reaper's index)."""
@@ -134,6 +141,20 @@ class LifecycleBase:
             code=code,
             detail=detail,
             can_continue=stopped and self.is_newest(run.turn_id, run.conversation_id),
+        )
+
+    def stopped(
+        self, meta: TurnMeta, code: StopCode, detail: str, *, continuable: bool = True
+    ) -> TurnEnded:
+        """The ``turn_ended`` of a turn stopped from outside its run (Stop, the reaper, an
+        expiry): it may be continued while it is its conversation's newest, and ``continuable``."""
+        return self.event(
+            meta,
+            TurnEnded,
+            status="stopped",
+            code=code.value,
+            detail=detail,
+            can_continue=continuable and self.is_newest(meta.turn_id, meta.conversation_id),
         )
 
     def event(self, meta: TurnMeta, cls: type[E], **fields: Any) -> E:

@@ -8,7 +8,7 @@ import redis
 import structlog
 
 from ledger.errors import TransitionRefused
-from ledger.events import Event, RunEnded, ToolDone, TurnEnded
+from ledger.events import Event, RunEnded, ToolDone
 from ledger.store import MetaValue
 from ledger.turn import Step, StopCode, TurnMeta, TurnStatus, continue_refusal
 from ledger.turns import PERSIST
@@ -168,14 +168,7 @@ class Control(LifecycleBase):
         events: Sequence[Event] = (),
     ) -> Outcome:
         """End the turn as stopped with Continue available, recording why."""
-        ended = self.event(
-            meta,
-            TurnEnded,
-            status="stopped",
-            code=code.value,
-            detail=detail,
-            can_continue=self.is_newest(meta.turn_id, meta.conversation_id),
-        )
+        ended = self.stopped(meta, code, detail)
         try:
             self.close(meta.turn_id, step, expect, [*events, ended])
         except TransitionRefused:

@@ -25,7 +25,6 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from types import TracebackType
 
 import structlog
 
@@ -79,12 +78,7 @@ class Heartbeat:
         _beats().join(self)
         return self
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
+    def __exit__(self, *exc: object) -> None:
         self.stopping.set()
         _beats().leave(self)
         # No wait for a beat under way: the run's ending must not wait on a renewal stuck on a

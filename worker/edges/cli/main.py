@@ -16,6 +16,7 @@ from worker.base.errors import ConfigError
 
 if TYPE_CHECKING:
     from worker.edges.runtime import Runtime
+    from worker.lifecycle.approvals import DecidedKind
 
 #: exit status for bad input, bad configuration or an unreachable Redis
 USAGE_ERROR = 2
@@ -179,7 +180,25 @@ def cmd_approvals(args: argparse.Namespace, extra: list[str]) -> int:
     return 0
 
 
+def _decided_exit() -> dict[DecidedKind, int]:
+    """A decision's outcome as the command's exit status: refused as Continue and Stop are,
+    bad input as everywhere (CONTRACT §8)."""
+    from worker.lifecycle.approvals import DecidedKind
+
+    return {
+        DecidedKind.DECIDED: 0,
+        DecidedKind.ALREADY: REFUSED,
+        DecidedKind.NOT_WAITING: REFUSED,
+        DecidedKind.WRONG_SIGNATURE: REFUSED,
+        DecidedKind.CONTENDED: REFUSED,
+        DecidedKind.INVALID: USAGE_ERROR,
+        DecidedKind.UNKNOWN: USAGE_ERROR,
+    }
+
+
 def cmd_decide(args: argparse.Namespace, extra: list[str]) -> int:
+    from worker.lifecycle.approvals import DecidedKind
+
     rt = _runtime()
     signature = args.signature
     if signature is None:
@@ -195,13 +214,10 @@ def cmd_decide(args: argparse.Namespace, extra: list[str]) -> int:
         reason=args.reason or "",
         by=args.by or "cli",
     )
-    if decided.status == 404:  # no such request: bad input, as an unknown turn is
+    if decided.kind == DecidedKind.UNKNOWN:  # no such request: bad input, as an unknown turn is
         return _fail(decided.detail)
-    if not decided.ok:
-        print(f"refused: {decided.detail}")
-        return REFUSED if decided.status == 409 else USAGE_ERROR
-    print(decided.detail)
-    return 0
+    print(decided.detail if decided.ok else f"refused: {decided.detail}")
+    return _decided_exit()[decided.kind]
 
 
 def cmd_conversations(args: argparse.Namespace, extra: list[str]) -> int:

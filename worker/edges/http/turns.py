@@ -44,6 +44,7 @@ from worker.edges.http.schemas import (
     journal_call,
 )
 from worker.edges.http.sse import event_stream
+from worker.lifecycle.approvals import DecidedKind
 
 #: a stream id as a client may give it (the OpenAPI document's form)
 STREAM_ID_FORM = re.compile(STREAM_ID_PATTERN)
@@ -53,6 +54,17 @@ MAX_BODY_BYTES = 256 * 1024
 #: continued as long as its keys live, and its call_agent retry must still find the child turn
 #: its key made there (CONTRACT §7.9)
 IDEMPOTENCY_MARGIN_S = 24 * 3600
+#: a decision's outcome as its answer's status (CONTRACT §10): a refusal is a conflict with the
+#: request's state, an unknown request of a waiting turn is not found
+DECIDED_STATUS: dict[DecidedKind, int] = {
+    DecidedKind.DECIDED: 202,
+    DecidedKind.INVALID: 422,
+    DecidedKind.UNKNOWN: 404,
+    DecidedKind.ALREADY: 409,
+    DecidedKind.NOT_WAITING: 409,
+    DecidedKind.WRONG_SIGNATURE: 409,
+    DecidedKind.CONTENDED: 409,
+}
 
 
 def _body_hash(body: TurnRequest) -> str:
@@ -214,7 +226,7 @@ def decide(
         turn_id, approval_id, body.decision, body.signature, reason=body.reason, by=body.by or "api"
     )
     if not decided.ok:
-        raise HTTPException(decided.status, decided.detail)
+        raise HTTPException(DECIDED_STATUS[decided.kind], decided.detail)
     return DecisionOut(
         turn_id=turn_id,
         approval_id=approval_id,
