@@ -67,6 +67,19 @@ class LedgerUnavailable(LedgerError):
     """Redis could not be reached after the configured retries."""
 
 
+class BadCursor(LedgerError, ValueError):
+    """A listing's cursor that is no page's ``next_cursor``: not ``<score>:<member>``, or a score
+    of more digits than any the ledger gives (refused before it reaches ``int()`` or Redis)."""
+
+    def __init__(self, cursor: str) -> None:
+        super().__init__(cursor)
+        self.cursor = cursor
+
+    def __str__(self) -> str:
+        shown = self.cursor if len(self.cursor) <= 40 else self.cursor[:40] + "..."
+        return f"cursor {shown!r} is not a page's next_cursor"
+
+
 class StoreFull(LedgerError):
     """Redis refused a write for memory (``maxmemory`` reached under ``noeviction``): nothing of
     it was written. ``unrecorded`` holds the events of a refused append, which the run's stop
