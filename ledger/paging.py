@@ -27,7 +27,7 @@ Cursor = tuple[int, str]
 Row = tuple[str, int]
 #: digits a cursor's score may have: a time in ms has 13, and no more reach ``int()``
 CURSOR_DIGITS = 20
-_CURSOR = re.compile(rf"(\d{{1,{CURSOR_DIGITS}}}):(.+)", re.DOTALL)
+_CURSOR = re.compile(rf"([0-9]{{1,{CURSOR_DIGITS}}}):(.+)", re.DOTALL)
 T = TypeVar("T")
 
 
