@@ -7,10 +7,8 @@ in ``worker.base.errors``): a caller that handles any error dres raises on purpo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ledger.events import Event
+from ledger.event_models import Event
 
 
 class DresBaseError(Exception):
