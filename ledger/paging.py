@@ -27,7 +27,9 @@ Cursor = tuple[int, str]
 Row = tuple[str, int]
 #: digits a cursor's score may have: a time in ms has 13, and no more reach ``int()``
 CURSOR_DIGITS = 20
-_CURSOR = re.compile(rf"([0-9]{{1,{CURSOR_DIGITS}}}):(.+)", re.DOTALL)
+#: a cursor's text form, for a schema to state (the API's query parameter): ``decode_cursor``'s
+CURSOR_PATTERN = rf"^([0-9]{{1,{CURSOR_DIGITS}}}):(.+)$"
+_CURSOR = re.compile(CURSOR_PATTERN)
 T = TypeVar("T")
 
 
