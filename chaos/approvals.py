@@ -24,29 +24,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import random
 import signal
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-from chaos.cluster import DEFAULT, STORE, Cluster, Profile
-from chaos.invariants import WRITES
+from chaos.cluster import Cluster
+from chaos.trial import Trial
 from ledger.events import ApprovalRequested
 from ledger.turn import TurnMeta
 
-if TYPE_CHECKING:
-    from chaos.runner import Trial
-
-#: the kind's name (``--only approval``): its trials are drawn only from ``APPROVAL_FAULTS``
-APPROVAL = "approval"
-#: the worker's setting: every write of the chaos tools waits for a person
-APPROVAL_ENV = (("DRES_APPROVAL", ",".join(sorted(WRITES))),)
-#: the approval trials' workers: the default's and the store faults' profiles, with approvals
-APPROVAL_DEFAULT = Profile(DEFAULT.concurrency, (*DEFAULT.env, *APPROVAL_ENV))
-APPROVAL_STORE = Profile(STORE.concurrency, (*STORE.env, *APPROVAL_ENV))
 #: the runner's own points, at its ``nth`` decision: just before it, right after it
 BEFORE, DECIDED = "before_decision", "decided"
 DECISION_POINTS = (BEFORE, DECIDED)
@@ -64,38 +52,6 @@ APPROVAL_FAULTS: list[tuple[str, str]] = [
     ("redis_restart", BEFORE),
     ("redis_restart", DECIDED),
 ]
-#: seconds after the turn is seen waiting within which the person decides
-DECIDE_S = 1.5
-#: the share of decisions that deny
-DENY_P = 0.2
-#: decisions drawn per trial (more are approvals): a turn asks three times, plus one per denial
-#: of a call the model makes again
-DRAWN = 8
-#: the ``nth`` decision a runner's fault strikes at is one of the first three (every turn makes
-#: those)
-NTH = 3
-
-
-@dataclass(frozen=True)
-class Person:
-    """What a trial's person will decide, drawn from the seed alone: the ``i``-th decision
-    (``decisions[i]``, ``delays[i]`` seconds after the request is seen), and at which one the
-    runner's own fault strikes."""
-
-    decisions: tuple[str, ...] = ()
-    delays: tuple[float, ...] = ()
-    nth: int = 0
-
-    @classmethod
-    def draw(cls, rng: random.Random) -> Person:
-        decisions = tuple("deny" if rng.random() < DENY_P else "approve" for _ in range(DRAWN))
-        delays = tuple(round(rng.uniform(0.0, DECIDE_S), 2) for _ in range(DRAWN))
-        return cls(decisions, delays, rng.randrange(NTH))
-
-    def decision(self, index: int) -> tuple[str, float]:
-        if index < len(self.decisions):
-            return self.decisions[index], self.delays[index]
-        return "approve", 0.0
 
 
 def strike(cluster: Cluster, trial: Trial, turn_id: str, run_id: str | None) -> None:

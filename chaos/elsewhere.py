@@ -32,7 +32,8 @@ from typing import Any
 from chaos import invariants
 from chaos.cluster import Cluster, Profile
 from chaos.report import Outcome, TurnResult, table
-from chaos.runner import POLL_S, Trial, Watch, answered, arm
+from chaos.runner import POLL_S, Watch, answered, arm
+from chaos.trial import Trial
 from ledger import keys
 from ledger.events import ToolBlocked, ToolDone, ToolStart
 from ledger.journal import build_journal

@@ -212,3 +212,14 @@ def decode_entry(stream_id: bytes | str, fields: Fields) -> Envelope:
     """Decode one entry read on its own (a turn's ``turn_started``, an epoch's opening): a
     compact text there has no ``run_started`` to complete it and raises ``EventDecodeError``."""
     return Decoder("").entry(stream_id, fields)
+
+
+def decode_one(entries: Any) -> Event | None:
+    """The event of a read of one stream id (``decode_entry``); None when it found no entry,
+    or an unreadable one."""
+    if not entries:
+        return None
+    try:
+        return decode_entry(entries[0][0], entries[0][1]).event
+    except EventDecodeError:
+        return None

@@ -15,14 +15,15 @@ having joined it meanwhile, so a message that races the forgetting keeps its con
 from __future__ import annotations
 
 from collections.abc import Sequence
-from contextlib import suppress
 from dataclasses import dataclass
 from typing import Any
 
 from ledger import keys
-from ledger.codec import decode_entry, text
-from ledger.errors import CorruptTurn, EventDecodeError
+from ledger.approval_index import ApprovalIndex
+from ledger.codec import decode_one, text
+from ledger.errors import CorruptTurn
 from ledger.events import TurnStarted
+from ledger.paging import Cursor, Row, read_page
 from ledger.store import Ledger, script
 from ledger.turn import TurnMeta, TurnStatus
 
@@ -30,8 +31,6 @@ from ledger.turn import TurnMeta, TurnStatus
 TITLE_CHARS = 80
 #: the statuses a conversation may be erased in: every turn of it has ended
 ERASABLE = (TurnStatus.COMPLETED, TurnStatus.STOPPED)
-#: (score in ms, conversation id): where a page of the listing ends
-Cursor = tuple[int, str]
 
 
 def title_of(message: str) -> str:
@@ -83,8 +82,29 @@ class Conversations:
         self._forget = self.client.register_script(script("forget.lua"))
         self._unlist = self.client.register_script(script("unlist.lua"))
         self._erase = self.client.register_script(script("erase.lua"))
+        self._approvals = ApprovalIndex(ledger)
 
     # -- writes beside the turn scripts ------------------------------------------------------
+
+    def join(self, turn_id: str, conversation_id: str) -> None:
+        """Add the turn to its conversation's list once (idempotent), then to the listing (its
+        title and time from its ``turn_started``)."""
+        conv = keys.conversation_turns(conversation_id)
+        if self.client.lpos(conv, turn_id) is None:
+            self.client.rpush(conv, turn_id)
+        first: Any = self.client.xrange(keys.turn_events(turn_id), min="0-1", max="0-1")
+        started = _started(first)
+        if started is not None:
+            self.record(conversation_id, int(started.ts * 1000), started.message)
+
+    def leave(self, turn_id: str, conversation_id: str) -> None:
+        """Take a withdrawn turn off its conversation's list; a conversation it was the only
+        turn of leaves the listing too."""
+        conv = keys.conversation_turns(conversation_id)
+        self.client.lrem(conv, 0, turn_id)
+        if not self.client.llen(conv):
+            score = self.client.zscore(keys.conversations(), conversation_id)
+            self.forget(conversation_id, "", _ms(score))
 
     def record(self, conversation_id: str, at_ms: int, message: str) -> None:
         """A turn joined the conversation (after it was added to the list): its title, if it
@@ -117,35 +137,16 @@ class Conversations:
         return [text(t) for t in reversed(listed)]
 
     def page(
-        self, *, limit: int, cursor: Cursor | None = None
+        self, *, limit: int, cursor: Cursor | str | None = None
     ) -> tuple[list[Listed], Cursor | None]:
         """Conversations, most recently updated first: a page of at most ``limit`` after
-        ``cursor`` (the previous page's last (score, id)), and the next page's cursor or None.
-        A conversation whose newest turn is gone is forgotten on the way."""
-        index = keys.conversations()
-        found: list[Listed] = []
-        after = cursor
-        while True:
-            top: Any = "+inf" if after is None else after[0]
-            # the members of the cursor's own score that were on the pages before
-            skip = 0 if after is None else int(self.client.zcount(index, top, top))
-            want = limit - len(found) + 1  # one more than the page: is there a next one?
-            got: Any = self.client.zrevrangebyscore(
-                index, top, "-inf", start=0, num=want + skip, withscores=True
-            )
-            rows = [(text(m), int(score)) for m, score in got]
-            if after is not None:
-                rows = [(m, s) for m, s in rows if s < after[0] or m < after[1]]
-            for score, row in self._newest_of(rows):
-                if len(found) == limit:
-                    return found, after
-                found.append(row)
-                after = (score, row.conversation_id)
-            if len(got) < want + skip or not rows:
-                return found, None
-            after = (rows[-1][1], rows[-1][0])
+        ``cursor`` (``ledger.paging``), and the next page's cursor or None. A conversation whose
+        newest turn is gone is forgotten on the way."""
+        return read_page(
+            self.client, keys.conversations(), self._newest_of, limit=limit, cursor=cursor
+        )
 
-    def _newest_of(self, rows: Sequence[tuple[str, int]]) -> list[tuple[int, Listed]]:
+    def _newest_of(self, rows: Sequence[Row]) -> list[tuple[str, int, Listed]]:
         """The listed conversations of ``rows`` with their titles and newest turns; those whose
         newest turn is gone are forgotten."""
         pipe = self.client.pipeline(transaction=False)
@@ -158,14 +159,16 @@ class Conversations:
         for turn_id in newest:
             pipe.hgetall(keys.turn_meta(turn_id or "_"))
         metas = pipe.execute()
-        listed: list[tuple[int, Listed]] = []
+        listed: list[tuple[str, int, Listed]] = []
         for i, (conversation_id, score) in enumerate(rows):
             meta = _meta_or_none(newest[i], metas[i])
             if meta is None:
                 self.forget(conversation_id, newest[i] or "", score)
                 continue
             title = "" if heads[2 * i] is None else text(heads[2 * i])
-            listed.append((score, Listed(conversation_id, title, score / 1000, meta)))
+            listed.append(
+                (conversation_id, score, Listed(conversation_id, title, score / 1000, meta))
+            )
         return listed
 
     def get(self, conversation_id: str) -> Conversation | None:
@@ -183,7 +186,8 @@ class Conversations:
         for i, turn_id in enumerate(listed):
             meta = _meta_or_none(turn_id, replies[2 * i])
             if meta is not None:
-                turns.append((meta, _message(replies[2 * i + 1])))
+                started = _started(replies[2 * i + 1])
+                turns.append((meta, "" if started is None else started.message))
         if not listed or _meta_or_none(listed[-1], replies[2 * (len(listed) - 1)]) is None:
             score = self.client.zscore(keys.conversations(), conversation_id)
             self.forget(conversation_id, listed[-1] if listed else "", _ms(score))
@@ -243,13 +247,8 @@ class Conversations:
 
     def _unindex_turn(self, turn_id: str, meta: TurnMeta | None) -> None:
         """The erased turn's entries in the indexes across turns (the reaper's, approvals')."""
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zrem(keys.active_turns(), turn_id)
-        members = [f"{turn_id}/{aid}" for aid, _, _ in (meta.approvals if meta else ())]
-        if members:
-            pipe.zrem(keys.approvals_pending(), *members)
-            pipe.hdel(keys.approval_requests(), *members)
-        pipe.execute()
+        self.client.zrem(keys.active_turns(), turn_id)
+        self._approvals.remove(turn_id, [aid for aid, _, _ in (meta.approvals if meta else ())])
 
 
 def _ms(score: Any) -> int | None:
@@ -269,14 +268,10 @@ def _meta_or_none(turn_id: str | None, raw: Any) -> TurnMeta | None:
         return None
 
 
-def _message(entries: Any) -> str:
-    """The message of a turn's ``turn_started`` (stream id ``0-1``); "" when unreadable."""
-    if entries:
-        with suppress(EventDecodeError):
-            event = decode_entry(entries[0][0], entries[0][1]).event
-            if isinstance(event, TurnStarted):
-                return event.message
-    return ""
+def _started(entries: Any) -> TurnStarted | None:
+    """A turn's ``turn_started`` from its read at stream id ``0-1``; None when unreadable."""
+    event = decode_one(entries)
+    return event if isinstance(event, TurnStarted) else None
 
 
 __all__ = ["Conversation", "Conversations", "Erased", "Listed", "title_of"]

@@ -7,10 +7,8 @@ in ``worker.base.errors``): a caller that handles any error dres raises on purpo
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from ledger.events import Event
+from ledger.event_models import Event
 
 
 class DresBaseError(Exception):
@@ -65,6 +63,19 @@ class UnknownTurn(LedgerError):
 
 class LedgerUnavailable(LedgerError):
     """Redis could not be reached after the configured retries."""
+
+
+class BadCursor(LedgerError, ValueError):
+    """A listing's cursor that is no page's ``next_cursor``: not ``<score>:<member>``, or a score
+    of more digits than any the ledger gives (refused before it reaches ``int()`` or Redis)."""
+
+    def __init__(self, cursor: str) -> None:
+        super().__init__(cursor)
+        self.cursor = cursor
+
+    def __str__(self) -> str:
+        shown = self.cursor if len(self.cursor) <= 40 else self.cursor[:40] + "..."
+        return f"cursor {shown!r} is not a page's next_cursor"
 
 
 class StoreFull(LedgerError):

@@ -1,13 +1,15 @@
 """A turn's life in Redis: create it, claim it, and every other step of its state machine.
 
-``TurnStore`` is the only writer of a turn's metadata, of the reaper's index, of the Stop flag
-and of the conversation lists. Each status change is one atomic script over the turn's own
-``{turn_id}`` keys (``lua/create.lua``, ``lua/claim.lua``, ``lua/transition.lua``) that checks
-the from-status against ``ledger.turn.TABLE`` and the caller's conditions (the lease epoch, the
-run, the pending run); a step the table does not allow, or a turn that changed since the caller
-read it, is refused with ``TransitionRefused``. Structures across turns (the reaper's index, a
-conversation's list) are written idempotently beside those scripts, never inside them, so every
-script stays in one Redis Cluster slot; the reaper repairs what a crash between the two left.
+``TurnStore`` is the only writer of a turn's metadata, of the reaper's index and of the Stop
+flag, and through its ``conversations`` and ``approvals`` (``ledger.conversations``,
+``ledger.approval_index``) of the structures across turns. Each status change is one atomic
+script over the turn's own ``{turn_id}`` keys (``lua/create.lua``, ``lua/claim.lua``,
+``lua/transition.lua``) that checks the from-status against ``ledger.turn.TABLE`` and the
+caller's conditions (the lease epoch, the run, the pending run); a step the table does not allow,
+or a turn that changed since the caller read it, is refused with ``TransitionRefused``.
+Structures across turns (the reaper's index, a conversation's list) are written idempotently
+beside those scripts, never inside them, so every script stays in one Redis Cluster slot; the
+reaper repairs what a crash between the two left.
 """
 
 from __future__ import annotations
@@ -21,28 +23,19 @@ import redis
 from redis.cluster import RedisCluster
 
 from ledger import keys
-from ledger.codec import decode_entry, encode, text
+from ledger.approval_index import ApprovalIndex
+from ledger.codec import decode_one, encode, text
 from ledger.conversations import Conversations
-from ledger.errors import CorruptTurn, EventDecodeError, TransitionRefused, UnknownTurn
+from ledger.errors import CorruptTurn, TransitionRefused, UnknownTurn
 from ledger.events import (
     RUN_CAUSES,
-    ApprovalRequested,
     Event,
     RunStarted,
     TurnStarted,
-    parse_event_json,
 )
 from ledger.lease import Claim, Lease
 from ledger.store import Ledger, MetaValue, pairs, script
-from ledger.turn import (
-    PENDING,
-    Step,
-    TurnMeta,
-    TurnStatus,
-    allowed_from,
-    approval_field,
-    target,
-)
+from ledger.turn import Step, TurnMeta, TurnStatus, allowed_from, target
 
 #: seconds the Stop flag outlives the request (a run checks it at every safe point)
 STOP_FLAG_TTL_S = 24 * 3600
@@ -87,6 +80,8 @@ class TurnStore:
         self._withdraw = self.client.register_script(script("withdraw.lua"))
         #: the listing of conversations, written beside the turn scripts (``ledger.conversations``)
         self.conversations = Conversations(ledger)
+        #: the open approval requests across turns, written beside the turn scripts
+        self.approvals = ApprovalIndex(ledger)
 
     # -- creating ----------------------------------------------------------------------------
 
@@ -138,33 +133,14 @@ class TurnStore:
         turn_keys = keys.turn_keys(turn_id)
         if not int(self._withdraw(keys=turn_keys, args=[TurnStatus.QUEUED.value])):
             return False
-        conv = keys.conversation_turns(conversation_id)
-        self.client.lrem(conv, 0, turn_id)
+        self.conversations.leave(turn_id, conversation_id)
         self.unwatch(turn_id)
-        if not self.client.llen(conv):
-            score = self.client.zscore(keys.conversations(), conversation_id)
-            listed = None if score is None else int(score)
-            self.conversations.forget(conversation_id, "", listed)
         return True
 
     def list_in_conversation(self, turn_id: str, conversation_id: str) -> None:
-        """Add the turn to its conversation's list once (idempotent), then to the listing of
-        conversations (its title and time from its ``turn_started``), then mark it listed."""
-        conv = keys.conversation_turns(conversation_id)
-        if self.client.lpos(conv, turn_id) is None:
-            self.client.rpush(conv, turn_id)
-        started = self._started(turn_id)
-        if started is not None:
-            self.conversations.record(conversation_id, int(started.ts * 1000), started.message)
+        """Add the turn to its conversation (``Conversations.join``), then mark it listed."""
+        self.conversations.join(turn_id, conversation_id)
         self.mark(turn_id, listed=1)
-
-    def _started(self, turn_id: str) -> TurnStarted | None:
-        """The turn's ``turn_started`` (stream id ``0-1``), if readable."""
-        first: Any = self.client.xrange(keys.turn_events(turn_id), min="0-1", max="0-1")
-        with suppress(EventDecodeError):
-            event = decode_entry(first[0][0], first[0][1]).event if first else None
-            return event if isinstance(event, TurnStarted) else None
-        return None
 
     def newest_turn(self, conversation_id: str) -> str | None:
         newest = self.client.lindex(keys.conversation_turns(conversation_id or "_"), -1)
@@ -266,13 +242,7 @@ class TurnStore:
     def _opening(self, turn_id: str, epoch: int) -> RunStarted | None:
         """The ``run_started`` that opened epoch ``epoch`` (stream id ``E-0``), if any."""
         sid = f"{epoch}-0"
-        at: Any = self.client.xrange(keys.turn_events(turn_id), min=sid, max=sid)
-        if not at:
-            return None
-        try:
-            event = decode_entry(at[0][0], at[0][1]).event
-        except EventDecodeError:
-            return None
+        event = decode_one(self.client.xrange(keys.turn_events(turn_id), min=sid, max=sid))
         return event if isinstance(event, RunStarted) else None
 
     # -- the steps of the state machine ------------------------------------------------------
@@ -304,19 +274,8 @@ class TurnStore:
         ``TransitionRefused`` (the turn is in another status, or changed since it was read),
         ``UnknownTurn`` and ``StoreFull``.
         """
-        to = target(step)
         return self._step(
-            turn_id,
-            step,
-            allowed_from(step),
-            to.value if to else "",
-            expect,
-            events,
-            fields,
-            expiry,
-            allow_oom,
-            outgoing,
-            look_at_ms,
+            turn_id, step, expect, events, fields, expiry, allow_oom, outgoing, look_at_ms
         )
 
     @property
@@ -328,7 +287,7 @@ class TurnStore:
     def mark(self, turn_id: str, **fields: MetaValue) -> None:
         """Set bookkeeping fields (not the status) of an existing turn, whatever its status."""
         with suppress(UnknownTurn):  # expired meanwhile: nothing left to mark
-            self._step(turn_id, None, tuple(TurnStatus), "", {}, (), fields, KEEP)
+            self._step(turn_id, None, {}, (), fields, KEEP)
 
     def renew(self, lease: Lease, until_ms: int) -> bool:
         """The run's heartbeat: extend its lease; False when the run no longer holds the turn."""
@@ -352,8 +311,6 @@ class TurnStore:
         self,
         turn_id: str,
         step: Step | None,
-        allowed: Sequence[TurnStatus],
-        to: str,
         expect: Mapping[str, MetaValue],
         events: Sequence[Event],
         fields: Mapping[str, MetaValue] | None,
@@ -362,8 +319,11 @@ class TurnStore:
         outgoing: Outgoing | None = None,
         look_at_ms: int = 0,
     ) -> int:
+        """A step of the table (``step``), or a mark (None: any status, the status kept)."""
+        allowed = tuple(TurnStatus) if step is None else allowed_from(step)
+        to = None if step is None else target(step)
         ttl = {EXPIRE: self.ledger.finished_ttl_s, PERSIST: -1, KEEP: 0}[expiry]
-        args: list[MetaValue] = [str(step or "mark"), to, ttl, len(allowed)]
+        args: list[MetaValue] = [str(step or "mark"), to.value if to else "", ttl, len(allowed)]
         args += [status.value for status in allowed]
         args.append(len(expect))
         for name, value in expect.items():
@@ -434,138 +394,3 @@ class TurnStore:
 
     def stop_requested(self, turn_id: str) -> bool:
         return bool(self.client.exists(keys.turn_cancel(turn_id)))
-
-    # -- approval requests across turns (CONTRACT §10 ``GET /v1/approvals``) ------------------
-
-    def index_approvals(self, requests: Sequence[ApprovalRequested]) -> None:
-        """List open requests for a person to find; before the step that opens them, so a crash
-        in between leaves an entry a reader drops (its request is not open), never a request
-        nobody can find. Idempotent."""
-        if not requests:
-            return
-
-        def write() -> Any:
-            pipe = self.client.pipeline(transaction=False)
-            for request in requests:
-                member = approval_member(request.turn_id, request.approval_id)
-                pipe.hset(keys.approval_requests(), member, encode(request))
-                pipe.zadd(keys.approvals_pending(), {member: int(request.ts * 1000)})
-            return pipe.execute()
-
-        self.ledger.retry(write)
-
-    def unindex_approvals(self, turn_id: str, approval_ids: Sequence[str]) -> None:
-        """Take decided requests off the list (a crash before this leaves entries a reader
-        drops)."""
-        members = [approval_member(turn_id, aid) for aid in approval_ids]
-        if not members:
-            return
-
-        def write() -> Any:
-            pipe = self.client.pipeline(transaction=False)
-            pipe.zrem(keys.approvals_pending(), *members)
-            pipe.hdel(keys.approval_requests(), *members)
-            return pipe.execute()
-
-        self.ledger.retry(write)
-
-    def open_request(self, turn_id: str, approval_id: str) -> ApprovalRequested | None:
-        """The listed request (None: not listed, or its record unreadable)."""
-        raw = self.client.hget(keys.approval_requests(), approval_member(turn_id, approval_id))
-        if raw is None:
-            return None
-        try:
-            event = parse_event_json(raw)
-        except EventDecodeError:
-            return None
-        return event if isinstance(event, ApprovalRequested) else None
-
-    def open_approvals(
-        self, *, limit: int, cursor: tuple[int, str] | None = None
-    ) -> tuple[list[ApprovalRequested], tuple[int, str] | None]:
-        """Open requests across turns, newest first, a page of at most ``limit`` after
-        ``cursor`` (the last page's last (score, member)); the next page's cursor or None.
-
-        Each listed request is checked against its turn (still waiting on it); an entry whose
-        request is not open (decided, its turn expired, or never opened) is dropped.
-        """
-        index = keys.approvals_pending()
-        found: list[ApprovalRequested] = []
-        after = cursor
-        while True:
-            top: Any = "+inf" if after is None else after[0]
-            # members of the cursor's own score that were on the page before
-            skip = 0 if after is None else int(self.client.zcount(index, top, top))
-            want = limit - len(found) + 1  # one more than the page: is there a next one?
-            page: Any = self.client.zrevrangebyscore(
-                index, top, "-inf", start=0, num=want + skip, withscores=True
-            )
-            rows = [(text(m), int(score)) for m, score in page]
-            if after is not None:
-                rows = [(m, s) for m, s in rows if s < after[0] or m < after[1]]
-            open_rows, stale = self._check_open(rows)
-            if stale:
-                self._drop_listed(stale)
-            for member, score, request in open_rows:
-                if len(found) == limit:
-                    return found, after
-                found.append(request)
-                after = (score, member)
-            if len(page) < want + skip or not rows:
-                return found, None
-            after = (rows[-1][1], rows[-1][0])
-
-    def _check_open(
-        self, rows: list[tuple[str, int]]
-    ) -> tuple[list[tuple[str, int, ApprovalRequested]], list[str]]:
-        pipe = self.client.pipeline(transaction=False)
-        for member, _ in rows:
-            turn_id, _, approval_id = member.rpartition("/")
-            pipe.hget(keys.turn_meta(turn_id or "_"), approval_field(approval_id))
-            pipe.hget(keys.turn_meta(turn_id or "_"), "status")
-            pipe.hget(keys.approval_requests(), member)
-        replies = pipe.execute()
-        open_rows: list[tuple[str, int, ApprovalRequested]] = []
-        stale: list[str] = []
-        for i, (member, score) in enumerate(rows):
-            state, status, raw = replies[3 * i : 3 * i + 3]
-            request = None
-            if raw is not None:
-                with suppress(EventDecodeError):
-                    event = parse_event_json(raw)
-                    request = event if isinstance(event, ApprovalRequested) else None
-            state_word = None if state is None else text(state).partition("|")[0]
-            turn_status = None if status is None else text(status)
-            if state_word == PENDING and turn_status == TurnStatus.WAITING.value:
-                if request is not None:
-                    open_rows.append((member, score, request))
-            elif _listed_for_nothing(state_word, turn_status):
-                stale.append(member)
-            # else: listed just before its run's wait (a run, not yet waiting): listed later
-        return open_rows, stale
-
-    def _drop_listed(self, members: list[str]) -> None:
-        pipe = self.client.pipeline(transaction=False)
-        pipe.zrem(keys.approvals_pending(), *members)
-        pipe.hdel(keys.approval_requests(), *members)
-        pipe.execute()
-
-
-def _listed_for_nothing(state: str | None, status: str | None) -> bool:
-    """Is a listed request one that no longer waits, nor will? Its turn is gone; it was decided;
-    or it never opened: the turn ended, or waits on other requests (no run can open one while
-    the turn waits). A request listed by a run that is still ending (its turn running) is not:
-    the list is written before the step that opens it."""
-    if status is None or (state is not None and state != PENDING):
-        return True
-    return state is None and status in (
-        TurnStatus.WAITING.value,
-        TurnStatus.COMPLETED.value,
-        TurnStatus.STOPPED.value,
-    )
-
-
-def approval_member(turn_id: str, approval_id: str) -> str:
-    """The member of the approval lists: ``turn_id/approval_id`` (an approval id holds no
-    ``/``, so the last one splits it)."""
-    return f"{turn_id}/{approval_id}"

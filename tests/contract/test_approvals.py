@@ -269,7 +269,7 @@ def test_stop_on_a_waiting_turn_voids_its_requests(h: Harness) -> None:
     assert voided.decision == "voided" and voided.by == "dres"
     late = h.decide()
     assert late.kind == DecidedKind.ALREADY and late.decision == "voided"
-    assert h.lifecycle.store.open_approvals(limit=10)[0] == []
+    assert h.lifecycle.store.approvals.page(limit=10)[0] == []
 
 
 def test_a_new_message_supersedes_a_waiting_turn(h: Harness) -> None:
@@ -299,14 +299,14 @@ def test_the_open_requests_are_listed_newest_first_in_pages_until_decided(
         h.run_next()
         turns.append(h)
     store = turns[0].lifecycle.store
-    page, cursor = store.open_approvals(limit=2)
+    page, cursor = store.approvals.page(limit=2)
     assert [r.turn_id for r in page] == [turns[4].turn_id, turns[3].turn_id]
-    page2, cursor2 = store.open_approvals(limit=2, cursor=cursor)
+    page2, cursor2 = store.approvals.page(limit=2, cursor=cursor)
     assert [r.turn_id for r in page2] == [turns[2].turn_id, turns[1].turn_id]
     turns[0].decide()
-    page3, cursor3 = store.open_approvals(limit=2, cursor=cursor2)
+    page3, cursor3 = store.approvals.page(limit=2, cursor=cursor2)
     assert page3 == [] and cursor3 is None
-    everything, end = store.open_approvals(limit=10)
+    everything, end = store.approvals.page(limit=10)
     assert [r.turn_id for r in everything] == [t.turn_id for t in turns[:0:-1]] and end is None
 
 
@@ -376,7 +376,7 @@ def test_a_stop_requested_while_the_run_ends_waiting_stops_the_turn(h: Harness) 
     assert ended is not None and (ended.status, ended.code) == ("stopped", "cancelled")
     (voided,) = [e for e in h.events("approval_decided") if isinstance(e, ApprovalDecided)]
     assert voided.decision == "voided"
-    assert outbox(h.client) == [] and h.lifecycle.store.open_approvals(limit=5)[0] == []
+    assert outbox(h.client) == [] and h.lifecycle.store.approvals.page(limit=5)[0] == []
 
 
 def test_a_decision_whose_resume_message_never_left_is_sent_again_after_the_handoff_grace(
@@ -443,11 +443,11 @@ def test_a_listing_between_a_requests_listing_and_its_wait_keeps_it_listed(h: Ha
 
     def list_then_step(turn_id: str, what: Any, **kw: Any) -> int:
         if what == Step.WAIT:
-            seen.append([r.approval_id for r in store.open_approvals(limit=5)[0]])
+            seen.append([r.approval_id for r in store.approvals.page(limit=5)[0]])
         return step(turn_id, what, **kw)
 
     store.transition = list_then_step  # type: ignore[method-assign]
     h.run_next()
     (request,) = requests(h)
     assert seen == [[]]  # not open while the run was ending
-    assert [r.approval_id for r in store.open_approvals(limit=5)[0]] == [request.approval_id]
+    assert [r.approval_id for r in store.approvals.page(limit=5)[0]] == [request.approval_id]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from chaos.approvals import APPROVAL
 from chaos.runner import run, table
+from chaos.trial import APPROVAL
 from worker.dev.redis_server import RedisServer
 
 #: the default kinds' trials: enough that most fault kinds fire, few enough for CI's 20 minutes

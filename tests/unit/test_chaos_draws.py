@@ -7,9 +7,10 @@ import random
 
 import pytest
 
-from chaos.approvals import APPROVAL, APPROVAL_FAULTS, DECISION_POINTS, NTH
+from chaos.approvals import APPROVAL_FAULTS, DECISION_POINTS
 from chaos.failover import HOWS
-from chaos.runner import FAILOVER, FAILOVER_FAULTS, FAULTS, Trial, drawn
+from chaos.runner import drawn
+from chaos.trial import APPROVAL, FAILOVER, FAILOVER_FAULTS, FAULTS, NTH, Trial
 
 
 def test_a_default_run_draws_every_fault_but_failover_and_approval() -> None:

@@ -98,7 +98,7 @@ class Approvals(LifecycleBase):
         for request in requests:
             fields[approval_field(request.approval_id)] = approval_state(PENDING, request.signature)
         ran = self.run_ended(run, "waiting", result.detail)
-        self.store.index_approvals(requests)
+        self.store.approvals.add(requests)
         self.store.transition(
             run.turn_id,
             Step.WAIT,
@@ -204,7 +204,7 @@ class Approvals(LifecycleBase):
         decided = self.event(
             meta, ApprovalDecided, approval_id=approval_id, decision=decision, reason=reason, by=by
         )
-        request = self.store.open_request(meta.turn_id, approval_id)
+        request = self.store.approvals.open_request(meta.turn_id, approval_id)
         if run_id is not None:
             # Watched before the step, not only by ``launch`` after it: the reaper's look at a
             # waiting turn is set for its requests' expiry (a day off), so a step whose message
@@ -213,7 +213,7 @@ class Approvals(LifecycleBase):
             # the turn waiting and sets the expiry's again.
             self.store.watch(meta.turn_id, self.ms(self.settings.handoff_grace_s))
         self.store.transition(meta.turn_id, step, expect=expect, events=[decided], fields=fields)
-        self.store.unindex_approvals(meta.turn_id, [approval_id])
+        self.store.approvals.remove(meta.turn_id, [approval_id])
         waited = None if request is None else decided.ts - request.ts
         metrics.approval_decided(decision, waited)
         log.info(
@@ -245,7 +245,7 @@ class Approvals(LifecycleBase):
         ]
         # a superseded turn is never continued: the new message's turn, made next, is newest
         ended = self.stopped(meta, code, detail, continuable=code != StopCode.SUPERSEDED)
-        asked = {aid: self.store.open_request(meta.turn_id, aid) for aid in open_ids}
+        asked = {aid: self.store.approvals.open_request(meta.turn_id, aid) for aid in open_ids}
         fields: dict[str, MetaValue] = {"approvals_pending": 0, "approval_expires": 0}
         for aid, state, signature in meta.approvals:
             if state == PENDING:
@@ -260,7 +260,7 @@ class Approvals(LifecycleBase):
             )
         except TransitionRefused:
             return False
-        self.store.unindex_approvals(meta.turn_id, open_ids)
+        self.store.approvals.remove(meta.turn_id, open_ids)
         for event in events:
             request = asked.get(event.approval_id)
             metrics.approval_decided(decision, None if request is None else event.ts - request.ts)

@@ -166,7 +166,7 @@ def cmd_stop(args: argparse.Namespace, extra: list[str]) -> int:
 def cmd_approvals(args: argparse.Namespace, extra: list[str]) -> int:
     from ledger.approvals import request_fields
 
-    found, _ = _runtime().lifecycle.store.open_approvals(limit=args.limit)
+    found, _ = _runtime().lifecycle.store.approvals.page(limit=args.limit)
     if args.json:
         print(json.dumps([request_fields(r) for r in found], indent=2, ensure_ascii=False))
         return 0

@@ -18,7 +18,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from ledger.errors import CorruptTurn, UnknownTurn
+from ledger.errors import BadCursor, CorruptTurn, UnknownTurn
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
 from worker.edges.http.deps import authorize
@@ -57,6 +57,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.add_exception_handler(RequestValidationError, invalid)  # type: ignore[arg-type]
     api.add_exception_handler(UnknownTurn, unknown)  # type: ignore[arg-type]
     api.add_exception_handler(CorruptTurn, corrupt)  # type: ignore[arg-type]
+    api.add_exception_handler(BadCursor, bad_cursor)  # type: ignore[arg-type]
     api.add_exception_handler(ConfigError, bad_config)  # type: ignore[arg-type]
     add_fault_handlers(api)
     api.include_router(router)
@@ -146,6 +147,11 @@ async def bad_config(request: Request, exc: ConfigError) -> JSONResponse:
 
 async def unknown(request: Request, exc: UnknownTurn) -> JSONResponse:
     return JSONResponse({"detail": str(exc)}, 404)
+
+
+async def bad_cursor(request: Request, exc: BadCursor) -> JSONResponse:
+    """A listing's cursor the ledger cannot read (not one of its pages' ``next_cursor``)."""
+    return JSONResponse({"detail": str(exc)}, 422)
 
 
 async def corrupt(request: Request, exc: CorruptTurn) -> JSONResponse:

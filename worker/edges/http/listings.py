@@ -9,6 +9,7 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from starlette.exceptions import HTTPException
 
 from ledger.approvals import request_fields
+from ledger.paging import CURSOR_PATTERN, encode_cursor
 from ledger.turn import continue_refusal
 from worker.edges.http.deps import RT, authorize
 from worker.edges.http.schemas import (
@@ -29,6 +30,9 @@ approvals_router = APIRouter(
 conversations_router = APIRouter(
     prefix="/v1/conversations", dependencies=[Depends(authorize)], responses=ERRORS
 )
+#: a page's ``next_cursor``: the ledger's own form (a score of at most 20 digits, a member), so a
+#: malformed one is a 422 before anything reads it (the ledger refuses one too: ``BadCursor``)
+Cursor = Annotated[str | None, Query(pattern=CURSOR_PATTERN, description="a page's next_cursor")]
 
 
 @approvals_router.get("", response_model=ApprovalList)
@@ -38,21 +42,13 @@ def list_approvals(
         Literal["pending"], Query(description="which requests: pending (not yet decided)")
     ] = "pending",
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[
-        # a request's score (ms) and member (turn_id/approval_id): bounded, so no digits
-        # beyond what int() reads and Redis keeps
-        str | None, Query(pattern=r"^\d{1,18}:.{1,300}$", description="a page's next_cursor")
-    ] = None,
+    cursor: Cursor = None,
 ) -> ApprovalList:
     """Open approval requests across turns, newest first, paged."""
-    after = None
-    if cursor is not None:
-        score, _, member = cursor.partition(":")
-        after = (int(score), member)
-    found, nxt = rt.lifecycle.store.open_approvals(limit=limit, cursor=after)
+    found, nxt = rt.lifecycle.store.approvals.page(limit=limit, cursor=cursor)
     return ApprovalList(
         items=[ApprovalOut(**request_fields(r)) for r in found],
-        next_cursor=None if nxt is None else f"{nxt[0]}:{nxt[1]}",
+        next_cursor=None if nxt is None else encode_cursor(nxt),
     )
 
 
@@ -63,17 +59,11 @@ ConversationId = Annotated[str, Path(pattern=ID, description="the conversation's
 def list_conversations(
     rt: RT,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
-    cursor: Annotated[
-        str | None, Query(pattern=r"^\d+:.+$", description="a page's next_cursor")
-    ] = None,
+    cursor: Cursor = None,
 ) -> ConversationList:
     """Conversations, most recently updated first (newest message or Continue), paged; each
     with its newest turn's status now. One whose newest turn's keys expired is gone."""
-    after = None
-    if cursor is not None:
-        score, _, conversation_id = cursor.partition(":")
-        after = (int(score), conversation_id)
-    found, nxt = rt.lifecycle.store.conversations.page(limit=limit, cursor=after)
+    found, nxt = rt.lifecycle.store.conversations.page(limit=limit, cursor=cursor)
     items = [
         ConversationOut(
             conversation_id=c.conversation_id,
@@ -84,7 +74,7 @@ def list_conversations(
         )
         for c in found
     ]
-    return ConversationList(items=items, next_cursor=None if nxt is None else f"{nxt[0]}:{nxt[1]}")
+    return ConversationList(items=items, next_cursor=None if nxt is None else encode_cursor(nxt))
 
 
 @conversations_router.get("/{conversation_id}", response_model=ConversationDetail)

@@ -1,0 +1,174 @@
+"""A chaos trial's draw (``Trial``): its fault, where it strikes, the turns' mode and, in an
+approval trial, what its person decides (``Person``); with the tables the faults are drawn from.
+
+Below both ``chaos.runner``, which runs the trials, and ``chaos.approvals``, which plays the
+person: each takes the trial from here, so neither imports the other back.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from chaos.cluster import BACKLOG, DEFAULT, STORE, Cluster, Profile
+from chaos.failover import HOWS
+from chaos.invariants import WRITES
+
+#: store faults: the action, and the range of its outage in seconds (down, or paused)
+STORE_FAULTS: dict[str, tuple[float, float]] = {
+    "redis_restart": (0.5, 4.0),
+    "redis_pause": (1.0, 10.0),
+}
+#: where a fault of the store strikes: once the turn's stream holds a random number of events,
+#: between a write's side effect and its tool_done, during the hand-over to the next chunk (its
+#: two steps kept apart there), and right after a hand-over that sent its message in its step
+STORE_POINTS = ("-", "tool.after_effect", "chunk.handoff", "chunk.sent")
+#: the action of a failover of the Sentinel-monitored master (its trials are drawn only from
+#: ``FAILOVER_FAULTS``, on a ``SentinelCluster``)
+FAILOVER = "failover"
+FAILOVER_FAULTS: list[tuple[str, str]] = [(FAILOVER, point) for point in STORE_POINTS]
+#: (action, failpoint), drawn with equal weights; the actions of ``RUNNER_FAULTS`` and
+#: ``backlog`` are the runner's own (at a failpoint, the runner strikes once the worker reports
+#: the point reached and waits there for the outage)
+FAULTS: list[tuple[str, str]] = [
+    *[
+        (action, point)
+        for action in ("kill_child", "kill_worker")
+        for point in (
+            "tool.before_start",
+            "tool.after_effect",
+            "tool.after_done",
+            "chunk.handoff",
+            "chunk.sent",
+        )
+    ],
+    ("soft_limit", "tool.after_effect"),
+    ("duplicate", "chunk.handoff"),
+    ("drop", "chunk.handoff"),
+    ("sigterm", "-"),
+    ("backlog", "-"),
+    *[(action, point) for action in STORE_FAULTS for point in STORE_POINTS],
+]
+#: faults the runner makes itself, given the trial: at point ``-`` once the (first) turn's
+#: stream holds a random number of events, else once the failpoint fired
+RUNNER_FAULTS: dict[str, Callable[[Cluster, Trial], None]] = {
+    "redis_restart": lambda cluster, trial: cluster.restart_redis(trial.outage_s),
+    "redis_pause": lambda cluster, trial: cluster.pause_redis(trial.outage_s),
+    "sigterm": lambda cluster, _: cluster.terminate_worker(),
+    FAILOVER: lambda cluster, trial: cluster.fail_over(trial.how),
+}
+#: turns a backlog trial enqueues at once: with one pool process, the last one's first chunk
+#: and every turn's second chunk wait behind several soft limits' worth of chunks
+BACKLOG_TURNS = 6
+#: the kind's name (``--only approval``): its trials are drawn only from
+#: ``chaos.approvals.APPROVAL_FAULTS``
+APPROVAL = "approval"
+#: the worker's setting: every write of the chaos tools waits for a person
+APPROVAL_ENV = (("DRES_APPROVAL", ",".join(sorted(WRITES))),)
+#: the approval trials' workers: the default's and the store faults' profiles, with approvals
+APPROVAL_DEFAULT = Profile(DEFAULT.concurrency, (*DEFAULT.env, *APPROVAL_ENV))
+APPROVAL_STORE = Profile(STORE.concurrency, (*STORE.env, *APPROVAL_ENV))
+#: seconds after the turn is seen waiting within which the person decides
+DECIDE_S = 1.5
+#: the share of decisions that deny
+DENY_P = 0.2
+#: decisions drawn per trial (more are approvals): a turn asks three times, plus one per denial
+#: of a call the model makes again
+DRAWN = 8
+#: the ``nth`` decision a runner's fault strikes at is one of the first three (every turn makes
+#: those)
+NTH = 3
+
+
+@dataclass(frozen=True)
+class Person:
+    """What a trial's person will decide, drawn from the seed alone: the ``i``-th decision
+    (``decisions[i]``, ``delays[i]`` seconds after the request is seen), and at which one the
+    runner's own fault strikes."""
+
+    decisions: tuple[str, ...] = ()
+    delays: tuple[float, ...] = ()
+    nth: int = 0
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Person:
+        decisions = tuple("deny" if rng.random() < DENY_P else "approve" for _ in range(DRAWN))
+        delays = tuple(round(rng.uniform(0.0, DECIDE_S), 2) for _ in range(DRAWN))
+        return cls(decisions, delays, rng.randrange(NTH))
+
+    def decision(self, index: int) -> tuple[str, float]:
+        if index < len(self.decisions):
+            return self.decisions[index], self.delays[index]
+        return "approve", 0.0
+
+
+@dataclass(frozen=True)
+class Trial:
+    """One trial's draw: its fault, where it strikes, and the turns' mode."""
+
+    action: str
+    point: str
+    mode: str
+    #: hits of the failpoint passed over before the fault fires
+    skip: int
+    #: events of the first turn's stream after which the runner's own fault strikes
+    kill_after: int | None
+    naive: bool
+    #: seconds of a store fault's outage (redis-server down, or paused); 0 for other faults
+    outage_s: float = 0.0
+    #: how a failover is made (``chaos.failover.HOWS``); empty for other faults
+    how: str = ""
+    #: an approval trial (``chaos.approvals``): every write waits for ``person``'s decisions
+    approval: bool = False
+    person: Person = field(default_factory=Person)
+
+    @classmethod
+    def draw(
+        cls,
+        rng: random.Random,
+        naive: bool,
+        faults: Sequence[tuple[str, str]] = FAULTS,
+        approval: bool = False,
+    ) -> Trial:
+        # The draws depend on the seed alone, never on an outcome: a naive run meets the same
+        # faults in the same order.
+        action, point = rng.choice(faults)
+        mode = rng.choice(["background", "background", "foreground"])
+        skip = rng.randrange(3) if point.startswith("tool.") else 0
+        kill_after = rng.randrange(3, 20) if action in RUNNER_FAULTS and point == "-" else None
+        outage_s = round(rng.uniform(*STORE_FAULTS[action]), 2) if action in STORE_FAULTS else 0.0
+        if action == "backlog":
+            mode = "foreground"  # a foreground turn is the one a lost handoff would stop
+        how = rng.choice(HOWS) if action == FAILOVER else ""  # last: the other draws stay
+        person = Person.draw(rng) if approval else Person()  # and only for an approval trial
+        return cls(action, point, mode, skip, kill_after, naive, outage_s, how, approval, person)
+
+    @property
+    def store(self) -> bool:
+        """A fault of the store itself: the worker must ride it out in the same process."""
+        return self.action in STORE_FAULTS or self.action == FAILOVER
+
+    @property
+    def profile(self) -> Profile:
+        if self.approval:
+            return APPROVAL_STORE if self.store else APPROVAL_DEFAULT
+        return BACKLOG if self.backlog else STORE if self.store else DEFAULT
+
+    @property
+    def backlog(self) -> bool:
+        return self.action == "backlog"
+
+    @property
+    def turns(self) -> int:
+        return BACKLOG_TURNS if self.backlog else 1
+
+    @property
+    def fault(self) -> str:
+        label = f"backlog x{self.turns}" if self.backlog else self.action
+        if self.approval:
+            label = f"{APPROVAL}/{label}"
+        if self.how:
+            label += f"/{self.how}"
+        where = f" {self.point}" if self.point != "-" else ""
+        return f"{label}{where} ({self.mode})"
