@@ -64,7 +64,9 @@ def list_conversations(
     rt: RT,
     limit: Annotated[int, Query(ge=1, le=200)] = 50,
     cursor: Annotated[
-        str | None, Query(pattern=r"^\d+:.+$", description="a page's next_cursor")
+        # a conversation's score (ms) and id: bounded as the approvals' cursor, so a long run
+        # of digits is a 422, not an int() that Python refuses (a 500)
+        str | None, Query(pattern=r"^\d{1,18}:.{1,300}$", description="a page's next_cursor")
     ] = None,
 ) -> ConversationList:
     """Conversations, most recently updated first (newest message or Continue), paged; each
