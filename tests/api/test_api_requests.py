@@ -390,3 +390,49 @@ def test_a_bad_last_event_id_or_after_gets_400_naming_it(
             ),
         },
     )
+
+
+def test_a_listing_cursor_with_thousands_of_digits_gets_422_naming_it(
+    http: httpx.Client, rdb: redis.Redis
+) -> None:
+    """A cursor past what a score holds is a 422 JSON error on both listings, never a 500."""
+    cursor = {"params": {"cursor": "1" * 5000 + ":x"}}
+    check_bad_input(
+        http,
+        rdb,
+        {
+            "conversations": ("GET", "/v1/conversations", cursor, 422, ["cursor"]),
+            "approvals": ("GET", "/v1/approvals", cursor, 422, ["cursor"]),
+        },
+    )
+
+
+# -- what the API does not serve ----------------------------------------------------------------
+
+
+def test_a_method_a_path_lacks_gets_405_whose_allow_lists_the_methods_it_has(
+    http: httpx.Client,
+) -> None:
+    """405's ``Allow`` names every method of the path, across the routes that share it."""
+    allowed = {
+        ("PUT", "/v1/turns"): "POST",
+        ("DELETE", "/v1/turns/turn_x"): "GET",
+        ("GET", "/v1/turns/turn_x/stop"): "POST",
+        ("POST", "/v1/conversations/conv_x"): "DELETE, GET",
+        ("POST", "/healthz"): "GET",
+    }
+    for (method, path), allow in allowed.items():
+        reply = http.request(method, path)
+        assert reply.status_code == 405, (method, path, reply.text)
+        assert reply.headers["allow"] == allow, (method, path)
+        assert reply.json() == {"detail": "Method Not Allowed"}
+
+
+def test_there_is_no_swagger_ui_or_redoc_and_the_document_is_served(
+    guarded: httpx.Client,
+) -> None:
+    """``/docs`` and ``/redoc`` (pages that load scripts from a CDN, open without the token) are
+    404; ``/openapi.json`` is the document."""
+    for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
+        assert guarded.get(path).status_code == 404, path
+    assert guarded.get("/openapi.json").json()["info"]["title"] == "dres"

@@ -134,6 +134,23 @@ def test_every_command_exits_2_with_one_line_naming_redis_when_redis_is_unreacha
         assert "redis" in one_line(err).lower(), (command, err)
 
 
+def test_dres_enqueue_with_the_broker_down_exits_2_with_one_line_naming_the_broker(
+    cli: Cli, rdb: redis.Redis
+) -> None:
+    """The ledger's Redis is up, the broker is not: one line naming the broker, exit 2, no
+    traceback, and no turn left behind (the enqueue takes its record back)."""
+    port = free_port()
+    broker = f"redis://127.0.0.1:{port}/0"
+    # a cold start and the publish's own retries take seconds: room for a busy machine
+    done = cli("enqueue", "hello", env={"DRES_BROKER_URL": broker}, timeout=60)
+    assert done.returncode == 2, done.stdout + done.stderr
+    line = one_line(done.stderr)
+    assert line.startswith("dres: cannot reach the broker"), line
+    assert f"127.0.0.1:{port}" in line, line
+    assert done.stdout == ""
+    assert rdb.dbsize() == 0
+
+
 def test_dres_api_refuses_a_non_loopback_bind_without_a_token(cli: Cli) -> None:
     done = cli("api", "--host", "0.0.0.0", "--port", str(free_port()), timeout=15)
     assert done.returncode == 2, done.stdout + done.stderr

@@ -103,3 +103,44 @@ def test_dres_config_masks_tokens_passwords_and_the_password_of_a_url(
         "url": "http://b.example",
         "token": MASK,
     }
+
+
+def test_no_secret_of_a_settings_environment_shows_in_dres_config_or_its_json(
+    clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Tokens, passwords, URL userinfo, a webhook's path and query, agents' tokens and every MCP
+    ``env`` and MCP or OpenAPI ``headers`` value are masked in both outputs (their keys kept)."""
+    mcp = {
+        "files": {"command": ["prog", "--stdio"], "env": {"FILES_KEY": "env-secret-1"}},
+        "remote": {
+            "url": "http://mcp:url-secret-2@127.0.0.1:9/mcp",
+            "headers": {"Authorization": "Bearer header-secret-3"},
+        },
+    }
+    openapi = {
+        "billing": {
+            "spec": "http://127.0.0.1:9/openapi.json",
+            "base_url": "http://127.0.0.1:9",
+            "headers": {"X-Api-Key": "header-secret-4"},
+        }
+    }
+    secrets = {
+        "DRES_API_TOKEN": "tok-secret-5",
+        "DRES_REDIS_URL": "redis://app:pw-secret-6@127.0.0.1:6390/0",
+        "DRES_BROKER_URL": "redis://:pw-secret-7@127.0.0.1:6391/0",
+        "DRES_AGENTS": '{"billing": {"url": "http://b.example", "token": "tok-secret-8"}}',
+        "DRES_APPROVAL_WEBHOOK": "https://hooks.example/services/path-secret-9?key=q-secret-10",
+        "DRES_MCP_SERVERS": json.dumps(mcp),
+        "DRES_OPENAPI": json.dumps(openapi),
+    }
+    for name, value in secrets.items():
+        clean_env.setenv(name, value)
+    assert main(["config"]) == 0
+    table = capsys.readouterr().out
+    printed = {row["variable"]: row["value"] for row in config_json(capsys)}
+    for output in (table, json.dumps(printed)):
+        assert "secret" not in output, output
+    assert json.loads(printed["DRES_MCP_SERVERS"])["files"]["env"] == {"FILES_KEY": MASK}
+    assert json.loads(printed["DRES_MCP_SERVERS"])["remote"]["headers"] == {"Authorization": MASK}
+    assert json.loads(printed["DRES_OPENAPI"])["billing"]["headers"] == {"X-Api-Key": MASK}
+    assert printed["DRES_APPROVAL_WEBHOOK"] == f"https://hooks.example/{MASK}?{MASK}"

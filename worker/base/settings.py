@@ -1,4 +1,5 @@
-"""The one typed settings object, and the only reader of the environment (CONTRACT §3)."""
+"""The one typed settings object: the one reader of the DRES_* settings (CONTRACT §3);
+docs/configuration.md lists the few other variables dres reads, and where."""
 
 from __future__ import annotations
 

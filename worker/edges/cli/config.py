@@ -1,7 +1,9 @@
 """``dres config``: every ``DRES_*`` setting with its value, its default and one line of meaning,
 read from the settings class itself (``worker.base.settings.Settings``), so the table can never
-list a setting the class lacks or miss one it has. Secrets are masked: tokens and passwords, the
-password in a URL's userinfo, and the tokens in ``DRES_AGENTS``.
+list a setting the class lacks or miss one it has. Secrets are masked: tokens, passwords and
+secrets, the password in a URL's userinfo, a webhook URL's path and query, the tokens in
+``DRES_AGENTS``, and every ``env`` and ``headers`` value of an MCP server or an OpenAPI source
+(their keys are kept).
 """
 
 from __future__ import annotations
@@ -14,10 +16,22 @@ from urllib.parse import urlsplit, urlunsplit
 from worker.base.settings import Settings
 
 MASK = "****"
-#: settings whose whole value is a secret
-SECRETS = frozenset({"api_token", "redis_sentinel_password"})
+#: words that make a setting a secret by its name alone (``api_token``, a setting added later):
+#: a JSON object's values are masked, its keys kept; any other text is masked whole
+SECRET_WORDS = frozenset({"token", "password", "secret"})
 #: settings that hold URLs (``;``-separated for a Sentinel broker) whose userinfo may be a secret
-URLS = frozenset({"redis_url", "broker_url", "approval_webhook", "public_url"})
+URLS = frozenset({"redis_url", "broker_url", "public_url"})
+#: settings that hold a URL whose path and query are a secret too (a webhook's URL is often its
+#: only credential: Slack's, for one, carries its key in the path)
+SECRET_PATHS = frozenset({"approval_webhook"})
+#: JSON settings of named entries ``{"NAME": {…}}`` (CONTRACT §3, §4): per entry, the fields whose
+#: every value is masked (a header or an environment variable is often a credential) and the
+#: fields that are URLs
+ENTRIES = {
+    "agents": (frozenset({"token"}), frozenset({"url"})),
+    "mcp_servers": (frozenset({"env", "headers"}), frozenset({"url"})),
+    "openapi": (frozenset({"headers"}), frozenset({"spec", "base_url"})),
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,30 +54,65 @@ def shown(value: Any) -> str:
     return text if text else "empty"
 
 
-def mask_url(url: str) -> str:
-    """The URL with the password of its userinfo masked (a user name alone is kept)."""
+def mask_url(url: str, *, path: bool = False) -> str:
+    """The URL with the password of its userinfo masked (a user name alone is kept); with
+    ``path``, its path, query and fragment too (scheme and host stay, to say where it points)."""
     parts = urlsplit(url)
-    if parts.password is None:
-        return url
-    user = parts.username or ""
-    host = parts.netloc.rpartition("@")[2]
-    return urlunsplit(parts._replace(netloc=f"{user}:{MASK}@{host}"))
+    if parts.password is not None:
+        host = parts.netloc.rpartition("@")[2]
+        parts = parts._replace(netloc=f"{parts.username or ''}:{MASK}@{host}")
+    if path:
+        parts = parts._replace(
+            path=f"/{MASK}" if parts.path.strip("/") else parts.path,
+            query=MASK if parts.query else "",
+            fragment=MASK if parts.fragment else "",
+        )
+    return urlunsplit(parts)
+
+
+def _secret_values(value: Any) -> Any:
+    """A secret's value masked: a mapping keeps its keys, anything else is masked whole."""
+    if isinstance(value, dict):
+        return {key: MASK for key in value}
+    return MASK if value not in (None, "", [], {}) else value
+
+
+def _mask_entries(raw: str, secret: frozenset[str], urls: frozenset[str]) -> str:
+    try:
+        entries = json.loads(raw)
+    except json.JSONDecodeError:
+        return MASK  # the settings refuse it at start; never shown, it may hold a secret
+    for entry in entries.values() if isinstance(entries, dict) else ():
+        if not isinstance(entry, dict):
+            continue
+        for field in secret & entry.keys():
+            entry[field] = _secret_values(entry[field])
+        for field in urls & entry.keys():
+            if isinstance(entry[field], str):
+                entry[field] = mask_url(entry[field])
+    return json.dumps(entries, separators=(",", ":"))
+
+
+def _secret_setting(value: str) -> str:
+    try:
+        parsed = json.loads(value)
+    except json.JSONDecodeError:
+        return MASK
+    if isinstance(parsed, dict):  # {"NAME": "TOKEN"}: who may, without what they hold
+        return json.dumps(_secret_values(parsed), separators=(",", ":"))
+    return MASK
 
 
 def masked(name: str, value: Any) -> Any:
-    if name in SECRETS and value:
-        return MASK
-    if name in URLS and isinstance(value, str):
-        return ";".join(mask_url(url) for url in value.split(";"))
-    if name == "agents" and isinstance(value, str):
-        try:
-            apps = json.loads(value)
-        except json.JSONDecodeError:
-            return value  # the settings refused it already; shown as given
-        for app in apps.values() if isinstance(apps, dict) else ():
-            if isinstance(app, dict) and app.get("token"):
-                app["token"] = MASK
-        return json.dumps(apps, separators=(",", ":"))
+    # numbers and flags are no secrets (a token budget is a count of tokens)
+    if not value or not isinstance(value, str):
+        return value
+    if SECRET_WORDS & {part.removesuffix("s") for part in name.split("_")}:
+        return _secret_setting(value)
+    if name in URLS or name in SECRET_PATHS:
+        return ";".join(mask_url(url, path=name in SECRET_PATHS) for url in value.split(";"))
+    if name in ENTRIES:
+        return _mask_entries(value, *ENTRIES[name])
     return value
 
 

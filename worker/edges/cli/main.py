@@ -9,6 +9,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
 
+import kombu.exceptions
 import redis
 
 from ledger.errors import DresBaseError
@@ -27,6 +28,14 @@ REFUSED = 1
 def _fail(message: str) -> int:
     print(f"dres: {message}", file=sys.stderr)
     return USAGE_ERROR
+
+
+def _broker_name() -> str:
+    """The broker as the API names it (``the broker (host:port)``), without its credentials."""
+    from worker.base.settings import load_settings
+    from worker.edges.http.faults import broker_name
+
+    return broker_name(load_settings())
 
 
 def _runtime() -> Runtime:
@@ -398,5 +407,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(str(e))
     except redis.ConnectionError as e:
         return _fail(f"cannot reach Redis: {e}")
+    except kombu.exceptions.OperationalError as e:
+        # Celery's publish (a chunk's message, a revoke) raises kombu's error for a broker it
+        # cannot reach: one line naming the broker, as an unreachable ledger gets
+        return _fail(f"cannot reach {_broker_name()}: {e}")
     except KeyboardInterrupt:
         return 130

@@ -45,6 +45,10 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         description="Durable resume for agent turns",
         lifespan=_lifespan,
         generate_unique_id_function=operation_id,
+        # no Swagger UI or ReDoc: they would answer without the token and load their scripts from
+        # a CDN; /openapi.json is the document itself
+        docs_url=None,
+        redoc_url=None,
     )
     check_allow_list(settings)  # a bad DRES_MODELS fails at start
     api.state.settings = settings
@@ -123,13 +127,22 @@ async def http_error(request: Request, exc: HTTPException) -> JSONResponse:
     return JSONResponse({"detail": str(exc.detail)}, exc.status_code, headers=headers)
 
 
+#: the methods a 405's ``Allow`` may name
+METHODS = ("DELETE", "GET", "HEAD", "OPTIONS", "PATCH", "POST", "PUT")
+
+
 def _allowed_methods(request: Request) -> list[str]:
-    methods: set[str] = set()
-    for route in request.app.router.routes:
-        match, _ = route.matches(request.scope)
-        if match is not Match.NONE:
-            methods |= set(getattr(route, "methods", None) or ())
-    return sorted(methods)
+    """The methods some route of the request's path answers: each one asked of the routes as
+    Starlette routes it. A route's ``methods`` are not read: FastAPI 0.165 keeps an included
+    router as one opaque route, whose match stands for all of its own."""
+    routes = request.app.router.routes
+    return [
+        method
+        for method in METHODS
+        if any(
+            route.matches({**request.scope, "method": method})[0] is Match.FULL for route in routes
+        )
+    ]
 
 
 async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:

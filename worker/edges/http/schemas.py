@@ -196,6 +196,22 @@ HEALTH_ERRORS: dict[int | str, dict[str, Any]] = {
         "headers": RETRY_AFTER,
     },
 }
+#: a turn's routes' errors besides ``ERRORS``: its stored metadata is not a turn's
+#: (``CorruptTurn``), said as it is, never guessed at
+TURN_ERRORS: dict[int | str, dict[str, Any]] = {
+    500: {
+        "model": Error,
+        "description": "The turn's stored metadata is not a turn's; `detail` says what is wrong",
+    },
+}
+#: ``POST /v1/turns``'s 500: that, or the server's own default model cannot be loaded
+CREATE_ERRORS: dict[int | str, dict[str, Any]] = {
+    500: {
+        "model": Error,
+        "description": "The server's default model cannot be loaded, or an earlier turn of the "
+        "conversation has stored metadata that is not a turn's; `detail` says which",
+    },
+}
 #: the writes' errors besides ``ERRORS``
 WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
     507: {

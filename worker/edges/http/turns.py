@@ -29,8 +29,10 @@ from worker.edges.http.deps import RT, Reader, TurnId, authorize, meta_of, runti
 from worker.edges.http.document import STREAM_ID_PATTERN
 from worker.edges.http.models import admit_model
 from worker.edges.http.schemas import (
+    CREATE_ERRORS,
     ERRORS,
     ID,
+    TURN_ERRORS,
     WRITE_ERRORS,
     Accepted,
     ApprovalOut,
@@ -71,10 +73,17 @@ def _body_hash(body: TurnRequest) -> str:
     return hashlib.sha256(body.model_dump_json().encode()).hexdigest()
 
 
-router = APIRouter(prefix="/v1/turns", dependencies=[Depends(authorize)], responses=ERRORS)
+router = APIRouter(
+    prefix="/v1/turns", dependencies=[Depends(authorize)], responses={**ERRORS, **TURN_ERRORS}
+)
 
 
-@router.post("", status_code=202, response_model=TurnCreated, responses=WRITE_ERRORS)
+@router.post(
+    "",
+    status_code=202,
+    response_model=TurnCreated,
+    responses={**WRITE_ERRORS, **CREATE_ERRORS},
+)
 def create_turn(
     rt: RT,
     body: TurnRequest,
