@@ -16,7 +16,7 @@ import pytest
 from fastapi import FastAPI
 from fastapi.routing import iter_route_contexts
 
-from ledger import events
+from ledger import event_models, events
 from rigs import ROOT
 from worker.base.settings import Settings, load_settings
 from worker.edges.cli.config import rows
@@ -142,7 +142,7 @@ def documented_events() -> dict[str, frozenset[str]]:
 
 
 def code_events() -> dict[str, frozenset[str]]:
-    common = set(events._Event.model_fields)
+    common = set(event_models._Event.model_fields)
     found = {"*": frozenset(common | {"type"})}
     for model in get_args(get_args(events.Event)[0]):
         name = model.model_fields["type"].default
