@@ -48,6 +48,25 @@ UNACKED_RESTORE_INTERVAL_S = 5
 FAIL_FAST_PUBLISH_RETRIES = 1
 
 
+#: what every dres app sets alike (the module's docstring says why each): JSON only, results
+#: ignored, acks late and on failure, a killed child's message delivered again, prefetch 1
+DURABLE_CHUNKS: dict[str, Any] = {
+    "task_serializer": "json",
+    "result_serializer": "json",
+    "event_serializer": "json",
+    "accept_content": ["json"],
+    "task_ignore_result": True,
+    "task_acks_late": True,
+    "task_reject_on_worker_lost": True,
+    "task_acks_on_failure_or_timeout": True,
+    "worker_prefetch_multiplier": 1,
+    "worker_pool": prefork.POOL,  # prefork, with a Celery/kombu mismatch's workaround
+    "worker_hijack_root_logger": False,
+    "worker_cancel_long_running_tasks_on_connection_loss": True,
+    "broker_connection_retry_on_startup": True,
+}
+
+
 def create_app(settings: Settings, *, publish_timeout_s: float | None = None) -> Celery:
     """The app. ``publish_timeout_s`` (the API's): each broker command, connecting included,
     may take that long, and a publish is retried once at once, so an unreachable or hung broker
@@ -84,19 +103,7 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
     extra = [name.strip() for name in settings.celery_include.split(",") if name.strip()]
     app = Celery("dres", broker=settings.broker, include=["tasks.chunks", *extra], amqp=broker.AMQP)
     app.conf.update(
-        task_serializer="json",
-        result_serializer="json",
-        event_serializer="json",
-        accept_content=["json"],
-        task_ignore_result=True,
-        task_acks_late=True,
-        task_reject_on_worker_lost=True,
-        task_acks_on_failure_or_timeout=True,
-        worker_prefetch_multiplier=1,
-        worker_pool=prefork.POOL,  # prefork, with a Celery/kombu mismatch's workaround
-        worker_hijack_root_logger=False,
-        worker_cancel_long_running_tasks_on_connection_loss=True,
-        broker_connection_retry_on_startup=True,
+        DURABLE_CHUNKS,
         broker_transport_options=transport,
         result_backend_transport_options=results,
         visibility_timeout=vt,
