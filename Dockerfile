@@ -1,5 +1,5 @@
 # syntax=docker/dockerfile:1
-# The dres image: `dres worker`, `dres api` and the other commands of CONTRACT §2.
+# The dres image: `dres worker`, `dres api` and the other commands of docs/commands.md.
 #   docker build -t dres:local .      (compose.yaml builds it as dres:local too)
 FROM python:3.11.13-slim-bookworm
 

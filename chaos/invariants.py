@@ -7,7 +7,7 @@ and is expected to fail exactly one of them:
   and the interrupted-write guard exist for);
 - ``other_checks``: everything else (the stream is well formed, the turn ended within the bound,
   its metadata agrees with its stream, no record was lost), which naive resume must pass too.
-``approval_checks`` (the ``approval`` trials, CONTRACT §7.14) go with the first group: no write
+``approval_checks`` (the ``approval`` trials, docs/semantics.md) go with the first group: no write
 that needs approval ran without an ``approve`` for its signature, and none ran twice on one.
 """
 
@@ -128,7 +128,7 @@ def interrupted_writes_not_retried(events: Sequence[Any]) -> list[str]:
     return [f"{tool} started {n} times with one input" for (tool, _), n in starts.items() if n > 1]
 
 
-# -- approvals (CONTRACT §7.14) -----------------------------------------------------------------
+# -- approvals (docs/semantics.md) -----------------------------------------------------------------
 
 
 def approval_checks(
@@ -145,9 +145,9 @@ def approval_checks(
     ``call_id``: that ``tool_start`` names an approval, whose request is for the same call and
     signature and whose ``approval_decided`` (earlier in the stream) is ``approve``. The one
     execution without an approval of its own is an idempotent tool's retry of an interrupted
-    approved call (CONTRACT §7.14: a repeat after a resume meets the interrupted-write guard,
-    never a new request; §7.5: an idempotent write is retried): it runs on the approval of the
-    latest earlier start of the same tool and signature. An approval is named by one
+    approved call (docs/semantics.md: a repeat after a resume meets the interrupted-write guard,
+    never a new request; docs/semantics.md: an idempotent write is retried): it runs on the approval
+    of the latest earlier start of the same tool and signature. An approval is named by one
     ``tool_start`` and takes effect once at most: one row of a plain write, one application of an
     idempotent one's key (its retries log a row per attempt, ``applied`` on the first only).
     """
@@ -248,14 +248,14 @@ def meta_matches_stream(events: Sequence[Any], status: str, code: str) -> list[s
 
 
 def completed_despite_backlog(status: str, code: str) -> list[str]:
-    """A backlog delays a turn; it never stops it (CONTRACT §7.7, 'Queued is not lost')."""
+    """A backlog delays a turn; it never stops it (docs/semantics.md, 'Queued is not lost')."""
     if status == "completed":
         return []
     return [f"a backlog left the turn {status!r}" + (f" ({code})" if code else "")]
 
 
 def worker_stayed(exits: int) -> list[str]:
-    """A store fault never takes a worker down (CONTRACT §7.13): it rides the outage out in the
+    """A store fault never takes a worker down (docs/faults.md): it rides the outage out in the
     same process (``exits``: times the worker process ended during the trial)."""
     if not exits:
         return []
@@ -267,7 +267,7 @@ def one_message_per_run(copies: Mapping[str, int]) -> list[str]:
     return [f"the broker held {n} messages for {task}" for task, n in copies.items() if n > 1]
 
 
-# -- the stream is well formed (CONTRACT §6) ----------------------------------------------------
+# -- the stream is well formed (docs/events.md) ----------------------------------------------------
 
 
 def nothing_after_turn_ended(envelopes: Sequence[Envelope]) -> list[str]:

@@ -13,7 +13,7 @@ is one script, keyed by this execution's own id, that the tool sends again until
 must not log a second effect that the tool itself caused. So an effect lands exactly when the
 tool returns, and every extra effect row is one more execution, which is what the invariants
 count. The key is the execution's, not the ``call_id``: an approved call runs under its request's
-``call_id`` (CONTRACT §7.14), so a second execution of one approval has the same ``call_id`` and
+``call_id`` (docs/semantics.md), so a second execution of one approval has the same ``call_id`` and
 must still log a row of its own.
 """
 

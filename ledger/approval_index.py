@@ -1,4 +1,4 @@
-"""Open approval requests across turns (CONTRACT §10 ``GET /v1/approvals``): where a person
+"""Open approval requests across turns (docs/http-api.md ``GET /v1/approvals``): where a person
 finds what waits for them.
 
 The index is the sorted set ``keys.approvals_pending`` (members ``turn_id/approval_id``, scored

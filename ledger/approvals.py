@@ -1,4 +1,4 @@
-"""A turn's approval requests (CONTRACT §7.14): a pure fold over its events.
+"""A turn's approval requests (docs/semantics.md): a pure fold over its events.
 
 Each ``approval_requested`` is paired with its ``approval_decided`` (by ``approval_id``) and with
 what became of its call afterwards: the execution it authorised (a ``tool_start`` carrying its
@@ -34,7 +34,7 @@ class ApprovalEntry:
         return not self.used and not self.replaced
 
     def as_dict(self) -> dict[str, Any]:
-        """The request with its decision, in the form the API lists (CONTRACT §10)."""
+        """The request with its decision, in the form the API lists (docs/http-api.md)."""
         decided = self.decision
         return {
             **request_fields(self.request),

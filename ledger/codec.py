@@ -25,7 +25,7 @@ Decoding a compact text needs its epoch's ``run_started``: a ``Decoder`` (one pe
 remembers those it decodes, and names the epochs it has not seen (``missing``) for the reader to
 look up at ``E-0`` (``learn``) before decoding — a reader that starts mid-turn (``Last-Event-ID``,
 a page) meets text whose ``run_started`` came earlier. A compact text whose ``run_started`` cannot
-be found is malformed: ``EventDecodeError``, which readers log and skip (CONTRACT §6).
+be found is malformed: ``EventDecodeError``, which readers log and skip (docs/events.md).
 
 Readers get an ``Envelope``: the stream id beside the event, so the pydantic events themselves
 never hold stream ids.

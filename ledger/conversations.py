@@ -1,4 +1,4 @@
-"""Conversations across turns (CONTRACT §10): list them, read one, erase one on request.
+"""Conversations across turns (docs/http-api.md): list them, read one, erase one on request.
 
 A conversation is its list of turn ids (``keys.conversation_turns``, oldest first), a small hash
 with its title (``keys.conversation_meta``) and an entry in one sorted set of all conversations

@@ -1,4 +1,4 @@
-"""Write durability levels (``DRES_DURABILITY``, CONTRACT §7.13): confirming that a turn's record
+"""Write durability levels (``DRES_DURABILITY``, docs/faults.md): confirming that a turn's record
 is on a replica, on disk, or both, before a write's effect runs or the turn goes on.
 
 Redis answers a write once it is in the primary's memory; replication is asynchronous and the AOF

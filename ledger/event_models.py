@@ -1,4 +1,4 @@
-"""The run-ledger events (CONTRACT §6) as pydantic models, and ``Event``, their discriminated
+"""The run-ledger events (docs/events.md) as pydantic models, and ``Event``, their discriminated
 union.
 
 Events know nothing of stream ids or bytes; ``ledger.codec`` maps them to stream fields. Every
@@ -38,7 +38,7 @@ class _Event(BaseModel):
 
 
 class EarlierTurn(BaseModel):
-    """An earlier turn of the conversation as a new turn's model sees it (CONTRACT §7.10)."""
+    """An earlier turn of the conversation as a new turn's model sees it (docs/semantics.md)."""
 
     model_config = ConfigDict(frozen=True, extra="ignore")
 
@@ -56,7 +56,7 @@ class TurnStarted(_Event):
     message: str
     mode: TurnMode = "foreground"
     model: str | None = None
-    #: a short account of an unfinished earlier turn of the conversation (CONTRACT §7.7)
+    #: a short account of an unfinished earlier turn of the conversation (docs/semantics.md)
     prior_turn_note: str | None = None
     #: the conversation's earlier turns, oldest first, as read when this turn was created (every
     #: run of the turn sees the same); within the history budget, so the oldest may be missing
@@ -122,7 +122,7 @@ class _ToolCall(_Event):
 class ToolStart(_ToolCall):
     type: Literal["tool_start"] = "tool_start"
     read_only: bool = False
-    #: the approval this execution uses (CONTRACT §7.14): recorded with the call's start, in one
+    #: the approval this execution uses (docs/semantics.md): recorded with the call's start, in one
     #: fenced append, so an approval is used by one execution only
     approval_id: str | None = None
 
@@ -149,7 +149,7 @@ class ToolBlocked(_ToolCall):
     is_error: bool = False
 
 
-#: what became of an approval request (CONTRACT §7.14)
+#: what became of an approval request (docs/semantics.md)
 ApprovalDecision = Literal["approve", "deny", "expired", "voided"]
 
 

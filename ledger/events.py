@@ -1,4 +1,4 @@
-"""The run-ledger events (CONTRACT §6) as a pydantic discriminated union, and their validation.
+"""The run-ledger events (docs/events.md) as a pydantic discriminated union, and their validation.
 
 The models live in ``ledger.event_models`` (below ``ledger.errors``, which names ``Event``) and
 are read from here as ever. Events know nothing of stream ids or bytes; ``ledger.codec`` maps
@@ -45,7 +45,8 @@ _VALIDATE_JSON = EVENT_ADAPTER.validator.validate_json
 
 
 def parse_event(data: dict[str, Any]) -> Event:
-    """Validate the dict form of an event (CONTRACT §6); raise ``EventDecodeError`` if not one."""
+    """Validate the dict form of an event (docs/events.md); raise ``EventDecodeError`` if not
+    one."""
     if not isinstance(data, dict):
         raise EventDecodeError(f"an event must be a JSON object, got {type(data).__name__}")
     try:

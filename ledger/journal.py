@@ -1,4 +1,4 @@
-"""The tool-call journal (CONTRACT §7.1): a pure fold over a turn's events.
+"""The tool-call journal (docs/events.md): a pure fold over a turn's events.
 
 Completed calls are ``tool_start``s with a successful ``tool_done``; interrupted calls are
 ``tool_start``s with none. No Redis, no clock, no logging here: the same events always give the

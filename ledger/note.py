@@ -1,4 +1,4 @@
-"""The journal note of a resume prompt (CONTRACT §7.3, layer 1).
+"""The journal note of a resume prompt (docs/semantics.md, layer 1).
 
 The structure is fixed by the contract: a lead line, then the completed calls (tool, input,
 result) to reuse and not re-run, then the interrupted calls whose outcome must be verified.

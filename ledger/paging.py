@@ -1,4 +1,4 @@
-"""Pages of a listing across turns (CONTRACT §10: approvals, conversations), newest first.
+"""Pages of a listing across turns (docs/http-api.md: approvals, conversations), newest first.
 
 A listing is a sorted set scored by a time in ms. A page reads it from the top down; its cursor
 is the last listed ``(score, member)``, and the next page starts just below it. Members of one

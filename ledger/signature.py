@@ -1,4 +1,4 @@
-"""Input signatures (CONTRACT §7.2): sha256 of the canonical JSON of a tool input.
+"""Input signatures (docs/semantics.md): sha256 of the canonical JSON of a tool input.
 
 The canonical form follows RFC 8785 (JCS) where it matters for matching: object keys sorted by
 their UTF-16 code units, no insignificant whitespace, one form per number (so ``1`` and ``1.0``

@@ -35,7 +35,7 @@ class TurnStatus(StrEnum):
 
 
 class StopCode(StrEnum):
-    """Why a turn stopped. Every stop may be continued by a person (CONTRACT §7.7)."""
+    """Why a turn stopped. Every stop may be continued by a person (docs/semantics.md)."""
 
     CANCELLED = "cancelled"
     RATE_LIMIT = "rate_limit"

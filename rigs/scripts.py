@@ -1,4 +1,5 @@
-"""Scripted-model scripts (CONTRACT §5): the one writer of their files, and the steps they hold."""
+"""Scripted-model scripts (docs/models.md): the one writer of their files, and the steps they
+hold."""
 
 from __future__ import annotations
 

@@ -7,5 +7,6 @@ import (``tests/unit/test_layers.py`` checks every rule):
 - ``edges/``     the HTTP API, the CLI, the client, watch, the Celery app and runtime wiring
 - ``dev/``       the demo, its tools and scripts, embedded Redis, worker process helpers
 
-``worker.tools`` and ``worker.client`` are the public names of CONTRACT §4 and §9.
+``worker.tools`` and ``worker.client`` are the public names of docs/tools.md and
+docs/architecture.md.
 """

@@ -1,4 +1,4 @@
-"""The public Python client (CONTRACT §9): ``worker.client.enqueue_turn`` and
+"""The public Python client (docs/architecture.md): ``worker.client.enqueue_turn`` and
 ``worker.client.watch_turn``."""
 
 from worker.edges.client import enqueue_turn, watch_turn

@@ -1,4 +1,4 @@
-"""The public face of tools (CONTRACT §4): ``from worker.tools import tool, ToolContext``."""
+"""The public face of tools (docs/tools.md): ``from worker.tools import tool, ToolContext``."""
 
 from worker.engine.tools import Reconciliation, ToolContext, tool
 

@@ -26,7 +26,7 @@ from worker.base.settings import load_settings
 from worker.dev.redis_server import free_port
 from worker.edges.runtime import Runtime
 
-#: the statuses GET /v1/turns/{id} may report (CONTRACT §10)
+#: the statuses GET /v1/turns/{id} may report (docs/http-api.md)
 STATUSES = {"queued", "running", "resuming", "waiting", "completed", "stopped"}
 #: the bearer token of the server that requires one
 TOKEN = "test-token-0123456789"
@@ -206,7 +206,7 @@ def status_of(http: httpx.Client, turn_id: str) -> dict[str, Any]:
     return body
 
 
-# -- turns that wait for approval (CONTRACT §7.14) -------------------------------------------
+# -- turns that wait for approval (docs/semantics.md) -------------------------------------------
 
 #: a model step that sends an email, which DRES_APPROVAL=send_email makes wait
 SEND_STEP = {"text": "Sending.", "tool_calls": [{"name": "send_email", "input": EMAIL}]}

@@ -1,5 +1,6 @@
-"""Approvals through HTTP (CONTRACT §7.14, §10): the decide route, GET /v1/approvals, a waiting
-turn's status, Stop, Continue and a new message on it, the metrics and the OpenAPI document.
+"""Approvals through HTTP (docs/semantics.md, docs/http-api.md): the decide route, GET
+/v1/approvals, a waiting turn's status, Stop, Continue and a new message on it, the metrics and the
+OpenAPI document.
 
 Turns are made to wait by the in-process harness on the API's Redis (``api_support.Approvals``:
 a worker's chunk path with DRES_APPROVAL=send_email), so no worker is needed for the routes; the

@@ -1,4 +1,5 @@
-"""Continue and Stop through HTTP (CONTRACT §7.7, §7.8, §10), turn status and the journal.
+"""Continue and Stop through HTTP (docs/semantics.md, docs/http-api.md), turn status and the
+journal.
 
 The stops that Continue acts on are crafted at the ledger level (``crashed_stop``: the turn's
 first run is claimed, then taken over as dead by ``TurnControl.take_over``, which for a foreground

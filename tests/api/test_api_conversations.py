@@ -1,4 +1,4 @@
-"""Conversations through HTTP (CONTRACT §10): the listing (newest first, paged), one
+"""Conversations through HTTP (docs/http-api.md): the listing (newest first, paged), one
 conversation's turns, and its erasure on request, refused while a turn of it has not ended."""
 
 from __future__ import annotations

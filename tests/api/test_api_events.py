@@ -1,4 +1,5 @@
-"""GET /v1/turns/{id}/events (CONTRACT §10): every ledger event once, resumable, closing at the end.
+"""GET /v1/turns/{id}/events (docs/http-api.md): every ledger event once, resumable, closing at the
+end.
 
 The turns run on a real prefork worker and span chunks (a 1 s step against a 0.5 s soft limit),
 so the events a client misses while disconnected include a chunk boundary. Each stream is
@@ -145,7 +146,7 @@ def test_the_stream_of_a_continued_turn_stays_open_past_its_earlier_stop(
 def test_an_unreadable_entry_in_the_stream_is_skipped_with_a_warning_and_the_stream_goes_on(
     settings: Settings, runtime: Runtime, ledger: Ledger
 ) -> None:
-    """In process, to read the API's log: an entry no event decodes from (CONTRACT §6)."""
+    """In process, to read the API's log: an entry no event decodes from (docs/events.md)."""
     turn_id = crashed_stop(runtime)
     runtime.redis.xadd(keys.turn_events(turn_id), {"e": b'{"type": "text", "v": 1'})
     with (

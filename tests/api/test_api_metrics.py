@@ -1,5 +1,5 @@
-"""GET /metrics on the API (CONTRACT §10): Prometheus text with the unfinished turns it reads from
-Redis and the names of §10; behind the bearer token when one is set."""
+"""GET /metrics on the API (docs/http-api.md): Prometheus text with the unfinished turns it reads
+from Redis and the names of docs/http-api.md; behind the bearer token when one is set."""
 
 from __future__ import annotations
 
@@ -29,7 +29,7 @@ def test_metrics_count_the_unfinished_turns_in_redis_by_status(
     assert got.value("dres_turns", status="running") == 1
     assert got.value("dres_turns", status="resuming") == 0
     assert got.value("dres_turns_indexed") == 3
-    # the names of CONTRACT §10, whose counts the workers serve
+    # the names of docs/http-api.md, whose counts the workers serve
     assert got.families["dres_turns_ended"] == "counter"
     assert got.families["dres_tool_calls"] == "counter"
     assert got.families["dres_chunk_handoff_seconds"] == "histogram"

@@ -1,5 +1,5 @@
-"""POST /v1/turns serves the default model and DRES_MODELS' specs only (CONTRACT §3); the CLI, a
-local user, may name any spec. A refusal never shows what is in a file on the server."""
+"""POST /v1/turns serves the default model and DRES_MODELS' specs only (docs/configuration.md); the
+CLI, a local user, may name any spec. A refusal never shows what is in a file on the server."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Requests to the HTTP API (CONTRACT §8, §10): idempotent enqueue, the bearer token, bad input.
+"""Requests to the HTTP API (docs/http-api.md, docs/http-api.md): idempotent enqueue, the bearer
+token, bad input.
 
 No worker runs here: an enqueued turn stays queued, so Redis changes only when the API writes,
 and a rejected request can be shown to have written nothing at all (every key, every value).

@@ -1,7 +1,7 @@
-"""The store's own faults at the API (CONTRACT §7.13, §10): an unreachable Redis or broker is
-answered at once with 503, ``Retry-After`` and a ``detail`` naming the store, a full one with 507;
-the same ``dres api`` serves again once the store is back, and event streams and ``dres watch``
-cut by a Redis restart go on after their last event.
+"""The store's own faults at the API (docs/faults.md, docs/http-api.md): an unreachable Redis or
+broker is answered at once with 503, ``Retry-After`` and a ``detail`` naming the store, a full one
+with 507; the same ``dres api`` serves again once the store is back, and event streams and ``dres
+watch`` cut by a Redis restart go on after their last event.
 
 Every fault is real: a private redis-server of this module, killed with SIGKILL and started
 again on the same port and data directory (AOF), stopped with SIGSTOP (a hung Redis), or set to

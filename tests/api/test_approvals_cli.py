@@ -1,7 +1,7 @@
-"""Approvals from the command line (CONTRACT §2, §7.14, §8): ``dres approvals``, ``dres approve``,
-``dres deny``, what ``dres watch`` shows of a turn that waited, and the start-up refusals of a
-bad DRES_APPROVAL. Turns are made to wait by the in-process harness on the test's Redis
-(``api_support.Approvals``); the CLI runs as a subprocess.
+"""Approvals from the command line (docs/commands.md, docs/semantics.md, docs/http-api.md): ``dres
+approvals``, ``dres approve``, ``dres deny``, what ``dres watch`` shows of a turn that waited, and
+the start-up refusals of a bad DRES_APPROVAL. Turns are made to wait by the in-process harness on
+the test's Redis (``api_support.Approvals``); the CLI runs as a subprocess.
 """
 
 from __future__ import annotations

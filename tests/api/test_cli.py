@@ -1,4 +1,5 @@
-"""The ``dres`` command (CONTRACT §2, §8), run as a subprocess against the real redis-server.
+"""The ``dres`` command (docs/commands.md, docs/http-api.md), run as a subprocess against the real
+redis-server.
 
 Bad input, bad configuration and an unreachable Redis: exit status 2 and one line on stderr.
 """

@@ -1,5 +1,6 @@
-"""``dres up`` (CONTRACT §2) as a person runs it: a subprocess that starts its own redis-server,
-a worker and the API with the page, prints the page's URL, and stops every one on Ctrl-C.
+"""``dres up`` (docs/commands.md) as a person runs it: a subprocess that starts its own
+redis-server, a worker and the API with the page, prints the page's URL, and stops every one on
+Ctrl-C.
 """
 
 from __future__ import annotations

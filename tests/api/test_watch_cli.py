@@ -1,6 +1,7 @@
-"""``dres watch`` as a person reads it, and ``worker.client.watch_turn`` (CONTRACT §2, §7.7, §9):
-the answer's text joined, a line per tool call, "Resuming…" where a run picks the turn up, a
-status line; a time-limit stop continued on its own unless told not to.
+"""``dres watch`` as a person reads it, and ``worker.client.watch_turn`` (docs/commands.md,
+docs/semantics.md, docs/architecture.md): the answer's text joined, a line per tool call,
+"Resuming…" where a run picks the turn up, a status line; a time-limit stop continued on its own
+unless told not to.
 """
 
 from __future__ import annotations
@@ -110,7 +111,7 @@ def test_watch_turn_without_auto_continue_ends_at_the_stop(
 
 
 def test_a_call_agent_result_shows_the_child_turns_id_whole_however_long_the_answer() -> None:
-    """The person's view names the child turn so it can be watched too (CONTRACT §7.9)."""
+    """The person's view names the child turn so it can be watched too (docs/semantics.md)."""
     child = "turn_" + "c" * 32
     header = {"turn_id": "turn_p", "run_id": "run_1", "chunk": 0, "ts": 1.0}
     start = ToolStart(

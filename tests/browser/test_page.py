@@ -1,5 +1,6 @@
-"""The page in a real browser (CONTRACT §7.7, §10): Debian's chromium on a real ``dres api``,
-a real prefork worker and redis-server, driven through the page's ``data-testid`` hooks.
+"""The page in a real browser (docs/semantics.md, docs/http-api.md): Debian's chromium on a real
+``dres api``, a real prefork worker and redis-server, driven through the page's ``data-testid``
+hooks.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from worker.demo_tools import outbox
 
 pytestmark = pytest.mark.redis_server
 
-#: CONTRACT §7.8: Stop records the turn's end within a second or two
+#: docs/semantics.md: Stop records the turn's end within a second or two
 STOP_BOUND_S = 2.0
 
 

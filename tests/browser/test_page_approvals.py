@@ -1,6 +1,6 @@
-"""Approvals on the page (CONTRACT §7.14, §10; issue 24): a call that needs a person's decision
-shows as an approval card with its input in full, the turn reads ``waiting``, and a click on
-Approve or Deny decides it; the page never decides on its own.
+"""Approvals on the page (docs/semantics.md, docs/http-api.md; issue 24): a call that needs a
+person's decision shows as an approval card with its input in full, the turn reads ``waiting``, and
+a click on Approve or Deny decides it; the page never decides on its own.
 
 The worker runs with ``DRES_APPROVAL=send_email`` and a scripted model that sends one email.
 ``PAGE_SCREENSHOTS=docs/screenshots`` makes the first test write docs/page.md's

@@ -1,6 +1,6 @@
-"""The page's connection to the API (CONTRACT §10, §7.7): the bearer token asked once, a dropped
-connection resumed from the last event id, and Stop during the wait before an automatic
-continuation.
+"""The page's connection to the API (docs/http-api.md, docs/semantics.md): the bearer token asked
+once, a dropped connection resumed from the last event id, and Stop during the wait before an
+automatic continuation.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
-"""The page through a Redis outage (CONTRACT §7.13, §10): while the API answers 503 the page says
-it is reconnecting and keeps trying, and once Redis is back it shows the turn to its end with no
-line lost or doubled.
+"""The page through a Redis outage (docs/faults.md, docs/http-api.md): while the API answers 503 the
+page says it is reconnecting and keeps trying, and once Redis is back it shows the turn to its end
+with no line lost or doubled.
 
 The outage is real: a private redis-server of this test, killed with SIGKILL and started again
 on the same port and data directory, behind a ``dres api`` of this test. The turn's run is played

@@ -1,7 +1,7 @@
-"""The page's timeline and its conversations (issue 26, CONTRACT §10): conversations listed by the
-server, the same in every browser; a turn's text segments, tool cards and "Resuming…" markers in
-ledger order, also after a reload mid-turn and after a resume, no segment shown twice; and a
-status word that never reads ``completed`` beside an answer that lacks its last text.
+"""The page's timeline and its conversations (issue 26, docs/http-api.md): conversations listed by
+the server, the same in every browser; a turn's text segments, tool cards and "Resuming…" markers in
+ledger order, also after a reload mid-turn and after a resume, no segment shown twice; and a status
+word that never reads ``completed`` beside an answer that lacks its last text.
 """
 
 from __future__ import annotations

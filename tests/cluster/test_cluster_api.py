@@ -1,4 +1,4 @@
-"""The HTTP API (CONTRACT §10) as a ``dres api`` process with the ledger on a Redis Cluster.
+"""The HTTP API (docs/http-api.md) as a ``dres api`` process with the ledger on a Redis Cluster.
 
 Its async reader is a ``redis.asyncio.cluster.RedisCluster`` and its writes go through the
 worker's ``RedisCluster`` client; the turn runs on a prefork worker of the same settings.

@@ -1,5 +1,6 @@
-"""``DRES_REDIS_CLUSTER=1`` needs ``DRES_BROKER_URL`` (CONTRACT §3): Celery's broker is a plain
-Redis, never the ledger's cluster, so every dres command refuses to start without one, naming it.
+"""``DRES_REDIS_CLUSTER=1`` needs ``DRES_BROKER_URL`` (docs/configuration.md): Celery's broker is a
+plain Redis, never the ledger's cluster, so every dres command refuses to start without one, naming
+it.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """With ``DRES_REDIS_CLUSTER=1`` the start-up eviction check reads every master of the ledger's
-cluster and the broker's Redis (CONTRACT §3, ``DRES_ALLOW_EVICTION``)."""
+cluster and the broker's Redis (docs/configuration.md, ``DRES_ALLOW_EVICTION``)."""
 
 from __future__ import annotations
 

@@ -51,7 +51,7 @@ PER_MASTER = 2
 
 
 def well_formed(envelopes: list[Envelope]) -> list[str]:
-    """What CONTRACT §6 asks of every turn's stream (the chaos runner's checks)."""
+    """What docs/events.md asks of every turn's stream (the chaos runner's checks)."""
     events = [e.event for e in envelopes]
     return [
         *nothing_after_turn_ended(envelopes),

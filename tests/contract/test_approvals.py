@@ -1,4 +1,4 @@
-"""Approval of writes (CONTRACT §7.14) through the real loop, ledger and lifecycle steps.
+"""Approval of writes (docs/semantics.md) through the real loop, ledger and lifecycle steps.
 
 Chunks run in-process through ``Lifecycle.run_chunk`` (``tests/harness.py``) on fakeredis and on a
 real redis-server; a person's decision is ``Lifecycle.decide``, as the API and the CLI call it.

@@ -2,7 +2,7 @@
 
 Run on fakeredis and on a real redis-server: a run's ``text`` events are stored without the
 envelope their place implies, and ``read_turn``, a paged read, a read from mid-turn and the live
-tail all give the same events in the dict form of CONTRACT §6.
+tail all give the same events in the dict form of docs/events.md
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The tool executor: recording, errors, and layer 2 on resumed attempts (CONTRACT §4, §7.4-7.6).
+"""The tool executor: recording, errors, and layer 2 on resumed attempts (docs/tools.md,
+docs/semantics.md-7.6).
 
 Each test runs a turn in-process on fakeredis and on a real redis-server.
 """
@@ -132,7 +133,8 @@ def test_a_first_run_blocks_nothing(h: Harness) -> None:
     assert len(outbox(h.client)) == 2 and blocked(h) == []
 
 
-# -- interrupted writes (§7.5) -----------------------------------------------------------------
+# -- interrupted writes (docs/semantics.md)
+# -----------------------------------------------------------------
 
 
 def test_an_identical_retry_of_an_interrupted_write_is_refused_with_a_verify_request(

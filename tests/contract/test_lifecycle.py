@@ -1,4 +1,4 @@
-"""A turn's lifecycle end to end (CONTRACT §7.7): Continue after every stop, bounded takeovers,
+"""A turn's lifecycle end to end (docs/semantics.md): Continue after every stop, bounded takeovers,
 redeliveries under a live lease, the reaper, and a soft limit that lands after the turn's end.
 
 Chunks run in-process through ``Lifecycle.run_chunk`` (``tests/harness.py``) on fakeredis and on a

@@ -1,4 +1,5 @@
-"""The agent loop: resume prompts, both layers on resume, model errors (CONTRACT §5, §7.3-7.7)."""
+"""The agent loop: resume prompts, both layers on resume, model errors (docs/models.md,
+docs/semantics.md-7.7)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""No lost record (CONTRACT §7.6): a soft limit that fires while a tool runs waits for tool_done.
+"""No lost record (docs/semantics.md): a soft limit that fires while a tool runs waits for
+tool_done.
 
 Celery's prefork pool delivers the soft limit as SIGUSR1 whose handler raises; these tests install
 such a handler and deliver the real signal, in this process and in a forked child process.

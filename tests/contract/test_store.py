@@ -1,4 +1,5 @@
-"""The ledger store, run on fakeredis and on a real redis-server (CONTRACT §6, §9).
+"""The ledger store, run on fakeredis and on a real redis-server (docs/events.md,
+docs/architecture.md).
 
 Turns are created, claimed and moved on through ``TurnStore`` (the one writer of a turn's
 metadata); ``Ledger`` appends a run's events under its lease and reads them back.

@@ -1,6 +1,6 @@
 """Tools from MCP servers and OpenAPI documents through the real loop, ledger and executor, in
-process (CONTRACT §4, §7.4, §7.5), against real servers: the official SDK's MCP server over stdio
-and streamable HTTP, and a FastAPI app serving its OpenAPI document, each a subprocess.
+process (docs/tools.md, docs/semantics.md), against real servers: the official SDK's MCP server over
+stdio and streamable HTTP, and a FastAPI app serving its OpenAPI document, each a subprocess.
 """
 
 from __future__ import annotations

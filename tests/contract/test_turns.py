@@ -281,7 +281,7 @@ def hand_over_sending(store: TurnStore, lease: Lease, successor: str, look_at_ms
 def test_a_hand_over_sends_its_message_its_mark_and_the_reapers_look_in_its_own_step(
     client: redis.Redis,
 ) -> None:
-    """The successor is recorded and its message queued in one atomic step (CONTRACT §7.7: the
+    """The successor is recorded and its message queued in one atomic step (docs/semantics.md: the
     record first), so no crash falls between the two; the reaper's look is only ever brought
     sooner, never put off."""
     store = TurnStore(Ledger(client))

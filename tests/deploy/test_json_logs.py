@@ -1,5 +1,5 @@
-"""``DRES_LOG_FORMAT=json`` (CONTRACT §3, issue 15): one JSON object per line on stderr, dres's
-lines and Celery's alike, with ``turn_id``, ``run_id``, ``chunk`` and ``epoch`` on every line
+"""``DRES_LOG_FORMAT=json`` (docs/configuration.md, issue 15): one JSON object per line on stderr,
+dres's lines and Celery's alike, with ``turn_id``, ``run_id``, ``chunk`` and ``epoch`` on every line
 logged while a chunk works on a turn; ``console`` (the default) stays text for a person."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Approvals (CONTRACT §7.14) on real processes: a real ``dres api``, real ``dres worker``s and a
+"""Approvals (docs/semantics.md) on real processes: a real ``dres api``, real ``dres worker``s and a
 real redis-server; every decision is an HTTP POST, as a person's is.
 
 A write that needs approval ends its run ``waiting``: no worker holds the turn, so the worker can

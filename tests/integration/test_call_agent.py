@@ -1,4 +1,4 @@
-"""call_agent (CONTRACT §7.9) between two dres apps, on real processes.
+"""call_agent (docs/semantics.md) between two dres apps, on real processes.
 
 App A is this test's Redis and its ``dres worker`` (DRES_AGENTS names app B); app B is another
 redis-server with its own ``dres api`` (its own DRES_API_TOKEN) and ``dres worker``, whose default

@@ -1,4 +1,4 @@
-"""Self-chaining on a real prefork worker (CONTRACT §7.7): a turn longer than its soft limit."""
+"""Self-chaining on a real prefork worker (docs/semantics.md): a turn longer than its soft limit."""
 
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ def test_a_turn_longer_than_three_soft_limits_self_chains_one_run_per_chunk_to_c
 def test_a_soft_limit_during_a_write_waits_for_its_tool_done_then_chains(
     runtime: Runtime, worker: WorkerProcess, script: Callable[..., str]
 ) -> None:
-    """CONTRACT §7.6 on a real worker: the 1 s write outlives the 0.5 s limit and is recorded."""
+    """docs/semantics.md on a real worker: the 1 s write outlives the 0.5 s limit and is
+    recorded."""
     model = script([slow_write("report"), DONE], on_resume="restart")
     turn = runtime.lifecycle.enqueue("write the report", model=model)
 

@@ -1,4 +1,4 @@
-"""Continuing a stopped turn (CONTRACT §7.7): atomic automatic continuation, its limit, and
+"""Continuing a stopped turn (docs/semantics.md): atomic automatic continuation, its limit, and
 Continue only for a conversation's newest stop.
 
 The stops are what the reaper records for a foreground run whose lease ran out (``crashed``,

@@ -1,7 +1,7 @@
-"""A conversation's turns on a real worker, the official SDKs talking to a fake provider (CONTRACT
-§7.10): a turn's request carries the earlier turns' messages and final answers before its own
-message, in roles that alternate, with no tool call of an earlier turn; over the history budget
-the oldest turn is left out first."""
+"""A conversation's turns on a real worker, the official SDKs talking to a fake provider
+(docs/semantics.md): a turn's request carries the earlier turns' messages and final answers before
+its own message, in roles that alternate, with no tool call of an earlier turn; over the history
+budget the oldest turn is left out first."""
 
 from __future__ import annotations
 

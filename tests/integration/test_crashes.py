@@ -1,4 +1,4 @@
-"""Crashes (CONTRACT §7.5, §7.7): real SIGKILLs of a pool process and of a whole worker.
+"""Crashes (docs/semantics.md): real SIGKILLs of a pool process and of a whole worker.
 
 A background turn whose run dies is picked up again (redelivery or the reaper) and resumes; a
 foreground one stops with Continue available. Either way the interrupted write is not run blind

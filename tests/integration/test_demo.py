@@ -1,4 +1,5 @@
-"""``dres demo`` (CONTRACT §2): the whole story on a real prefork worker, and its exit status."""
+"""``dres demo`` (docs/commands.md): the whole story on a real prefork worker, and its exit
+status."""
 
 from __future__ import annotations
 

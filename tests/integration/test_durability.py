@@ -1,4 +1,4 @@
-"""Write durability levels on real servers (CONTRACT §7.13, ``DRES_DURABILITY``): a primary and its
+"""Write durability levels on real servers (docs/faults.md, ``DRES_DURABILITY``): a primary and its
 replica as processes (Debian's redis-server 7.0 for ``WAIT``), and a 7.2+ server for ``WAITAOF``
 (``rigs.redis_durability.waitaof_binary``: skipped, loudly, where there is none, and a
 failure under ``CI=true``, where the dev dependency that ships one is installed).

@@ -1,4 +1,4 @@
-"""Fenced appends (CONTRACT §6): a zombie run cannot write once its successor holds the turn.
+"""Fenced appends (docs/events.md): a zombie run cannot write once its successor holds the turn.
 
 The zombie here is a run claimed in this process whose turn is then moved on, as it is after a
 redelivery or a reaper take-over, while a real worker runs the successor against the same Redis.

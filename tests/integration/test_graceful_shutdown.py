@@ -1,4 +1,4 @@
-"""Graceful shutdown (CONTRACT §7.11): a worker told to stop (SIGTERM, a deploy) hands each
+"""Graceful shutdown (docs/faults.md): a worker told to stop (SIGTERM, a deploy) hands each
 running chunk to its successor at once, as a soft limit would, and another worker goes on with it.
 """
 

@@ -1,4 +1,4 @@
-"""The handoff to the next chunk (CONTRACT §7.7): duplicated and lost successor messages.
+"""The handoff to the next chunk (docs/semantics.md): duplicated and lost successor messages.
 
 The successor is recorded before its message is sent and claims the turn atomically, so a
 duplicate delivery runs nothing and a lost message is found by the reaper and re-dispatched; a

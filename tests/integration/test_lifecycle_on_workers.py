@@ -1,5 +1,5 @@
-"""The turn's lifecycle on real prefork workers (CONTRACT §7.7): a backlog is not a loss, a turn's
-end cannot be handed over, a run's lease lives as long as its process and no longer, and the
+"""The turn's lifecycle on real prefork workers (docs/semantics.md): a backlog is not a loss, a
+turn's end cannot be handed over, a run's lease lives as long as its process and no longer, and the
 worker that runs a chunk decides its time limits.
 """
 

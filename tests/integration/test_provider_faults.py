@@ -1,6 +1,6 @@
-"""Provider faults end to end (CONTRACT §5, §7.7, §7.8, §7.12): a prefork ``dres worker`` runs a
-turn on ``DRES_MODEL=anthropic:…`` / ``openai:…`` whose official SDK talks HTTP to the fake
-provider (``ANTHROPIC_BASE_URL`` / ``OPENAI_BASE_URL``, a dummy key), scripted per request.
+"""Provider faults end to end (docs/models.md, docs/semantics.md, docs/faults.md): a prefork ``dres
+worker`` runs a turn on ``DRES_MODEL=anthropic:…`` / ``openai:…`` whose official SDK talks HTTP to
+the fake provider (``ANTHROPIC_BASE_URL`` / ``OPENAI_BASE_URL``, a dummy key), scripted per request.
 
 - 429 stops a foreground turn (``rate_limit``, Continue available); a background turn first gets
   one resume after the cooldown;
@@ -42,7 +42,7 @@ from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
 
-#: seconds: the contract's "within a second or two" (§7.8)
+#: seconds: the contract's "within a second or two" (docs/semantics.md)
 STOP_WITHIN_S = 2.0
 #: soft and hard limits long enough that only the fault ends a run (the self-chain test keeps
 #: the tests' 0.5 s); the visibility timeout must exceed the hard limit

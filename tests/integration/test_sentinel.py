@@ -1,4 +1,4 @@
-"""Sentinel failover (CONTRACT §7.13, issue 23): a primary, a replica and three sentinels as real
+"""Sentinel failover (docs/faults.md, issue 23): a primary, a replica and three sentinels as real
 processes (``rigs.redis_sentinel``), with passwords on the data nodes and on the
 sentinels; dres's ledger, broker and this process's runtime all reach the master through the
 sentinels (``DRES_REDIS_SENTINELS``, ``DRES_REDIS_MASTER``).

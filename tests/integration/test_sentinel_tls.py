@@ -1,4 +1,4 @@
-"""TLS through Sentinel (CONTRACT §7.13) on real processes: a primary, a replica and three
+"""TLS through Sentinel (docs/faults.md) on real processes: a primary, a replica and three
 sentinels that serve TLS only and want a client certificate (``LocalSentinel(tls=True)``), and
 dres told so by a ``rediss://`` DRES_REDIS_URL whose query names the CA, the certificate and its
 key. No port of the rig speaks plain TCP, and none takes a client without the certificate, so

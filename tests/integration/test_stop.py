@@ -1,4 +1,4 @@
-"""Stop (CONTRACT §7.8): a running turn is cancelled within a second or two at a safe point, and
+"""Stop (docs/semantics.md): a running turn is cancelled within a second or two at a safe point, and
 a resuming turn's queued chunk never runs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The store's own faults (CONTRACT §7.13): a real redis-server (AOF on), the ledger's and the
+"""The store's own faults (docs/faults.md): a real redis-server (AOF on), the ledger's and the
 broker's, killed with SIGKILL and started again on the same port and directory while turns run.
 
 Workers ride it out in the same processes (none exits, none stops consuming), a write that

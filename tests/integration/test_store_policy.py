@@ -1,5 +1,5 @@
 """``dres worker`` and ``dres api`` refuse a Redis whose ``maxmemory-policy`` may evict dres's
-keys (CONTRACT §3, ``DRES_ALLOW_EVICTION``), on real redis-servers and real processes."""
+keys (docs/configuration.md, ``DRES_ALLOW_EVICTION``), on real redis-servers and real processes."""
 
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""Tools from MCP servers and OpenAPI documents on a real prefork worker (CONTRACT §4, §7.4,
-§7.5): its pool process opens its own MCP session after the fork, a chunk's soft limit cuts the
-turn after the writes, and the resumed chunk under a model that re-issues everything runs the
-reads again and blocks the writes. The servers are real subprocesses.
+"""Tools from MCP servers and OpenAPI documents on a real prefork worker (docs/tools.md,
+docs/semantics.md, docs/semantics.md): its pool process opens its own MCP session after the fork, a
+chunk's soft limit cuts the turn after the writes, and the resumed chunk under a model that
+re-issues everything runs the reads again and blocks the writes. The servers are real subprocesses.
 """
 
 from __future__ import annotations

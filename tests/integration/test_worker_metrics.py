@@ -1,5 +1,5 @@
-"""A worker's Prometheus metrics on DRES_METRICS_PORT (CONTRACT §3, §10): its pool processes'
-values served together (multiprocess mode), agreeing with the ledger."""
+"""A worker's Prometheus metrics on DRES_METRICS_PORT (docs/configuration.md, docs/http-api.md): its
+pool processes' values served together (multiprocess mode), agreeing with the ledger."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
-"""Which calls wait for a person (CONTRACT §3 DRES_APPROVAL, §4 ``needs_approval``, §7.14): the
-declarations ``@tool`` refuses, DRES_APPROVAL's parsing and its check against the registry, and
-``ApprovalPolicy.needed`` for each kind of rule."""
+"""Which calls wait for a person (docs/configuration.md DRES_APPROVAL, docs/tools.md
+``needs_approval``, docs/semantics.md): the declarations ``@tool`` refuses, DRES_APPROVAL's parsing
+and its check against the registry, and ``ApprovalPolicy.needed`` for each kind of rule."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """A streamed ``text`` event stored compactly (ledger.codec): what its place implies is not
-repeated, and every reader still gets the dict form of CONTRACT §6."""
+repeated, and every reader still gets the dict form of docs/events.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
-"""A turn's model sees its conversation's earlier turns (CONTRACT §7.10): the fold puts them before
-the new message as plain user/assistant pairs, the budget drops the oldest first, and both
+"""A turn's model sees its conversation's earlier turns (docs/semantics.md): the fold puts them
+before the new message as plain user/assistant pairs, the budget drops the oldest first, and both
 providers' request shapes stay valid (roles alternate, tool results follow their calls)."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Layer 2's decision (CONTRACT §7.4, §7.5) with plain values: journal entries built by hand.
+"""Layer 2's decision (docs/semantics.md) with plain values: journal entries built by hand.
 
 ``decide`` reads a prepared call and the attempt and returns what to do; it changes nothing. What
 a decision claims is applied here by hand, as the executor's acting step does.
@@ -187,7 +187,8 @@ def test_a_reworded_retry_of_an_interrupted_identity_write_is_refused_as_interru
     assert decision.entry is cut
 
 
-# -- interrupted writes (§7.5) -------------------------------------------------------------
+# -- interrupted writes (docs/semantics.md)
+# -------------------------------------------------------------
 
 
 def test_an_identical_retry_of_an_interrupted_plain_write_is_refused_with_a_verify_request() -> (

@@ -1,4 +1,4 @@
-"""``dres config`` (CONTRACT §2) and the reference's table of settings (docs/configuration.md):
+"""``dres config`` (docs/commands.md) and the reference's table of settings (docs/configuration.md):
 both come from the settings class, every setting with its default and a line of meaning, and
 secrets never show."""
 

@@ -1,4 +1,4 @@
-"""Write durability levels (CONTRACT §7.13, ``DRES_DURABILITY``): what each level asks of Redis,
+"""Write durability levels (docs/faults.md, ``DRES_DURABILITY``): what each level asks of Redis,
 the start-time verdicts, and what the executor and the loop do with a confirmation's answer.
 
 fakeredis has neither ``WAIT`` nor ``WAITAOF``: the runs here get a scripted confirmer in place of

@@ -1,4 +1,4 @@
-"""Ledger events and their dict form (CONTRACT §6, §9: ``parse_event``)."""
+"""Ledger events and their dict form (docs/events.md, docs/architecture.md: ``parse_event``)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ from ledger.events import (
 )
 from ledger.signature import input_signature
 
-#: the fields every event has (§6), with fixed values
+#: the fields every event has (docs/events.md), with fixed values
 BASE: dict[str, Any] = {"event_id": "e1", "turn_id": "t1", "run_id": "r1", "chunk": 2, "ts": 1.5}
 
 SIGNATURE = input_signature({"to": "a@x.io"})
@@ -81,7 +81,7 @@ ONE_OF_EACH: list[Event] = [
 ]
 
 
-#: the event types CONTRACT §6 names
+#: the event types docs/events.md names
 CONTRACT_TYPES = {
     "turn_started",
     "run_started",

@@ -1,4 +1,4 @@
-"""The journal is a pure fold over a turn's events (CONTRACT §7.1, §9)."""
+"""The journal is a pure fold over a turn's events (docs/events.md, docs/architecture.md)."""
 
 from __future__ import annotations
 
@@ -70,7 +70,8 @@ def tools(entries: list[JournalEntry]) -> list[tuple[str, Any]]:
     return [(e.tool, e.input) for e in entries]
 
 
-# --- §7.1, rule by rule ----------------------------------------------------------------------
+# --- docs/events.md, rule by rule
+# ----------------------------------------------------------------------
 
 
 def test_a_start_with_a_successful_done_is_completed_with_its_result_input_and_signature() -> None:
@@ -329,7 +330,8 @@ def test_the_fold_accepts_any_iterable_such_as_a_generator() -> None:
     assert build_journal(iter(events)) == build_journal(tuple(events))
 
 
-# --- property: build_journal agrees with an independent reference of §7.1 ----------------------
+# --- property: build_journal agrees with an independent reference of docs/events.md
+# ----------------------
 
 TOOLS = ["search", "send_email", "fetch"]
 CALL_IDS = ["c1", "c2", "c3"]
@@ -345,8 +347,8 @@ class ReferenceJournal:
 
 
 def reference_journal(events: list[Event]) -> ReferenceJournal:
-    """§7.1 written out the plain way: the open starts keyed by their position in the ledger,
-    every candidate list rebuilt from scratch at each done."""
+    """docs/events.md written out the plain way: the open starts keyed by their position in the
+    ledger, every candidate list rebuilt from scratch at each done."""
     open_starts: dict[int, ToolStart] = {}  # ledger position -> a still-open tool_start
     closed_ok: dict[int, Row] = {}  # ledger position of a start -> its row, with the result
     for position, event in enumerate(events):

@@ -47,7 +47,7 @@ ALLOWED: dict[str, set[str]] = {
         "worker.edges.runtime",
     },
     "worker.dev": {"ledger", "worker"},
-    # the public names of CONTRACT §4 and §9, re-exported from their floors
+    # the public names of docs/tools.md and docs/architecture.md, re-exported from their floors
     "worker.tools": {"worker.engine.tools"},
     "worker.client": {"worker.edges.client"},
     # the demo's tools, the default DRES_TOOLS: written against the public face alone

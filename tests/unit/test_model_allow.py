@@ -1,4 +1,5 @@
-"""The model allow-list of API clients (DRES_MODELS, CONTRACT §3): the pure rule and its parse."""
+"""The model allow-list of API clients (DRES_MODELS, docs/configuration.md): the pure rule and its
+parse."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The journal note of a resume prompt (CONTRACT §7.3, layer 1)."""
+"""The journal note of a resume prompt (docs/semantics.md, layer 1)."""
 
 from __future__ import annotations
 

@@ -468,7 +468,7 @@ def test_a_rate_limit_is_never_retried_by_the_sdk_whatever_its_retry_after(
     server: FakeProvider, kind: str, status: int
 ) -> None:
     """With the SDK's retries on (2) and a Retry-After of an hour, the rate limit reaches dres at
-    once, after one request: what it does is dres's decision (CONTRACT §7.7), not a sleep inside
+    once, after one request: what it does is dres's decision (docs/semantics.md), not a sleep inside
     the chunk."""
     wait = (("retry-after", "3600"),)
     if kind == "anthropic":

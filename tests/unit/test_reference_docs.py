@@ -10,6 +10,7 @@ import argparse
 import os
 import re
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any, get_args
 
 import pytest
@@ -273,3 +274,21 @@ def test_the_setting_check_sees_a_made_up_setting_and_default(no_dres_env: None)
     assert "setting DRES_MADE_UP is not documented" in made_up
     default = differences(documented, {**actual, "DRES_MAX_CHUNKS": "51"}, "setting")
     assert "setting DRES_MAX_CHUNKS: documented '50', actual '51'" in default
+
+
+# -- citations --------------------------------------------------------------------------------
+
+
+def test_no_file_of_the_tree_cites_the_contract_outside_the_repository() -> None:
+    """Docstrings and comments cite docs/ pages: CONTRACT.md is not in the repository, so a
+    reader of the code could not follow a "CONTRACT §N"."""
+    root = Path(__file__).resolve().parents[2]
+    citing = [
+        str(path.relative_to(root))
+        for package in ("ledger", "worker", "tasks", "rigs", "bench", "chaos", "tests")
+        for path in (root / package).rglob("*")
+        if path.suffix in {".py", ".js", ".css", ".html", ".md"}
+        and path != Path(__file__).resolve()  # this test names what it looks for
+        and re.search(r"CONTRACT §|(?<![\w/])§\d", path.read_text(encoding="utf-8"))
+    ]
+    assert citing == []

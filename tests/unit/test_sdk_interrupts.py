@@ -1,4 +1,4 @@
-"""Interrupts are never swallowed by the provider SDKs (CONTRACT §7.12, §7.8).
+"""Interrupts are never swallowed by the provider SDKs (docs/faults.md, docs/semantics.md).
 
 Each SDK, through its dres adapter, is blocked on the fake provider in one phase of a model call
 — connecting, waiting for the first byte, mid-stream, or in the SDK's own retry sleep — and a
@@ -212,7 +212,7 @@ def test_an_interrupt_landing_in_an_sdk_call_propagates_as_itself_without_a_retr
 def test_stop_requested_while_waiting_for_the_first_byte_arrives_within_a_second(
     fake: FakeProvider, dialect: Dialect
 ) -> None:
-    """The Stop watcher's nudge ends a wait on a silent provider at once (CONTRACT §7.8)."""
+    """The Stop watcher's nudge ends a wait on a silent provider at once (docs/semantics.md)."""
     fake.script(Reply(hang=True))
     guard = DeferSignals()
     model = adapter(dialect, fake.url)

@@ -1,4 +1,4 @@
-"""Input signatures: sha256 of the canonical JSON of a tool input (CONTRACT §7.2)."""
+"""Input signatures: sha256 of the canonical JSON of a tool input (docs/semantics.md)."""
 
 from __future__ import annotations
 
@@ -43,7 +43,8 @@ def test_an_integer_and_its_integral_float_have_one_signature() -> None:
 
 
 def test_an_integer_and_its_integral_float_have_one_signature_at_any_magnitude() -> None:
-    """One number form (§7.2) also holds past 1e21, where ECMAScript switches to exponent form."""
+    """One number form (docs/semantics.md) also holds past 1e21, where ECMAScript switches to
+    exponent form."""
     assert input_signature(10**21) == input_signature(1e21)
     assert input_signature(2**70) == input_signature(2.0**70)
 

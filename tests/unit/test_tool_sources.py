@@ -1,6 +1,6 @@
 """Tools from elsewhere, the parts that need no server: DRES_MCP_SERVERS and DRES_OPENAPI at
 start, an MCP tool's classification by its hints, an OpenAPI operation's input and kind, and the
-JSON-schema check that names the field (CONTRACT §3, §4)."""
+JSON-schema check that names the field (docs/configuration.md, docs/tools.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The @tool decorator, the registry and ToolContext (CONTRACT §4)."""
+"""The @tool decorator, the registry and ToolContext (docs/tools.md)."""
 
 from __future__ import annotations
 

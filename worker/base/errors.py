@@ -36,13 +36,13 @@ class JournalUnreadable(DresError):
 
 class Unconfirmed(DresError):
     """A write's record could not be confirmed as ``DRES_DURABILITY`` asks: the run ends as a
-    transport error does, and resumes (CONTRACT §7.13)."""
+    transport error does, and resumes (docs/faults.md)."""
 
 
 class OutcomeUnknown(DresError):
     """A write whose request was sent but whose answer never came (a timeout, a dropped
     connection, a server that died mid-call): it may or may not have taken effect. The executor
-    leaves the call without its ``tool_done`` (interrupted, CONTRACT §7.1) and the run ends as a
+    leaves the call without its ``tool_done`` (interrupted, docs/events.md) and the run ends as a
     transport error does; its resume meets the interrupted-write guard, or re-runs an idempotent
     call with the same key. Never an error result: that would let a blind retry through."""
 

@@ -1,6 +1,6 @@
 """Structured logging: structlog for dres's own logs, stdlib logs (Celery, uvicorn, the ledger)
 through it, rendered for a person (``console``, the default) or as one JSON object per line
-(``DRES_LOG_FORMAT=json``, CONTRACT §3).
+(``DRES_LOG_FORMAT=json``, docs/configuration.md).
 
 Context such as ``turn_id``, ``run_id``, ``chunk`` and ``epoch`` is bound once per chunk in
 contextvars (``worker.edges.celery.app`` and the lifecycle's claim) and merged into every log line

@@ -1,4 +1,5 @@
-"""The Prometheus metrics dres records (CONTRACT §10), made once, and the helpers recording them.
+"""The Prometheus metrics dres records (docs/http-api.md), made once, and the helpers recording
+them.
 
 The floors above record through these helpers only (``worker.engine`` and ``worker.lifecycle``
 never import ``prometheus_client``). Who serves what is the edges': a worker serves all its pool

@@ -1,4 +1,4 @@
-"""The one typed settings object: the one reader of the DRES_* settings (CONTRACT §3);
+"""The one typed settings object: the one reader of the DRES_* settings (docs/configuration.md);
 docs/configuration.md lists the few other variables dres reads, and where."""
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from worker.base.errors import ConfigError
 from worker.base.parsers import parse_approval, parse_http_url, parse_sentinel_tls, parse_sentinels
 from worker.base.tool_sources import parse_agents, parse_mcp_servers, parse_openapi
 
-#: the demo's tools, the default DRES_TOOLS (CONTRACT §3): an example module written against the
-#: public ``worker.tools`` only, beside it at the package's root and on no floor
+#: the demo's tools, the default DRES_TOOLS (docs/configuration.md): an example module written
+#: against the public ``worker.tools`` only, beside it at the package's root and on no floor
 DEMO_TOOLS = "worker.demo_tools"
 
 #: the settings whose value a parser checks at start, beyond its type: its ``ValueError``

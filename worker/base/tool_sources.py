@@ -1,7 +1,7 @@
-"""The tool sources' settings (CONTRACT §3, §4): ``DRES_TOOLS``'s modules, and ``DRES_AGENTS``,
-``DRES_MCP_SERVERS`` and ``DRES_OPENAPI``, each a JSON object of named entries. Their parsers
-check them when the settings are read (so a bad value stops the process at start) and the
-sources (``worker.engine.tools.sources``) read them with the same parsers: they live on this
+"""The tool sources' settings (docs/configuration.md, docs/tools.md): ``DRES_TOOLS``'s modules, and
+``DRES_AGENTS``, ``DRES_MCP_SERVERS`` and ``DRES_OPENAPI``, each a JSON object of named entries.
+Their parsers check them when the settings are read (so a bad value stops the process at start) and
+the sources (``worker.engine.tools.sources``) read them with the same parsers: they live on this
 floor because the settings may import nothing above it.
 
 Listing a server or an API here is the operator's trust decision: its tools run with the worker's

@@ -1,4 +1,4 @@
-"""A Redis for ``dres demo`` when none is configured (CONTRACT §2).
+"""A Redis for ``dres demo`` when none is configured (docs/commands.md).
 
 ``DRES_REDIS_URL`` when set; else a private ``redis-server`` (AOF on, a temp dir, a free loopback
 port) when the binary exists; else fakeredis's TCP server, with a warning that nothing is durable.

@@ -1,4 +1,4 @@
-"""``dres up``: everything a person needs to try dres, in one command (CONTRACT §2).
+"""``dres up``: everything a person needs to try dres, in one command (docs/commands.md).
 
 An embedded redis-server (``DRES_REDIS_URL`` when set; as ``dres demo`` does), a prefork worker
 and the API with the page, each a ``dres`` subprocess in its own session. It prints the page's

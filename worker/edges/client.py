@@ -1,6 +1,7 @@
-"""The Python client (CONTRACT §9): enqueue a turn (record it in the ledger, then send its first
-chunk's message), and follow a turn until it ends, continuing a time-limit stop on its own
-(§7.7) through the lifecycle service, which counts each automatic continuation atomically.
+"""The Python client (docs/architecture.md): enqueue a turn (record it in the ledger, then send its
+first chunk's message), and follow a turn until it ends, continuing a time-limit stop on its own
+(docs/semantics.md) through the lifecycle service, which counts each automatic continuation
+atomically.
 """
 
 from __future__ import annotations
@@ -132,8 +133,8 @@ def _continued_on_its_own(runtime: Runtime, turn_id: str) -> bool:
 
 
 def watch_turn(turn_id: str, *, auto_continue: bool = True) -> Iterator[Event]:
-    """Yield the turn's events (replayed, then live) until it ends (CONTRACT §9), continuing a
-    time-limit stop on its own unless ``auto_continue`` is False."""
+    """Yield the turn's events (replayed, then live) until it ends (docs/architecture.md),
+    continuing a time-limit stop on its own unless ``auto_continue`` is False."""
     runtime = Runtime.from_settings(get_settings())
     try:
         for batch in follow(runtime, turn_id, auto_continue=auto_continue):

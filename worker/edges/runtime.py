@@ -79,7 +79,7 @@ class Runtime:
     @classmethod
     def for_api(cls, settings: Settings) -> Runtime:
         """The API's: its Redis commands and chunk messages fail within about a second while
-        the store is unreachable, and the API answers 503 (CONTRACT §7.13)."""
+        the store is unreachable, and the API answers 503 (docs/faults.md)."""
         return cls(
             settings,
             SystemClock(),

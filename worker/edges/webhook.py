@@ -1,4 +1,4 @@
-"""The approval webhook (``DRES_APPROVAL_WEBHOOK``, CONTRACT §7.14): each approval request a run
+"""The approval webhook (``DRES_APPROVAL_WEBHOOK``, docs/semantics.md): each approval request a run
 ends waiting on is POSTed there as JSON, so a person is told.
 
 The lifecycle only says that requests were made (``worker.lifecycle.base.NotifyApprovals``); the

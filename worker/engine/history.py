@@ -1,6 +1,6 @@
 """Rebuild a turn's conversation from its ledger events (pure: no Redis, no clock).
 
-The model sees: the conversation's earlier turns that ``turn_started`` carries (CONTRACT §7.10),
+The model sees: the conversation's earlier turns that ``turn_started`` carries (docs/semantics.md),
 each as the user's message and the assistant's final answer in plain text (no tool calls of
 another turn: neither layer looks across turns); the user's message; each model response as an
 assistant message with its text and tool calls, each call followed by its result; at every
@@ -54,8 +54,9 @@ INTERRUPTED_RESULT = (
 def unfinished_turn_note(
     status: str, journal: Journal, waiting: Sequence[JournalEntry] = ()
 ) -> str:
-    """What a new turn's prompt says of the conversation's unfinished previous turn (§7.7);
-    ``waiting``: its calls that waited for a person's approval and did not run (§7.14)."""
+    """What a new turn's prompt says of the conversation's unfinished previous turn
+    (docs/semantics.md); ``waiting``: its calls that waited for a person's approval and did not run
+    (docs/semantics.md)."""
     lines = [f"(Context: the previous request in this conversation did not finish: it {status}.)"]
     if journal.completed:
         lines.append("Calls it completed (their side effects happened):")

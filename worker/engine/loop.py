@@ -77,7 +77,7 @@ class RunResult:
     run_reason: str = "completed"
     #: the run's events not yet written (``Recorder.hold``): the ending writes them first
     held: tuple[Event, ...] = ()
-    #: the turn's open approval requests when the run ends ``waiting`` (CONTRACT §7.14)
+    #: the turn's open approval requests when the run ends ``waiting`` (docs/semantics.md)
     requests: tuple[ApprovalRequested, ...] = ()
 
 
@@ -201,7 +201,7 @@ class AgentLoop:
         journal: Journal | None,
     ) -> list[ApprovalRequested]:
         """Before the run's first model call, act on its turn's decided approval requests
-        (CONTRACT §7.14): an approved call runs once, a denied one is recorded as blocked, an
+        (docs/semantics.md): an approved call runs once, a denied one is recorded as blocked, an
         expired or voided one is asked again. Returns the requests still open: the run then ends
         waiting for them (none: it goes on to the model)."""
         entries = self._fold(run.turn_id, recorder.events, ApprovalFold).actionable()

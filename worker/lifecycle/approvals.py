@@ -1,4 +1,4 @@
-"""Approval of writes (CONTRACT §7.14): a turn that waits for a person, and the decisions on it.
+"""Approval of writes (docs/semantics.md): a turn that waits for a person, and the decisions on it.
 
 A run whose model made calls that need approval records their ``approval_requested`` and ends
 ``waiting`` (``Step.WAIT``): no run holds the turn, no worker slot waits. Each request is a field

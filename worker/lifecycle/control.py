@@ -64,7 +64,7 @@ class Control(LifecycleBase):
         )
 
     def continue_turn(self, turn_id: str, *, auto: bool) -> Outcome:
-        """Continue a stopped turn with a new run (CONTRACT §7.7); refusals say why."""
+        """Continue a stopped turn with a new run (docs/semantics.md); refusals say why."""
         meta = self.store.meta(turn_id)
         refusal = self.continue_refusal(meta, auto=auto)
         if refusal:

@@ -1,9 +1,10 @@
-"""What a new turn knows of its conversation, read once when the turn is created (CONTRACT §7.10).
+"""What a new turn knows of its conversation, read once when the turn is created
+(docs/semantics.md).
 
 The earlier turns (each one's message and final answer, within ``DRES_HISTORY_CHARS``) and, when
-the newest of them did not complete, the note of what it did (§7.7) are stored on the new turn's
-``turn_started``: every run of the turn, on any worker, sees the same context, and no tool call
-of an earlier turn reaches the journal or either layer.
+the newest of them did not complete, the note of what it did (docs/semantics.md) are stored on the
+new turn's ``turn_started``: every run of the turn, on any worker, sees the same context, and no
+tool call of an earlier turn reaches the journal or either layer.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ MAX_EARLIER_TURNS = 50
 @dataclass(frozen=True)
 class Context:
     earlier_turns: tuple[EarlierTurn, ...] = ()
-    #: what the newest earlier turn did, if it did not complete (CONTRACT §7.7)
+    #: what the newest earlier turn did, if it did not complete (docs/semantics.md)
     prior_turn_note: str | None = None
 
 

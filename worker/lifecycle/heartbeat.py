@@ -6,9 +6,9 @@ do), so a run whose process died, was killed or is paused lets its lease run out
 lease, and the reaper takes the turn over then. A renewal is a fenced step: once another run
 holds the turn, the heartbeat stops and the paused run's own appends are refused.
 
-The same thread watches for Stop (CONTRACT §7.8): every ``poll_s`` it reads the turn's Stop flag,
-and once it is set calls ``on_stop``, which interrupts the run's thread wherever it waits — on a
-provider that has not sent a byte, in an SDK's retry sleep — at a safe point (the guard defers it
+The same thread watches for Stop (docs/semantics.md): every ``poll_s`` it reads the turn's Stop
+flag, and once it is set calls ``on_stop``, which interrupts the run's thread wherever it waits — on
+a provider that has not sent a byte, in an SDK's retry sleep — at a safe point (the guard defers it
 past a tool's ``tool_done``).
 
 The thread is the process's own, started with its first run and kept: a run's heartbeat joins it

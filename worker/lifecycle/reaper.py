@@ -1,4 +1,5 @@
-"""The reaper: finds turns nobody is moving and moves them, loudly (CONTRACT §2, §7.7).
+"""The reaper: finds turns nobody is moving and moves them, loudly (docs/commands.md,
+docs/semantics.md).
 
 It looks at the turns in the active index whose time has come:
 - a running turn whose lease ran out (its worker died, was killed or is paused: a live run's

@@ -1,4 +1,4 @@
-"""The one service of a turn's lifecycle (CONTRACT §7.7): every step a turn takes, decided here.
+"""The one service of a turn's lifecycle (docs/semantics.md): every step a turn takes, decided here.
 
 Each step is a transition of the ledger's state machine (``ledger.turn.TABLE``) carried out
 atomically by ``TurnStore``; a step whose turn moved on in between (another client, another

@@ -1,5 +1,5 @@
 """Celery's prefork pool, with workarounds for two hazards that end or hang a worker when its
-consumer restarts after a pool child died (CONTRACT §7.13: a worker rides a store fault out in
+consumer restarts after a pool child died (docs/faults.md: a worker rides a store fault out in
 the same process). Seen with Celery 5.7.0, kombu 5.7.0 and billiard 4.3.2.
 
 A consumer restarts at every lost broker connection (a Redis restart, a Sentinel failover), and

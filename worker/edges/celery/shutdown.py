@@ -1,4 +1,4 @@
-"""Graceful shutdown of a ``dres worker`` (CONTRACT §7.11): running chunks hand over at once.
+"""Graceful shutdown of a ``dres worker`` (docs/faults.md): running chunks hand over at once.
 
 Celery's warm shutdown (SIGTERM, a deploy; or the first Ctrl-C) stops consuming and waits for every
 running task to return: a chunk mid-step would keep its turn until its step or its soft limit ends.

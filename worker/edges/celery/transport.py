@@ -1,5 +1,5 @@
 """Celery's Redis transport for ``redis://`` brokers, with a workaround for a kombu bug that
-takes a worker down after a Redis restart (CONTRACT §7.13: a worker rides a restart out in the
+takes a worker down after a Redis restart (docs/faults.md: a worker rides a restart out in the
 same process).
 
 Seen with kombu 5.7.0, Celery 5.7.0 and redis-py 8.2.0; the same path failed in kombu 4.2.2
@@ -17,8 +17,8 @@ its running chunks end.
 Here a channel whose transport was cut from its connection raises ``redis.ConnectionError``
 instead, the error kombu expects of a broker it cannot reach. The message stays in kombu's
 unacked index in Redis, which restores it after the visibility timeout; a second delivery of a
-run does nothing (CONTRACT §7.7). Tests: ``tests/integration/test_store_faults.py`` (a worker with
-a free pool slot stays up through a restart while a chunk runs) fails without this, and
+run does nothing (docs/semantics.md). Tests: ``tests/integration/test_store_faults.py`` (a worker
+with a free pool slot stays up through a restart while a chunk runs) fails without this, and
 ``tests/integration/test_broker_transport_kombu.py`` shows the path on kombu's own transport.
 
 ``rediss://`` and other schemes keep kombu's own transport: kombu keys its TLS defaults off the

@@ -24,9 +24,9 @@ URLS = frozenset({"redis_url", "broker_url", "public_url"})
 #: settings that hold a URL whose path and query are a secret too (a webhook's URL is often its
 #: only credential: Slack's, for one, carries its key in the path)
 SECRET_PATHS = frozenset({"approval_webhook"})
-#: JSON settings of named entries ``{"NAME": {…}}`` (CONTRACT §3, §4): per entry, the fields whose
-#: every value is masked (a header or an environment variable is often a credential) and the
-#: fields that are URLs
+#: JSON settings of named entries ``{"NAME": {…}}`` (docs/configuration.md, docs/tools.md): per
+#: entry, the fields whose every value is masked (a header or an environment variable is often a
+#: credential) and the fields that are URLs
 ENTRIES = {
     "agents": (frozenset({"token"}), frozenset({"url"})),
     "mcp_servers": (frozenset({"env", "headers"}), frozenset({"url"})),

@@ -1,4 +1,4 @@
-"""The ``dres`` command (CONTRACT §2). Bad input or an unreachable Redis: one line, exit 2."""
+"""The ``dres`` command (docs/commands.md). Bad input or an unreachable Redis: one line, exit 2."""
 
 from __future__ import annotations
 
@@ -46,7 +46,7 @@ def _runtime() -> Runtime:
 
     settings = load_settings()
     # stdout is the command's answer (a turn id, a decision) and an error is one line on stderr
-    # (CONTRACT §8): dres's logs below ERROR stay out of both
+    # (docs/http-api.md): dres's logs below ERROR stay out of both
     configure_logging_for(settings, "ERROR")
     # a person's command says at once that Redis is unreachable (exit 2), as the API answers 503
     return Runtime.from_settings(settings, store_outage_s=API_STORE_OUTAGE_S)
@@ -191,7 +191,7 @@ def cmd_approvals(args: argparse.Namespace, extra: list[str]) -> int:
 
 def _decided_exit() -> dict[DecidedKind, int]:
     """A decision's outcome as the command's exit status: refused as Continue and Stop are,
-    bad input as everywhere (CONTRACT §8)."""
+    bad input as everywhere (docs/http-api.md)."""
     from worker.lifecycle.approvals import DecidedKind
 
     return {

@@ -1,4 +1,5 @@
-"""``dres watch``: a turn from its start, then live, until it ends (CONTRACT §2, §7.7).
+"""``dres watch``: a turn from its start, then live, until it ends (docs/commands.md,
+docs/semantics.md).
 
 By default the turn as a person reads it: the answer's text joined as it streams, one line per
 tool call once its state is known (and, for a blocked or refused call, the call it matched),
@@ -52,7 +53,7 @@ CAUSES = {
     "continue": "continued",
     "approval": "a person decided",
 }
-#: a tool_blocked event's reason -> the call's state (CONTRACT §10's data-state words)
+#: a tool_blocked event's reason -> the call's state (docs/http-api.md's data-state words)
 BLOCKED_STATES = {"completed": "blocked", "reconciled": "completed"}
 
 

@@ -1,4 +1,4 @@
-"""The HTTP API (CONTRACT §10): FastAPI, JSON errors with a ``detail``, live events over SSE.
+"""The HTTP API (docs/http-api.md): FastAPI, JSON errors with a ``detail``, live events over SSE.
 
 The app: its routers (``turns``, ``listings``, the page), error handlers and body limit. Every Redis
 client here fails fast, so an unreachable or full store is answered at once with 503 or 507

@@ -1,4 +1,4 @@
-"""The store's own faults as the HTTP API answers them (CONTRACT §7.13, §10).
+"""The store's own faults as the HTTP API answers them (docs/faults.md, docs/http-api.md).
 
 While the ledger's Redis or the broker cannot be reached, every route answers 503 with
 ``Retry-After`` and a ``detail`` naming the store; while one refuses writes for memory

@@ -1,4 +1,4 @@
-"""The API's ``GET /metrics`` (CONTRACT §10): Prometheus text.
+"""The API's ``GET /metrics`` (docs/http-api.md): Prometheus text.
 
 It serves the turns the API can see in Redis, read from the reaper's index of unfinished turns
 (``ledger.keys.active_turns``) in two round trips however many turns there are, with at most
@@ -74,6 +74,6 @@ async def serve_metrics(request: Request) -> Response:
         counts = await turn_counts(request.app.state.reader)
     except redis.RedisError as e:
         return JSONResponse({"detail": f"cannot reach Redis: {e}"}, 503)
-    metrics.get()  # the names of CONTRACT §10, at zero until this process counts one
+    metrics.get()  # the names of docs/http-api.md, at zero until this process counts one
     body = generate_latest(counts) + generate_latest(REGISTRY)
     return Response(body, media_type=CONTENT_TYPE_LATEST)

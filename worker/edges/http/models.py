@@ -1,4 +1,5 @@
-"""The model an API client asks for: allowed (``DRES_MODELS``, CONTRACT §3) and usable, or refused.
+"""The model an API client asks for: allowed (``DRES_MODELS``, docs/configuration.md) and usable, or
+refused.
 
 The allow-list is checked before anything touches a file the spec names. A spec that is allowed
 but cannot be built (a listed script that is missing or broken) is refused with a generic line:

@@ -1,10 +1,11 @@
-"""The web page of ``dres api`` at ``/`` (CONTRACT §10): an HTML document and its script modules.
+"""The web page of ``dres api`` at ``/`` (docs/http-api.md): an HTML document and its script
+modules.
 
 The page is ``static/index.html`` with its stylesheet inlined; its script is a set of ES modules
 (``static/*.js``, no build step) served as they are at ``/static/NAME.js``, and it fetches nothing
 from anywhere but this server: the modules and the public ``/v1`` API. The one setting the
 page must know, ``DRES_MAX_AUTO_CONTINUE`` (how often it may continue a time-limit stop on its
-own, §7.7), is written into the document as a ``<meta>`` value.
+own, docs/semantics.md), is written into the document as a ``<meta>`` value.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""The HTTP API's request and response bodies (CONTRACT §10), as the OpenAPI document shows them."""
+"""The HTTP API's request and response bodies (docs/http-api.md), as the OpenAPI document shows
+them."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from worker.lifecycle.service import NOT_BLANK, is_blank
 MAX_MESSAGE_CHARS = 100_000
 ID = r"^[A-Za-z0-9_.:-]{1,128}$"
 STATUSES = ("queued", "running", "resuming", "waiting", "completed", "stopped")
-#: an input signature: hex sha256 of the call's canonical JSON (CONTRACT §9)
+#: an input signature: hex sha256 of the call's canonical JSON (docs/architecture.md)
 SIGNATURE = r"^[0-9a-f]{64}$"
 
 
@@ -48,7 +49,7 @@ class TurnCreated(BaseModel):
 
 
 class ApprovalOut(BaseModel):
-    """An approval request and its decision (CONTRACT §7.14)."""
+    """An approval request and its decision (docs/semantics.md)."""
 
     approval_id: str
     turn_id: str
@@ -179,7 +180,7 @@ RETRY_AFTER = {
         "schema": {"type": "integer"},
     }
 }
-#: every route's errors; 503: the ledger's Redis or the broker is unreachable (CONTRACT §7.13)
+#: every route's errors; 503: the ledger's Redis or the broker is unreachable (docs/faults.md)
 ERRORS: dict[int | str, dict[str, Any]] = {
     **{code: {"model": Error} for code in (400, 401, 404, 409, 413, 422)},
     503: {

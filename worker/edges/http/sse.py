@@ -1,4 +1,4 @@
-"""A turn's events as Server-Sent Events (CONTRACT §10): replay after a stream id, then follow.
+"""A turn's events as Server-Sent Events (docs/http-api.md): replay after a stream id, then follow.
 
 Each event goes out with its stream id as the SSE ``id``, so a client that reconnects with
 ``Last-Event-ID`` (or ``?after=``) gets exactly what it missed. The stream closes once the turn

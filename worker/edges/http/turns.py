@@ -54,9 +54,9 @@ STREAM_ID_FORM = re.compile(STREAM_ID_PATTERN)
 MAX_BODY_BYTES = 256 * 1024
 #: seconds an Idempotency-Key is remembered beyond DRES_FINISHED_TTL_S: a stopped turn can be
 #: continued as long as its keys live, and its call_agent retry must still find the child turn
-#: its key made there (CONTRACT §7.9)
+#: its key made there (docs/semantics.md)
 IDEMPOTENCY_MARGIN_S = 24 * 3600
-#: a decision's outcome as its answer's status (CONTRACT §10): a refusal is a conflict with the
+#: a decision's outcome as its answer's status (docs/http-api.md): a refusal is a conflict with the
 #: request's state, an unknown request of a waiting turn is not found
 DECIDED_STATUS: dict[DecidedKind, int] = {
     DecidedKind.DECIDED: 202,
@@ -228,7 +228,7 @@ def decide(
     approval_id: Annotated[str, Path(pattern=ID, description="the request's id")],
     body: DecisionRequest,
 ) -> DecisionOut:
-    """A person's decision on an approval request (CONTRACT §7.14): taken once, for the
+    """A person's decision on an approval request (docs/semantics.md): taken once, for the
     requested signature only; 409 when it was decided already (the detail says how), when the
     signature is another call's, or when the turn does not wait on it."""
     decided = rt.lifecycle.decide(

@@ -24,7 +24,7 @@ SOCKET_TIMEOUT_S = 30
 CONNECT_TIMEOUT_S = 5
 #: seconds a Redis command of the API (the ledger's or the broker's) may take, connecting
 #: included, before the store counts as unreachable: the API answers 503 at once instead of
-#: riding an outage out as a worker does (CONTRACT §7.13), also when Redis hangs (SIGSTOP)
+#: riding an outage out as a worker does (docs/faults.md), also when Redis hangs (SIGSTOP)
 API_STORE_TIMEOUT_S = 0.5
 #: seconds the API's ledger operations (and a person's CLI command) ride out an unreachable
 #: Redis before they give up: they answer 503 (exit 2) instead of waiting DRES_STORE_OUTAGE_S

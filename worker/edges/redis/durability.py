@@ -1,4 +1,5 @@
-"""At start, refuse a ``DRES_DURABILITY`` the ledger's Redis cannot give (CONTRACT §3, §7.13).
+"""At start, refuse a ``DRES_DURABILITY`` the ledger's Redis cannot give (docs/configuration.md,
+docs/faults.md).
 
 A level above ``ack`` makes every write tool wait for a confirmation before its effect runs
 (``ledger.durability``). A server that can never give it would not fail loudly: every write would

@@ -1,4 +1,5 @@
-"""At start, refuse a Redis that may evict dres's keys (CONTRACT §3, ``DRES_ALLOW_EVICTION``).
+"""At start, refuse a Redis that may evict dres's keys (docs/configuration.md,
+``DRES_ALLOW_EVICTION``).
 
 A Redis that runs full of memory under any ``maxmemory-policy`` but ``noeviction`` deletes keys
 to make room: ``allkeys-*`` any key (a turn's ledger stream, its lease, a queued chunk message),

@@ -21,7 +21,7 @@ DEFAULT_MAX_ADAPTERS = 8
 
 
 def demo_script_path() -> str:
-    """The demo's script, what DRES_MODEL's default plays (CONTRACT §3): beside the demo's
+    """The demo's script, what DRES_MODEL's default plays (docs/configuration.md): beside the demo's
     tools at the package's root, on no floor."""
     return str(resources.files("worker").joinpath("demo_script.json"))
 

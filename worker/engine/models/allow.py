@@ -1,4 +1,4 @@
-"""Which model specs an API client may ask for (``DRES_MODELS``, CONTRACT §3); pure.
+"""Which model specs an API client may ask for (``DRES_MODELS``, docs/configuration.md); pure.
 
 The default model is always allowed; so is every spec listed, and ``anthropic:*`` or
 ``openai:*`` allows that provider's every model. A ``scripted:`` spec names a file on the

@@ -1,9 +1,9 @@
-"""Provider adapters (CONTRACT §5): Anthropic and OpenAI(-compatible) chat models, streaming.
+"""Provider adapters (docs/models.md): Anthropic and OpenAI(-compatible) chat models, streaming.
 
 Each adapter speaks through the provider's official SDK, imported when the adapter is built so
 the rest of dres runs without it; ``wire`` translates the requests and the streams. Text deltas
 are yielded as they arrive; a tool call once its JSON input is complete. Failures become
-``ModelError`` codes (CONTRACT §7.7): timeouts ``gateway_timeout``; dropped connections
+``ModelError`` codes (docs/semantics.md): timeouts ``gateway_timeout``; dropped connections
 ``connection_reset``; a stream with no final event ``stream_ended``; HTTP 5xx ``http_5xx``; 429
 and Anthropic's 529 "overloaded" ``rate_limit``; 401/402/403 and missing credentials ``auth``;
 any other 4xx ``invalid_request``.
@@ -39,7 +39,7 @@ MESSAGE_CHARS = 300
 _cut = partial(shorten, limit=MESSAGE_CHARS)
 
 #: HTTP statuses with a code of their own (529 is Anthropic's "overloaded", a rate limit by
-#: CONTRACT §7.7); any other is ``http_5xx`` (5xx) or ``invalid_request`` (4xx)
+#: docs/semantics.md); any other is ``http_5xx`` (5xx) or ``invalid_request`` (4xx)
 STATUSES = {
     **dict.fromkeys([401, 402, 403], "auth"),
     **dict.fromkeys([429, 529], "rate_limit"),
@@ -187,7 +187,7 @@ def make(kind: str, model: str) -> ChatModel:
 
 
 def rate_limits_not_retried(response: Any) -> None:
-    """What a rate limit does is dres's to decide (CONTRACT §7.7: a foreground turn stops, a
+    """What a rate limit does is dres's to decide (docs/semantics.md: a foreground turn stops, a
     background one resumes once after a cooldown): the SDK must not retry it on its own, which
     would sleep out a ``Retry-After`` of any length inside the chunk. Both SDKs obey
     ``x-should-retry`` before anything else; other statuses keep the SDK's retries."""
@@ -202,7 +202,7 @@ def model_error(sdk: Any, e: Exception) -> ModelError | None:
     """The ModelError an SDK or transport exception stands for; None for anything else.
 
     An interrupt found in ``e`` or in its chain of causes and contexts is raised as itself
-    (CONTRACT §7.12): an SDK that wrapped it (``APIConnectionError`` from Celery's
+    (docs/faults.md): an SDK that wrapped it (``APIConnectionError`` from Celery's
     ``SoftTimeLimitExceeded``, where dres's trap is not armed) must not turn it into a resumable
     transport error.
     """

@@ -1,4 +1,4 @@
-"""The scripted model of CONTRACT §5: deterministic answers from a JSON script.
+"""The scripted model of docs/models.md: deterministic answers from a JSON script.
 
 Step k answers the k-th model call of the turn counted from the ledger (``continue``), or the
 k-th call since the turn last resumed (``restart``: a model that ignores the journal note and

@@ -1,4 +1,4 @@
-"""Which calls wait for a person's decision (CONTRACT §7.14): ``DRES_APPROVAL`` and a tool's own
+"""Which calls wait for a person's decision (docs/semantics.md): ``DRES_APPROVAL`` and a tool's own
 ``needs_approval``. Read-only tools never wait. A ``needs_approval`` callable that raises makes the
 call wait: a rule that cannot answer never lets a write through unasked.
 """

@@ -46,7 +46,7 @@ class ToolOutcome:
     is_error: bool
     #: the call was not run (layer 2)
     blocked: bool = False
-    #: the call waits for a person's decision: its request (CONTRACT §7.14)
+    #: the call waits for a person's decision: its request (docs/semantics.md)
     request: ApprovalRequested | None = None
 
 
@@ -169,7 +169,7 @@ def prepare(registry: Registry, call: ToolCall, call_id: str) -> PreparedCall | 
 
 
 def decide(call: PreparedCall, attempt: Attempt) -> Decision:
-    """What layer 2 does with ``call`` on this attempt (CONTRACT §7.4, §7.5).
+    """What layer 2 does with ``call`` on this attempt (docs/semantics.md).
 
     Read-only tools and a turn's first run are never stopped. Otherwise, in order: an exact
     repeat of a completed call not yet used up is blocked with its result; an identical retry

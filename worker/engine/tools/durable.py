@@ -1,4 +1,4 @@
-"""Confirming a write's records as ``DRES_DURABILITY`` asks (CONTRACT §7.13), for the executor.
+"""Confirming a write's records as ``DRES_DURABILITY`` asks (docs/faults.md), for the executor.
 
 Before a write's effect runs its ``tool_start`` is confirmed: one attempt (a ``WAIT``/``WAITAOF``
 of ``DRES_DURABILITY_TIMEOUT_S``). One that falls short closes the call unrun, with an error

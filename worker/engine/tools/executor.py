@@ -3,7 +3,7 @@
 For each call the model makes, in order:
 1. an unknown tool or invalid input gets an error result naming what is wrong; nothing runs;
 2. ``worker.engine.tools.calls.decide`` says what layer 2 does with the call on this attempt
-   (CONTRACT §7.4, §7.5), from the call and the attempt's journal snapshot alone;
+   (docs/semantics.md), from the call and the attempt's journal snapshot alone;
 3. the executor acts on that decision here: records a blocked or refused call with the result
    the model gets instead, asks a tool's ``reconcile`` hook, or runs the call between its
    ``tool_start`` and ``tool_done``, both recorded inside ``DeferSignals`` so a soft time limit
@@ -101,7 +101,7 @@ class ToolExecutor:
             return self._ask(prepared)
         return self._run(attempt, prepared, decision)
 
-    # -- approvals (CONTRACT §7.14) ----------------------------------------------------------
+    # -- approvals (docs/semantics.md) ----------------------------------------------------------
 
     def _needs_approval(self, attempt: Attempt, call: PreparedCall) -> bool:
         if self.approval is None:

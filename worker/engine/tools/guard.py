@@ -2,19 +2,20 @@
 
 Three signals end a running run at the point they land, each as an ``Interrupt`` (a
 ``BaseException``, so no ``except Exception`` in a tool, an SDK or its retry helper can swallow
-it or take it for a transport error, CONTRACT §7.12):
+it or take it for a transport error, docs/faults.md):
 
 - ``SIGUSR1``, Celery's prefork soft time limit -> ``SoftLimit`` (Celery's own handler would raise
   ``SoftTimeLimitExceeded``, an ``Exception`` that the Anthropic SDK wraps and retries);
 - ``SIGUSR2``, dres's nudge -> ``TurnCancelled`` when this process's Stop watcher sent it
   (``DeferSignals.stop``), else ``Shutdown``: the worker's main process sends it to its pool
-  children when it is told to stop (a deploy), so their chunks hand over at once (§7.11);
+  children when it is told to stop (a deploy), so their chunks hand over at once (docs/faults.md);
 - ``SIGTERM`` sent to the pool child itself -> ``Shutdown`` too.
 
 Inside a critical section (``with guard:``, a tool call between its ``tool_start`` and its
 ``tool_done``) a signal is only noted, and raised when the outermost section exits: never between a
-side effect and its record (§7.6). A tool may lift the deferral around a wait that has no effect of
-its own (``ToolContext.interruptible()``): an interrupt landing there leaves the call interrupted.
+side effect and its record (docs/semantics.md). A tool may lift the deferral around a wait that has
+no effect of its own (``ToolContext.interruptible()``): an interrupt landing there leaves the call
+interrupted.
 
 Outside a run (``DeferSignals.running()``) the signals keep their meaning for the process: Celery's
 soft-limit handler, SIGTERM's default; a stray nudge is noted (a shutdown then hands the next chunk

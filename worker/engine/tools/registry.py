@@ -1,4 +1,4 @@
-"""The registry of tools (CONTRACT §4): every tool the settings name, from every source, as the
+"""The registry of tools (docs/tools.md): every tool the settings name, from every source, as the
 same ``ToolSpec``. Where they come from is ``worker.engine.tools.sources``' business: the
 registry asks each source in ``SOURCES`` and names none.
 """

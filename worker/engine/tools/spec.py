@@ -1,4 +1,4 @@
-"""A tool as the registry holds it (``ToolSpec``) and the ``@tool`` decorator (CONTRACT §4).
+"""A tool as the registry holds it (``ToolSpec``) and the ``@tool`` decorator (docs/tools.md).
 
 A Python tool's input schema comes from its signature: every parameter but a keyword ``ctx``
 becomes a field of a pydantic model (unknown fields forbidden). A tool from elsewhere declares a
@@ -41,12 +41,12 @@ class ToolSpec:
     description: str
     input_model: type[BaseModel] = BaseModel
     read_only: bool = False
-    #: input fields that identify a write's side effect (CONTRACT §7.4)
+    #: input fields that identify a write's side effect (docs/semantics.md)
     identity: tuple[str, ...] = ()
     #: the tool hands ``ctx.idempotency_key`` to its provider, so a retry is safe
     idempotent: bool = False
     reconcile: Reconcile | None = None
-    #: the call waits for a person's decision before it runs (CONTRACT §7.14)
+    #: the call waits for a person's decision before it runs (docs/semantics.md)
     needs_approval: NeedsApproval = False
     wants_ctx: bool = False
     is_async: bool = False
@@ -133,7 +133,7 @@ class ToolOptions(TypedDict, total=False):
     #: what the model reads; default: the function's docstring
     description: str | None
     read_only: bool
-    #: input fields that identify a write's side effect (CONTRACT §7.4)
+    #: input fields that identify a write's side effect (docs/semantics.md)
     identity: Iterable[str] | None
     idempotent: bool
     reconcile: Reconcile | None

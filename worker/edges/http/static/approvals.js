@@ -1,4 +1,4 @@
-// Approval cards (CONTRACT §7.14). A call that needs a person's decision shows as an approval
+// Approval cards (docs/semantics.md). A call that needs a person's decision shows as an approval
 // card where the model asked for it: the tool, its input in full, the expiry, and Approve /
 // Deny. The page only ever decides on a click: automatic continuation never decides anything.
 // The call's tool card appears once the ledger says what became of it: tool_start (approved,

@@ -5,7 +5,7 @@ import { approvalNode, drawApproval } from "./approvals.js";
 import { el, short } from "./dom.js";
 import { answerText } from "./turnstate.js";
 
-// what a person reads beside the status word (the word itself is CONTRACT §10's)
+// what a person reads beside the status word (the word itself is docs/http-api.md's)
 const LABELS = {
   queued: "Waiting for a worker…",
   running: "Working…",
@@ -28,7 +28,7 @@ export class TurnView {
   constructor(turn, { onInspect }) {
     this.turn = turn;
     this.nodes = new Map(); // timeline item key -> {node, drawn}
-    // the turn's streamed text, whole (CONTRACT §10 `answer`): the timeline shows it in its
+    // the turn's streamed text, whole (docs/http-api.md `answer`): the timeline shows it in its
     // segments, this holds it joined for whoever reads the answer at once
     this.answer = el("div", { class: "answer-text", "data-testid": "answer", hidden: true });
     this.timeline = el("div", { class: "timeline", "data-testid": "timeline" });

@@ -1,6 +1,6 @@
 // A turn on the page: its state folded from its ledger events (turnstate.js), followed live
 // (stream.js), polled for what the events do not carry (auto-continue count, whether Continue
-// is still allowed), continued on its own after a time-limit stop (§7.7), stopped and
+// is still allowed), continued on its own after a time-limit stop (docs/semantics.md), stopped and
 // continued on a click. The status word changes from the events only: the poll fills a gap
 // the events leave (queued after a Continue, a decided approval) but never shows an end whose
 // turn_ended the page has not read, so `completed` never stands beside a partial answer.
@@ -12,7 +12,7 @@ import { TurnView } from "./render.js";
 import { Backoff, GIVE_UP_MS, readEvents } from "./stream.js";
 import { ENDED, fold, initial } from "./turnstate.js";
 
-// stops a client may continue on its own (CONTRACT §7.7): cut off by time or a lost worker
+// stops a client may continue on its own (docs/semantics.md): cut off by time or a lost worker
 const AUTO_CODES = new Set(["crashed", "handoff_lost", "max_chunks"]);
 // ms the page waits before continuing a time-limit stop on its own (Stop cancels it meanwhile)
 const AUTO_DELAY_MS = 1500;
@@ -107,7 +107,7 @@ export class Turn {
     this.refreshTimer = setTimeout(() => this.refresh(), 50);
   }
 
-  // A time-limit stop of the conversation's newest turn continues on its own (§7.7), at most
+  // A time-limit stop of the conversation's newest turn continues on its own (docs/semantics.md), at most
   // maxAuto times; Stop pressed meanwhile cancels it.
   considerAuto() {
     const wanted =

@@ -1,4 +1,4 @@
-// A turn's state: a pure fold of its ledger events (CONTRACT §6, §10), no DOM, no network.
+// A turn's state: a pure fold of its ledger events (docs/events.md, docs/http-api.md), no DOM, no network.
 // `fold(state, id, event)` returns the state after one event; `replay(entries)` folds a list.
 // The timeline holds the turn's items in ledger order, exactly as the events came: text
 // segments (one per model call's streamed text), tool cards, "Resuming…" markers and approval

@@ -1,4 +1,4 @@
-"""Tool sources (CONTRACT §4): where the registry's tools come from, every kind behind one seam.
+"""Tool sources (docs/tools.md): where the registry's tools come from, every kind behind one seam.
 
 A source reads its own setting and turns what it names into ``ToolSpec``s: the Python modules of
 ``DRES_TOOLS``, the ``call_agent`` built-in for ``DRES_AGENTS``'s apps, an MCP server's tools

@@ -1,4 +1,4 @@
-"""``call_agent`` (CONTRACT §7.9): delegate a message to another dres app, return its answer.
+"""``call_agent`` (docs/semantics.md): delegate a message to another dres app, return its answer.
 
 The built-in write tool is registered when DRES_AGENTS names at least one app. It enqueues a
 background turn on that app (``POST /v1/turns``) with the call's ``idempotency_key`` as the
@@ -10,11 +10,11 @@ run again finds the child it started.
 Then it follows the child's events (Server-Sent Events, ``Last-Event-ID`` on a reconnect) until
 its ``turn_ended`` and returns ``{"turn_id", "status", "text"}`` (``text``: the child's final
 answer; ``code`` too when it stopped, which is reported, not waited on). A child that waits for a
-person's approval (§7.14) is reported at once too, as ``status: "waiting"`` with its open
-requests, so the parent's model can tell the user where to approve; it is not waited on. The
+person's approval (docs/semantics.md) is reported at once too, as ``status: "waiting"`` with its
+open requests, so the parent's model can tell the user where to approve; it is not waited on. The
 enqueue runs inside the tool call's signal deferral like any write; the wait does not
-(``ctx.interruptible()``): a soft limit or a Stop landing while the child works ends the run
-there, the call stays interrupted, and the resumed run's identical call follows the same child.
+(``ctx.interruptible()``): a soft limit or a Stop landing while the child works ends the run there,
+the call stays interrupted, and the resumed run's identical call follows the same child.
 """
 
 from __future__ import annotations
