@@ -50,7 +50,7 @@ from worker.engine.tools.calls import (
 )
 from worker.engine.tools.context import Reconciliation, ToolContext, idempotency_key
 from worker.engine.tools.durable import confirm_done, confirm_start
-from worker.engine.tools.guard import DeferSignals
+from worker.engine.tools.guard import DeferSignals, Interrupts
 from worker.engine.tools.registry import Registry
 
 log = structlog.get_logger("dres.executor")
@@ -62,7 +62,7 @@ class ToolExecutor:
         registry: Registry,
         recorder: Recorder,
         *,
-        guard: DeferSignals | None = None,
+        guard: Interrupts | None = None,
         interrupts: tuple[type[BaseException], ...] = (),
         redis: Any = None,
         failpoints: Failpoints = OFF,
