@@ -1,14 +1,17 @@
 """Many turns per process (CONTRACT §7.15): ``dres worker -P gevent -c N`` runs up to N chunks in
 one process, each interrupted in its own greenlet, with every durability promise of prefork: the
-soft limit (dres's own timer), Stop while the provider is silent, the SIGTERM hand-over, crash
-pickup, both layers and approvals.
+soft limit (dres's own timer), the hard limit (Celery's), Stop while the provider is silent, the
+SIGTERM hand-over, crash pickup, both layers, approvals, and tools from MCP servers and OpenAPI
+documents. Each test starts its own ``dres worker -P gevent`` subprocesses on a real redis-server.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -33,6 +36,8 @@ from rigs import (
     wait_for,
     wait_until,
 )
+from rigs.mcp_servers import calls, stdio_entry
+from rigs.openapi_app import ApiServer, requests
 from tests.support.suite import require_sdk
 from worker.dev.demo_tools import outbox
 from worker.edges.runtime import Runtime
@@ -158,6 +163,32 @@ def test_dres_soft_limit_hands_chunks_over_under_gevent(
     assert Counter(row["label"] for row in effects(runtime.redis, "slow_write")) == Counter(
         dict.fromkeys(writes, 1)
     )
+
+
+def test_celery_hard_limit_cuts_a_write_whose_soft_limit_waits_and_the_turn_goes_on(
+    runtime: Runtime, start_worker: StartWorker, script: Callable[..., str]
+) -> None:
+    """The soft limit (0.3 s) waits for ``slow_write``'s ``tool_done``, which takes a second:
+    Celery's hard limit (``gevent.Timeout``, 0.8 s) cuts the write first, as prefork's SIGKILL
+    would. The run's lease runs out, the turn is taken over, and the write, left interrupted,
+    is never run again."""
+    greenlets(
+        start_worker,
+        turns=4,
+        DRES_BG_SOFT_LIMIT_S="0.3",
+        DRES_BG_HARD_LIMIT_S="0.8",
+        DRES_VISIBILITY_TIMEOUT_S="20",
+    )
+    model = script([slow_write("cut"), DONE], "restart")
+    turn_id = runtime.lifecycle.enqueue("write", mode="background", model=model).turn_id
+
+    wait_for(runtime.ledger, turn_id, ended(), timeout=20, what="the turn's end")
+    events = sound(runtime, turn_id)
+    first = of(events, "run_started")[0].run_id
+    assert not of(events, "tool_done", run_id=first), show(events)
+    assert of(events, "run_ended", run_id=first)[0].reason != "soft_limit", show(events)
+    assert [e.reason for e in of(events, "tool_blocked")] == ["interrupted"], show(events)
+    assert [row["label"] for row in effects(runtime.redis, "slow_write")] == ["cut"]
 
 
 @pytest.fixture
@@ -291,3 +322,45 @@ def test_an_approval_turn_waits_and_resumes_under_gevent(
     assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
     assert [e.cause for e in of(events, "run_started")] == ["first", "approval"], show(events)
     assert emailed(runtime) == Counter({"ada@x.io": 1})
+
+
+def test_tools_from_an_mcp_server_and_an_openapi_document_resume_under_gevent(
+    runtime: Runtime, start_worker: StartWorker, script: Callable[..., str], tmp_path: Path
+) -> None:
+    """A turn calls a stdio MCP server's read and write and an HTTP API's GET and POST (its
+    OpenAPI document's) on a gevent worker; the soft limit cuts it in the pause after them, and
+    the resumed chunk, whose model re-issues everything, runs the reads again and blocks the
+    writes."""
+    mcp_log, api_log = tmp_path / "mcp.jsonl", tmp_path / "api.jsonl"
+    api = ApiServer(api_log).start()
+    try:
+        greenlets(
+            start_worker,
+            turns=4,
+            DRES_SOFT_LIMIT_S="4",
+            DRES_HARD_LIMIT_S="15",
+            DRES_VISIBILITY_TIMEOUT_S="30",
+            DRES_MCP_SERVERS=json.dumps({"t": stdio_entry(mcp_log, timeout_s=5)}),
+            DRES_OPENAPI=json.dumps({"api": api.entry(timeout_s=5)}),
+        )
+        called = [
+            ("t__lookup", {"key": "a"}),
+            ("t__send", {"to": "ada", "text": "hi"}),
+            ("api__get_item", {"item_id": "x"}),
+            ("api__create_item", {"name": "a"}),
+        ]
+        first = {"tool_calls": [{"name": n, "input": d} for n, d in called]}
+        pause = {"delay_s": 20, "tool_calls": [{"name": "async_lookup", "input": {"key": "p"}}]}
+        model = script([first, pause, DONE], on_resume="restart")
+        turn_id = runtime.lifecycle.enqueue("Do it", model=model).turn_id
+
+        events = wait_for(runtime.ledger, turn_id, ended(), timeout=40, what="the turn's end")
+    finally:
+        api.stop()
+
+    assert of(events, "turn_ended")[-1].status == "completed", show(events)
+    assert of(events, "run_ended")[0].reason == "soft_limit", show(events)
+    assert [c["tool"] for c in calls(mcp_log)] == ["lookup", "send", "lookup"]
+    assert [r["operation"] for r in requests(api_log)] == ["get_item", "create_item", "get_item"]
+    blocked = {e.tool: e.reason for e in of(events, "tool_blocked")}
+    assert blocked == {"t__send": "completed", "api__create_item": "completed"}, show(events)
