@@ -152,7 +152,7 @@ class Recorder:
         self.flush_s = flush_s
         #: characters of buffered text that are written at once
         self.flush_chars = flush_chars
-        #: the critical section a write of buffered text runs in (the loop's ``DeferSignals``):
+        #: the critical section a write of buffered text runs in (the loop's ``Interrupts``):
         #: an interrupt waits until the text taken from the buffer is in the ledger
         self.guard = guard or nullcontext()
         #: confirms records as DRES_DURABILITY asks; None at ``ack``: nothing to confirm
