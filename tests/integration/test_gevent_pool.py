@@ -271,6 +271,32 @@ def test_sigterm_hands_every_running_turn_to_another_worker(
     assert leaving.process.wait(timeout=15) == 0, "the worker's warm shutdown failed"
 
 
+def test_a_chunk_celery_terminates_mid_write_hands_over_after_its_tool_done(
+    runtime: Runtime, start_worker: StartWorker, script: Callable[..., str]
+) -> None:
+    """Celery ends a running task (a revoke with ``terminate``; every running task once the
+    broker connection is lost) by killing its greenlet wherever it is: dres's pool hands the
+    run ``Shutdown`` instead, which waits for the write's ``tool_done``, and the turn goes on in
+    its next chunk with the write blocked as completed (as prefork's SIGTERM to the child)."""
+    greenlets(start_worker, turns=4, **LONG)
+    model = script([slow_write("report"), DONE], "restart")
+    turn_id = runtime.lifecycle.enqueue("write a report", model=model).turn_id
+    events = wait_for(runtime.ledger, turn_id, having("tool_start"), what="the write")
+    first = of(events, "run_started")[0].run_id
+
+    runtime.app.control.revoke(f"{turn_id}:{first}", terminate=True)
+
+    wait_for(runtime.ledger, turn_id, ended(), timeout=20, what="the turn's end")
+    events = sound(runtime, turn_id)
+    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+    [done] = of(events, "tool_done", tool="slow_write")
+    assert done.run_id == first and not done.is_error, show(events)
+    [handed] = of(events, "run_ended", run_id=first)
+    assert handed.reason == "soft_limit" and "shutting down" in handed.detail, show(events)
+    assert [e.reason for e in of(events, "tool_blocked")] == ["completed"], show(events)
+    assert len(effects(runtime.redis, "slow_write")) == 1
+
+
 def test_sigkill_mid_write_then_a_new_worker_ends_every_turn_and_writes_nothing_twice(
     runtime: Runtime, start_worker: StartWorker, script: Callable[..., str]
 ) -> None:

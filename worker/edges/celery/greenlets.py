@@ -23,6 +23,15 @@ in again for a wait with no effect. While the run answers an interrupt (``answer
 one is dropped. Celery's hard limit is not deferred (as prefork's SIGKILL is not): a tool cut by
 it stays an interrupted call. A chunk that never yields (a long C call, a busy loop) cannot be
 interrupted at all under gevent, by either limit: such tools belong on a prefork worker.
+
+``TaskPool`` is Celery's gevent pool with one fix: Celery ends a running task with
+``terminate_job`` (a revoke with ``terminate``, and every running task once the broker connection
+is lost: ``worker_cancel_long_running_tasks_on_connection_loss``), which kills its greenlet with
+``GreenletExit`` wherever it is, between a tool's effect and its record too, and leaves the turn
+to the reaper (Celery 5.7.0, ``celery/concurrency/gevent.py``). Prefork's pool sends the child
+SIGTERM there, which dres's trap turns into ``Shutdown``; a dres run here gets ``Shutdown`` too,
+at its next safe point, and hands its turn over. Tripwire: ``tests/integration/test_gevent_pool.py``
+(a revoked chunk hands over after its write's ``tool_done``).
 """
 
 from __future__ import annotations
@@ -34,6 +43,7 @@ from types import TracebackType
 from typing import ClassVar
 
 import gevent
+from celery.concurrency import gevent as celery_gevent
 from greenlet import greenlet
 
 from worker.base.errors import Interrupt, Shutdown, SoftLimit, TurnCancelled
@@ -148,6 +158,11 @@ class GreenletInterrupts:
             self._send(TurnCancelled("Stop requested"))
 
     @classmethod
+    def of(cls, task: greenlet) -> GreenletInterrupts | None:
+        """The run that runs in ``task``'s greenlet now, if one does."""
+        return next((run for run in cls.running_now if run.greenlet is task), None)
+
+    @classmethod
     def shut_down(cls) -> None:
         """The worker's warm shutdown began: every running run hands over at its next wait (or
         its critical section's end), and one that starts later hands over as it starts."""
@@ -193,3 +208,15 @@ class GreenletInterrupts:
         self.depth -= 1
         if exc is None:
             self._release()
+
+
+class TaskPool(celery_gevent.TaskPool):  # type: ignore[misc]  # celery ships no types
+    """Celery's gevent pool, whose ``terminate_job`` hands a dres run ``Shutdown`` at its next
+    safe point instead of killing its greenlet wherever it is."""
+
+    def terminate_job(self, pid: int, signal: int | None = None) -> None:
+        run = GreenletInterrupts.of(self._pool_map.get(pid))
+        if run is None:
+            super().terminate_job(pid, signal)
+            return
+        run._send(Shutdown("the worker is shutting down"))

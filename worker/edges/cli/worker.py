@@ -21,6 +21,7 @@ from worker.base.forks import guard_forks
 from worker.base.logging import configure_logging_for
 from worker.base.settings import load_settings
 from worker.edges.celery.greenlets import GreenletInterrupts
+from worker.edges.celery.greenlets import TaskPool as GeventTaskPool
 from worker.edges.celery.metrics import WorkerMetrics
 from worker.edges.celery.shutdown import hand_greenlets_over_on_shutdown, hand_over_on_shutdown
 from worker.edges.cli.pools import GEVENT, pool_option
@@ -46,11 +47,16 @@ class Pool:
     interrupts: type[guard.Interrupts]
     #: connects what hands the running chunks over at a warm shutdown
     hand_over: Callable[[], None]
+    #: Celery's pool class to run instead of the one the option names (None: Celery's choice)
+    celery_pool: type | None = None
 
 
 PREFORK = Pool(guard.DeferSignals, hand_over_on_shutdown)
 #: the pools dres runs on; any other name Celery takes for prefork (``processes``) is prefork
-POOLS = {"prefork": PREFORK, GEVENT: Pool(GreenletInterrupts, hand_greenlets_over_on_shutdown)}
+POOLS = {
+    "prefork": PREFORK,
+    GEVENT: Pool(GreenletInterrupts, hand_greenlets_over_on_shutdown, GeventTaskPool),
+}
 
 
 def _loglevel(extra: list[str]) -> str:
@@ -100,7 +106,7 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     if not any(a in {"-l", "--loglevel"} or a.startswith("--loglevel=") for a in extra):
         argv.append("--loglevel=INFO")
     # parsed now: an option Celery's worker does not take is refused before anything connects
-    start = celery_worker(app, argv, quiet=settings.log_format == "json")
+    start = celery_worker(app, argv, quiet=settings.log_format == "json", pool=pool.celery_pool)
     guard.use(pool.interrupts)
     pool.hand_over()
     load_before_fork(runtime)
@@ -132,13 +138,16 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     return start()
 
 
-def celery_worker(app: Celery, argv: list[str], *, quiet: bool) -> Callable[[], int]:
+def celery_worker(
+    app: Celery, argv: list[str], *, quiet: bool, pool: type | None = None
+) -> Callable[[], int]:
     """``celery worker ARGV`` for ``app``, its options parsed now (``ConfigError`` naming one it
     does not take); calling what this returns runs the worker until it stops, and gives its exit
     code. Celery's own ``worker`` command, with the context its ``celery`` group would have made
     (``quiet``: no banner on stdout, where every line must be JSON). Not ``app.worker_main``:
     that imports the whole ``celery`` command line (its REPL, prompt_toolkit: 0.5 s of every
-    worker's start) to reach this one command."""
+    worker's start) to reach this one command. ``pool``: the pool class to run instead of the
+    one ``--pool`` names (dres's subclass of it)."""
     from celery.bin.base import CLIContext
     from celery.bin.worker import worker
     from click import ClickException
@@ -154,6 +163,8 @@ def celery_worker(app: Celery, argv: list[str], *, quiet: bool) -> Callable[[], 
     except Exit as e:  # its --help, printed
         code = e.exit_code
         return lambda: code
+    if pool is not None:
+        parsed.params["pool"] = pool
 
     def run() -> int:
         with parsed:
