@@ -18,6 +18,9 @@ tripwire test that fails if the workaround goes while the bug stays:
   greenlet anywhere, between a tool's effect and its record too: a run's interrupts thrown into
   its greenlet at a safe point, and a pool that hands a terminated run ``Shutdown`` --
   ``tests/integration/test_gevent_pool.py``.
+- ``marks``: an acknowledgement that cannot reach Redis still frees its prefetch slot (under
+  the gevent pool's loop a held slot stopped the worker taking messages for good) --
+  ``tests/integration/test_store_faults.py`` (its gevent case).
 - ``metrics``: prometheus_client's multiprocess mode set before the pool forks.
 
 May import: ``ledger``, ``worker.base``, ``worker.engine`` (the guard's signals),
