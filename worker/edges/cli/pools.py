@@ -21,6 +21,8 @@ def pool_option(extra: Sequence[str]) -> str | None:
             return extra[i + 1]
         if arg.startswith("--pool="):
             return arg.split("=", 1)[1]
+        if arg.startswith("-P") and len(arg) > 2:  # -Pgevent, as click reads it too
+            return arg[2:]
     return None
 
 
