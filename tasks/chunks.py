@@ -8,6 +8,7 @@ that the time limits are those the worker's own settings give that mode
 
 from __future__ import annotations
 
+import threading
 from functools import cache
 from typing import Any
 
@@ -22,9 +23,28 @@ from worker.edges.runtime import Runtime
 log = structlog.get_logger("dres.tasks")
 
 
-@cache
+#: the process's first chunks build its runtime one at a time (under gevent, many start at once)
+_building = threading.Lock()
+
+
 def runtime() -> Runtime:
-    return Runtime.from_settings(get_settings(), current_app._get_current_object())
+    with _building:
+        return _runtime()
+
+
+@cache
+def _runtime() -> Runtime:
+    rt = Runtime.from_settings(get_settings(), current_app._get_current_object())
+    rt.registry  # noqa: B018  # built once: its tool sources may wait (an MCP server's list)
+    return rt
+
+
+def _soft_limit_s(task: Task) -> float | None:
+    """The chunk's soft limit as Celery reads it: the message's, else the task's own (the
+    worker's settings, ``worker.edges.celery.app``'s task annotations)."""
+    limits = task.request.timelimit or (None, None)
+    soft: float | None = limits[1] or task.soft_time_limit
+    return soft
 
 
 def _run(task: Task, turn_id: Any, run_id: Any) -> str:
@@ -33,13 +53,16 @@ def _run(task: Task, turn_id: Any, run_id: Any) -> str:
         return "bad-message"
     rt = runtime()
     interrupts = (SoftTimeLimitExceeded,)
-    return rt.lifecycle.run_chunk(
-        turn_id,
-        run_id,
-        rt.loop(turn_id, interrupts=interrupts),
-        interrupts=interrupts,
-        redelivered=bool((task.request.delivery_info or {}).get("redelivered")),
-    )
+    loop = rt.loop(turn_id, interrupts=interrupts)
+    # the soft limit lands from here on: the pool's (prefork), or the run's own timer (gevent)
+    with loop.guard.limited(_soft_limit_s(task)):
+        return rt.lifecycle.run_chunk(
+            turn_id,
+            run_id,
+            loop,
+            interrupts=interrupts,
+            redelivered=bool((task.request.delivery_info or {}).get("redelivered")),
+        )
 
 
 @shared_task(bind=True, name=CHUNK_TASK)

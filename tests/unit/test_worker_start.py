@@ -16,6 +16,8 @@ from rigs.processes import ROOT, subprocess_env
         ({"DRES_TOOLS": "no_such_module"}, [], "DRES_TOOLS: cannot import 'no_such_module'"),
         ({"DRES_TOOLS": "json"}, [], "DRES_TOOLS: module 'json' defines no @tool"),
         ({}, ["-P", "solo"], "the solo pool never raises soft time limits"),
+        ({}, ["-P", "threads"], "the threads pool never raises soft time limits"),
+        ({}, ["--pool=eventlet"], "the eventlet pool never raises soft time limits"),
         ({}, ["--bogus"], "celery worker options: No such option '--bogus'"),
         ({}, ["-c", "many"], "Invalid value for '-c' / '--concurrency'"),
         ({"DRES_APPROVAL": "no_such_tool"}, [], "DRES_APPROVAL names unknown tools"),

@@ -52,7 +52,7 @@ from worker.engine.recorder import Recorder, RunContext
 from worker.engine.tools.approval import ApprovalPolicy
 from worker.engine.tools.calls import Attempt
 from worker.engine.tools.executor import ToolExecutor
-from worker.engine.tools.guard import DeferSignals
+from worker.engine.tools.guard import Interrupts, for_a_run
 from worker.engine.tools.registry import Registry
 
 log = structlog.get_logger("dres.loop")
@@ -93,7 +93,7 @@ class AgentLoop:
         ids: Ids,
         interrupts: tuple[type[BaseException], ...] = (),
         is_cancelled: Callable[[str], bool] = lambda turn_id: False,
-        guard: DeferSignals | None = None,
+        guard: Interrupts | None = None,
         tool_redis: Any = None,
         failpoints: Failpoints = OFF,
         cache: EventCache | None = None,
@@ -110,7 +110,8 @@ class AgentLoop:
         self.ids = ids
         self.interrupts = interrupts
         self.is_cancelled = is_cancelled
-        self.guard = guard or DeferSignals()
+        #: the run's interrupts, this process's way (prefork's signals, gevent's greenlets)
+        self.guard = guard or for_a_run()
         self.tool_redis = tool_redis
         self.failpoints = failpoints
         #: confirms a write's records as DRES_DURABILITY asks (None: ``ack``)

@@ -39,6 +39,7 @@ from ledger.lease import Lease
 from ledger.store import Ledger
 from worker.base import metrics
 from worker.base.clock import Clock, Ids
+from worker.engine.tools.guard import keep_signals_off_this_thread
 
 E = TypeVar("E", bound=Event)
 
@@ -151,7 +152,7 @@ class Recorder:
         self.flush_s = flush_s
         #: characters of buffered text that are written at once
         self.flush_chars = flush_chars
-        #: the critical section a write of buffered text runs in (the loop's ``DeferSignals``):
+        #: the critical section a write of buffered text runs in (the loop's ``Interrupts``):
         #: an interrupt waits until the text taken from the buffer is in the ledger
         self.guard = guard or nullcontext()
         #: confirms records as DRES_DURABILITY asks; None at ``ack``: nothing to confirm
@@ -333,7 +334,7 @@ class Recorder:
 
     def _flush_when_due(self) -> None:
         """The flusher thread: write the buffer when its oldest delta's window ends."""
-        signal.pthread_sigmask(signal.SIG_BLOCK, MAIN_THREAD_SIGNALS)
+        keep_signals_off_this_thread(MAIN_THREAD_SIGNALS)
         with self._lock:
             while not self._closed:
                 if not self._pending:

@@ -31,7 +31,7 @@ import structlog
 from ledger.turns import TurnStore
 from worker.base.clock import Clock
 from worker.engine.recorder import RunContext
-from worker.engine.tools.guard import SIGNALS
+from worker.engine.tools.guard import SIGNALS, keep_signals_off_this_thread
 
 log = structlog.get_logger("dres.heartbeat")
 
@@ -153,7 +153,7 @@ class _Beats:
     def _loop(self) -> None:
         # The soft limit (SIGUSR1) and shutdown signals must reach the run's thread: delivered to
         # this one, they would not interrupt a blocking call of the run (a socket read, a sleep).
-        signal.pthread_sigmask(signal.SIG_BLOCK, BLOCKED)
+        keep_signals_off_this_thread(BLOCKED)
         while True:
             with self._wake:
                 if not self._runs:

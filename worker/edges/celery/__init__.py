@@ -14,6 +14,13 @@ tripwire test that fails if the workaround goes while the bug stays:
 - ``shutdown``: a SIGTERM hands each running chunk over (Celery's warm shutdown waits for tasks),
   and a late soft limit is dropped instead of raised into a child's pool loop --
   ``tests/integration/test_graceful_shutdown.py``.
+- ``greenlets``: Celery's gevent pool has no soft limit, and its ``terminate_job`` kills a task's
+  greenlet anywhere, between a tool's effect and its record too: a run's interrupts thrown into
+  its greenlet at a safe point, and a pool that hands a terminated run ``Shutdown`` --
+  ``tests/integration/test_gevent_pool.py``.
+- ``marks``: an acknowledgement that cannot reach Redis still frees its prefetch slot (under
+  the gevent pool's loop a held slot stopped the worker taking messages for good) --
+  ``tests/integration/test_store_faults.py`` (its gevent case).
 - ``metrics``: prometheus_client's multiprocess mode set before the pool forks.
 
 May import: ``ledger``, ``worker.base``, ``worker.engine`` (the guard's signals),

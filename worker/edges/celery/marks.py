@@ -77,8 +77,16 @@ class MarkingQoS(kombu_redis.QoS):
     """kombu's unacked index, whose acknowledgement also deletes the message's mark."""
 
     def ack(self, delivery_tag: Any) -> None:
-        self._forget(delivery_tag)
-        virtual.QoS.ack(self, delivery_tag)
+        try:
+            self._forget(delivery_tag)
+        finally:
+            # Done here even when Redis cannot be reached (the message then stays in the unacked
+            # index, and is restored after the visibility timeout, as a dead worker's): kept as
+            # delivered, it held the consumer's prefetch slot for good. Under the gevent pool's
+            # loop (Celery 5.7.0's ``synloop``) no BRPOP then ever ran again to find the
+            # broker's connection lost: a worker whose chunk ended during an outage never took
+            # another message (``tests/integration/test_store_faults.py``, under gevent).
+            virtual.QoS.ack(self, delivery_tag)
 
     def reject(self, delivery_tag: Any, requeue: bool = False) -> None:
         if requeue:  # back in the queue: the mark stays

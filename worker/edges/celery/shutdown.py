@@ -12,6 +12,10 @@ Each child also takes Celery's soft limit only while a task runs in it (``task_p
 result (a broker reconnect holds its event loop), is dropped instead of raised into the child's
 pool loop, where it garbles the result pipe and takes the whole worker down
 (``worker.engine.tools.guard``).
+
+Under the gevent pool (``hand_greenlets_over_on_shutdown``) the chunks are greenlets of the main
+process itself: the shutdown throws ``Shutdown`` into each running one
+(``worker.edges.celery.greenlets``), and Celery's warm shutdown then waits for their hand-overs.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any
 from billiard.process import active_children
 from celery import signals
 
+from worker.edges.celery.greenlets import GreenletInterrupts
 from worker.engine.tools.guard import NUDGE, DeferSignals
 
 
@@ -68,3 +73,12 @@ def hand_over_on_shutdown() -> None:
     signals.task_postrun.connect(_task_ended, weak=False)
     signals.worker_init.connect(remember, weak=False)
     signals.worker_shutting_down.connect(nudge_children, weak=False)
+
+
+def _hand_greenlets_over(**_: Any) -> None:
+    GreenletInterrupts.shut_down()
+
+
+def hand_greenlets_over_on_shutdown() -> None:
+    """Under the gevent pool: connect the receiver; call once before the worker starts."""
+    signals.worker_shutting_down.connect(_hand_greenlets_over, weak=False)

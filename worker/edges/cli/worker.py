@@ -1,9 +1,15 @@
-"""``dres worker``: a prefork Celery worker with dres's settings, and the reaper beside it."""
+"""``dres worker``: a Celery worker with dres's settings, and the reaper beside it.
+
+Its pool is prefork (the default; CPU-heavy tools) or gevent (``-P gevent -c N``: many chunks,
+each waiting on its model, in one process; CONTRACT §7.15). Each pool has its way to interrupt a
+run and to hand its chunks over at a warm shutdown (``POOLS``), chosen once here.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -14,28 +20,43 @@ from worker.base.errors import ConfigError
 from worker.base.forks import guard_forks
 from worker.base.logging import configure_logging_for
 from worker.base.settings import load_settings
+from worker.edges.celery.greenlets import GreenletInterrupts
+from worker.edges.celery.greenlets import TaskPool as GeventTaskPool
 from worker.edges.celery.metrics import WorkerMetrics
-from worker.edges.celery.shutdown import hand_over_on_shutdown
+from worker.edges.celery.shutdown import hand_greenlets_over_on_shutdown, hand_over_on_shutdown
+from worker.edges.cli.pools import GEVENT, pool_option
 from worker.edges.redis.durability import check_durability
 from worker.edges.redis.policy import check_stores
 from worker.edges.runtime import Runtime
 from worker.engine.models import preload_sdks
+from worker.engine.tools import guard
 from worker.engine.tools.approval import ApprovalPolicy
 from worker.lifecycle.reaper import ReaperThread
 
 log = structlog.get_logger("dres.worker")
 
-#: pools that never raise soft time limits; dres refuses them
-NO_SOFT_LIMIT_POOLS = {"solo", "threads", "gevent", "eventlet"}
+#: pools that can interrupt none of a chunk's waits (no soft limit, no Stop); dres refuses them
+NO_SOFT_LIMIT_POOLS = {"solo", "threads", "eventlet"}
 
 
-def _pool_option(extra: list[str]) -> str | None:
-    for i, arg in enumerate(extra):
-        if arg in {"-P", "--pool"} and i + 1 < len(extra):
-            return extra[i + 1]
-        if arg.startswith("--pool="):
-            return arg.split("=", 1)[1]
-    return None
+@dataclass(frozen=True)
+class Pool:
+    """What a pool's worker does its own way."""
+
+    #: how each run of the process is interrupted (``worker.engine.tools.guard.use``)
+    interrupts: type[guard.Interrupts]
+    #: connects what hands the running chunks over at a warm shutdown
+    hand_over: Callable[[], None]
+    #: Celery's pool class to run instead of the one the option names (None: Celery's choice)
+    celery_pool: type | None = None
+
+
+PREFORK = Pool(guard.DeferSignals, hand_over_on_shutdown)
+#: the pools dres runs on; any other name Celery takes for prefork (``processes``) is prefork
+POOLS = {
+    "prefork": PREFORK,
+    GEVENT: Pool(GreenletInterrupts, hand_greenlets_over_on_shutdown, GeventTaskPool),
+}
 
 
 def _loglevel(extra: list[str]) -> str:
@@ -67,12 +88,13 @@ def load_before_fork(runtime: Runtime) -> None:
 
 def run_worker(extra: list[str], *, reaper: bool) -> int:
     settings = load_settings()
-    pool = _pool_option(extra)
-    if pool in NO_SOFT_LIMIT_POOLS:
+    name = pool_option(extra)
+    if name in NO_SOFT_LIMIT_POOLS:
         raise ConfigError(
-            f"the {pool} pool never raises soft time limits, so chunks could not self-chain; "
-            "dres workers use prefork"
+            f"the {name} pool never raises soft time limits, so chunks could not self-chain; "
+            "dres workers use prefork or gevent"
         )
+    pool = POOLS.get(name or "prefork", PREFORK)
     configure_logging_for(settings, _loglevel(extra))
     if settings.metrics_port:  # before anything imports prometheus_client or forks the pool
         WorkerMetrics.prepare(settings.metrics_port).start()
@@ -84,8 +106,9 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     if not any(a in {"-l", "--loglevel"} or a.startswith("--loglevel=") for a in extra):
         argv.append("--loglevel=INFO")
     # parsed now: an option Celery's worker does not take is refused before anything connects
-    start = celery_worker(app, argv, quiet=settings.log_format == "json")
-    hand_over_on_shutdown()
+    start = celery_worker(app, argv, quiet=settings.log_format == "json", pool=pool.celery_pool)
+    guard.use(pool.interrupts)
+    pool.hand_over()
     load_before_fork(runtime)
     check_stores(settings)  # after the checks that need no Redis; its gauge after prepare()
     check_durability(settings)
@@ -115,13 +138,16 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     return start()
 
 
-def celery_worker(app: Celery, argv: list[str], *, quiet: bool) -> Callable[[], int]:
+def celery_worker(
+    app: Celery, argv: list[str], *, quiet: bool, pool: type | None = None
+) -> Callable[[], int]:
     """``celery worker ARGV`` for ``app``, its options parsed now (``ConfigError`` naming one it
     does not take); calling what this returns runs the worker until it stops, and gives its exit
     code. Celery's own ``worker`` command, with the context its ``celery`` group would have made
     (``quiet``: no banner on stdout, where every line must be JSON). Not ``app.worker_main``:
     that imports the whole ``celery`` command line (its REPL, prompt_toolkit: 0.5 s of every
-    worker's start) to reach this one command."""
+    worker's start) to reach this one command. ``pool``: the pool class to run instead of the
+    one ``--pool`` names (dres's subclass of it)."""
     from celery.bin.base import CLIContext
     from celery.bin.worker import worker
     from click import ClickException
@@ -137,6 +163,8 @@ def celery_worker(app: Celery, argv: list[str], *, quiet: bool) -> Callable[[], 
     except Exit as e:  # its --help, printed
         code = e.exit_code
         return lambda: code
+    if pool is not None:
+        parsed.params["pool"] = pool
 
     def run() -> int:
         with parsed:

@@ -50,7 +50,7 @@ from worker.engine.tools.calls import (
 )
 from worker.engine.tools.context import Reconciliation, ToolContext, idempotency_key
 from worker.engine.tools.durable import confirm_done, confirm_start
-from worker.engine.tools.guard import DeferSignals
+from worker.engine.tools.guard import Interrupts, for_a_run
 from worker.engine.tools.registry import Registry
 
 log = structlog.get_logger("dres.executor")
@@ -62,7 +62,7 @@ class ToolExecutor:
         registry: Registry,
         recorder: Recorder,
         *,
-        guard: DeferSignals | None = None,
+        guard: Interrupts | None = None,
         interrupts: tuple[type[BaseException], ...] = (),
         redis: Any = None,
         failpoints: Failpoints = OFF,
@@ -73,7 +73,7 @@ class ToolExecutor:
         self.approval = approval
         self.recorder = recorder
         if guard is None:
-            guard = DeferSignals()
+            guard = for_a_run()
             guard.arm()
         self.guard = guard
         #: exceptions that end the run and must never become a tool error result

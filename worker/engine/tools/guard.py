@@ -21,6 +21,11 @@ Outside a run (``DeferSignals.running()``) the signals keep their meaning for th
 soft-limit handler, SIGTERM's default; a stray nudge is noted (a shutdown then hands the next chunk
 over at once) and otherwise ignored. The hard limit (the pool's SIGTERM, then SIGKILL 0.1 s later)
 cannot be deferred past its SIGKILL: a tool that outlives it stays an interrupted call.
+
+That is the prefork pool's way (``DeferSignals``). ``Interrupts`` is what a run asks of any way:
+under gevent many runs share one thread, and each run's interrupts are thrown into its greenlet
+instead (``worker.edges.celery.greenlets``). A process uses one way, chosen at its start
+(``use``), and every run of it gets its own (``for_a_run``): no call site asks which pool runs it.
 """
 
 from __future__ import annotations
@@ -28,10 +33,10 @@ from __future__ import annotations
 import signal
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Iterable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import FrameType, TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 from worker.base.errors import Interrupt, Shutdown, SoftLimit, TurnCancelled
 
@@ -43,6 +48,49 @@ NUDGE = signal.SIGUSR2
 SIGNALS = (SOFT_LIMIT, NUDGE, signal.SIGTERM)
 #: seconds before a Stop nudge its run has not seen is sent again
 RESEND_S = 0.5
+
+
+class Interrupts(Protocol):
+    """A run's interrupts (``SoftLimit``, ``TurnCancelled``, ``Shutdown``): where they may land,
+    and the critical sections (``with guard:``) across which they wait."""
+
+    @property
+    def armed(self) -> bool:
+        """Interrupts reach this run where it runs."""
+        ...
+
+    def arm(self) -> None:
+        """Bind the interrupts to where the run runs (its thread, its greenlet)."""
+
+    def limited(self, soft_limit_s: float | None) -> AbstractContextManager[None]:
+        """The chunk's task, from its start: its soft limit lands in it (from the pool, or
+        from a timer of the run's own where the pool has none)."""
+        ...
+
+    def running(self) -> AbstractContextManager[None]:
+        """The run's window: interrupts end it where they land."""
+        ...
+
+    def answering(self) -> AbstractContextManager[None]:
+        """The run answers an interrupt: a further one never cuts the answer."""
+        ...
+
+    def stop(self) -> None:
+        """Stop was requested (from the run's Stop watcher): ``TurnCancelled`` at its next
+        safe point, also while it waits on a socket or a sleep."""
+
+    def lifted(self) -> AbstractContextManager[None]:
+        """Inside a critical section: interrupts land again, for a wait with no effect."""
+        ...
+
+    def __enter__(self) -> object: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
 
 
 class _Trap:
@@ -186,6 +234,10 @@ class DeferSignals:
         if self._armed:
             _TRAP.install()
 
+    def limited(self, soft_limit_s: float | None) -> AbstractContextManager[None]:
+        """The pool times the chunk and signals its soft limit: nothing to start here."""
+        return nullcontext()
+
     @contextmanager
     def running(self) -> Iterator[None]:
         """The window in which signals end the run by raising their interrupts.
@@ -278,3 +330,27 @@ class DeferSignals:
         _TRAP.depth -= 1
         if exc is None:
             _TRAP.release()
+
+
+#: this process's way to interrupt a run (``use``)
+_way: type[Interrupts] = DeferSignals
+
+
+def use(way: type[Interrupts]) -> None:
+    """Choose this process's way to interrupt its runs, once, at its start (from its pool)."""
+    global _way
+    _way = way
+
+
+def for_a_run() -> Interrupts:
+    """A new run's interrupts, this process's way."""
+    return _way()
+
+
+def keep_signals_off_this_thread(signals: Iterable[int]) -> None:
+    """First in a helper thread of the runs (the heartbeat, a text flusher): ``signals`` must
+    reach the run's thread, where they interrupt a blocking call. A "thread" that is a greenlet
+    of that very thread (gevent's patched ``threading``) blocks nothing: its mask would be the
+    whole process's, SIGTERM included."""
+    if threading.get_native_id() != threading.main_thread().native_id:
+        signal.pthread_sigmask(signal.SIG_BLOCK, signals)
