@@ -29,7 +29,12 @@ from worker.edges.runtime import Runtime
 #: the statuses GET /v1/turns/{id} may report (docs/http-api.md)
 STATUSES = {"queued", "running", "resuming", "waiting", "completed", "stopped"}
 #: the bearer token of the server that requires one
-TOKEN = "test-token-0123456789"
+TOKEN = "test-token-0123456789-0123456789abcdef"
+#: DRES_APPROVER_TOKENS of the server with approvers: {NAME: TOKEN}
+APPROVERS = {
+    "ana": "ana-approver-token-0123456789abcdef",
+    "ops": "ops-approver-token-0123456789abcdef",
+}
 
 #: ``start(token=None)``: a ``dres api`` of the session, ready on /healthz
 StartApi = Callable[..., ApiProcess]

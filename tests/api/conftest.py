@@ -11,6 +11,7 @@ is stopped by PID in a finalizer (SIGTERM, then SIGKILL of its process group).
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -18,7 +19,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_support import TOKEN, Cli, StartApi
+from api_support import APPROVERS, TOKEN, Cli, StartApi
 
 from rigs import ROOT, ApiProcess, stop_all, subprocess_env
 from rigs.scripts import Script, script_writer
@@ -48,7 +49,8 @@ def script(api_script_dir: Path) -> Script:
 def api_servers(
     redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory, api_script_dir: Path
 ) -> Iterator[StartApi]:
-    """Start ``dres api`` on a free loopback port, ready on /healthz: ``start(token=None)``.
+    """Start ``dres api`` on a free loopback port, ready on /healthz: ``start(token=None,
+    **DRES_…)`` (more settings of that server, such as ``DRES_APPROVER_TOKENS``).
 
     The servers live for the session (the finalizer stops each by PID).
     """
@@ -56,9 +58,10 @@ def api_servers(
     log_dir = tmp_path_factory.mktemp("api")
     slots = [f"scripted:{api_script_dir / f'script-{n}.json'}" for n in range(1, SCRIPT_SLOTS + 1)]
 
-    def start(token: str | None = None) -> ApiProcess:
+    def start(token: str | None = None, **settings: str) -> ApiProcess:
         dres = {**DRES_ENV, "DRES_REDIS_URL": redis_server.url, "DRES_MODELS": ",".join(slots)}
-        env = subprocess_env({**dres, **({"DRES_API_TOKEN": token} if token else {})}, TESTS)
+        dres |= settings | ({"DRES_API_TOKEN": token} if token else {})
+        env = subprocess_env(dres, TESTS)
         api = ApiProcess.start(env, log_dir / f"api-{len(started) + 1}.log", ready=False)
         started.append(api)
         api.wait_ready()
@@ -91,6 +94,12 @@ def client_of(server: ApiProcess) -> Iterator[httpx.Client]:
         print(log.read()[-6000:].decode(errors="replace"))
 
 
+@pytest.fixture(scope="session")
+def approvers_api(api_servers: StartApi) -> ApiProcess:
+    """The session's ``dres api`` with the token ``TOKEN`` and the approvers ``APPROVERS``."""
+    return api_servers(token=TOKEN, DRES_APPROVER_TOKENS=json.dumps(APPROVERS))
+
+
 @pytest.fixture
 def http(api: ApiProcess, redis_url: str) -> Iterator[httpx.Client]:
     """A client of the open server, on an empty Redis."""
@@ -101,6 +110,12 @@ def http(api: ApiProcess, redis_url: str) -> Iterator[httpx.Client]:
 def guarded(guarded_api: ApiProcess, redis_url: str) -> Iterator[httpx.Client]:
     """A client of the server that requires the token (sent by no request by default)."""
     yield from client_of(guarded_api)
+
+
+@pytest.fixture
+def approving(approvers_api: ApiProcess, redis_url: str) -> Iterator[httpx.Client]:
+    """A client of the server with approvers (sending no token by default)."""
+    yield from client_of(approvers_api)
 
 
 @pytest.fixture

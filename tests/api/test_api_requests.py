@@ -433,7 +433,8 @@ def test_there_is_no_swagger_ui_or_redoc_and_the_document_is_served(
     guarded: httpx.Client,
 ) -> None:
     """``/docs`` and ``/redoc`` (pages that load scripts from a CDN, open without the token) are
-    404; ``/openapi.json`` is the document."""
+    404; ``/openapi.json`` is the document, behind the token."""
     for path in ("/docs", "/redoc", "/docs/oauth2-redirect"):
         assert guarded.get(path).status_code == 404, path
-    assert guarded.get("/openapi.json").json()["info"]["title"] == "dres"
+    auth = {"Authorization": f"Bearer {TOKEN}"}
+    assert guarded.get("/openapi.json", headers=auth).json()["info"]["title"] == "dres"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import redis
-from api_support import Approvals, Cli
+from api_support import APPROVERS, Approvals, Cli
 
 from ledger.events import ApprovalDecided
 from rigs import EMAIL, ROOT
@@ -141,6 +141,47 @@ def test_a_decision_on_an_unknown_turn_or_request_exits_2_with_one_line(
 
 
 # -- dres watch -----------------------------------------------------------------------------------
+
+
+def test_with_approvers_dres_approve_needs_an_approvers_token_and_records_its_name(
+    cli: Cli, ap: Approvals
+) -> None:
+    """DRES_APPROVER_TOKENS set: no --token, an unknown one, or a --by naming another is exit 2
+    with one line and decides nothing; an approver's --token decides, by its NAME."""
+    turn_id, request = ap.wait()
+    env = {"DRES_APPROVER_TOKENS": json.dumps(APPROVERS)}
+    refused = {
+        "--token": cli("approve", turn_id, request.approval_id, env=env),
+        "approver": cli("approve", turn_id, request.approval_id, "--token", "n" * 40, env=env),
+        "--by": cli(
+            "approve",
+            turn_id,
+            request.approval_id,
+            "--token",
+            APPROVERS["ana"],
+            "--by",
+            "ops",
+            env=env,
+        ),
+    }
+    for named, done in refused.items():
+        assert done.returncode == 2, (named, done.stdout, done.stderr)
+        assert named in one_line(done.stderr), named
+    assert decided(ap, turn_id) == []
+
+    done = cli("approve", turn_id, request.approval_id, "--token", APPROVERS["ops"], env=env)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    (decision,) = decided(ap, turn_id)
+    assert (decision.decision, decision.by) == ("approve", "ops")
+
+
+def test_without_approvers_a_token_given_to_dres_deny_is_exit_2(cli: Cli, ap: Approvals) -> None:
+    turn_id, request = ap.wait()
+    done = cli("deny", turn_id, request.approval_id, "--token", APPROVERS["ana"])
+    assert done.returncode == 2, done.stdout + done.stderr
+    assert "DRES_APPROVER_TOKENS" in one_line(done.stderr)
+    assert decided(ap, turn_id) == []
 
 
 def test_dres_watch_shows_the_waiting_line_and_the_decision_of_a_turn_that_waited(

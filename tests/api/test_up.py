@@ -1,6 +1,6 @@
 """``dres up`` (docs/commands.md) as a person runs it: a subprocess that starts its own
-redis-server, a worker and the API with the page, prints the page's URL, and stops every one on
-Ctrl-C.
+redis-server, a worker and the API with the page, prints the page's URL (with the random token it
+gave the API), and stops every one on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from worker.dev.redis_server import free_port
 
 pytestmark = pytest.mark.redis_server
 
-URL = re.compile(r"open (http://127\.0\.0\.1:\d+)/")
+URL = re.compile(r"open (http://127\.0\.0\.1:\d+)/(?:#token=(\S+))?")
 
 
 def descendants(pid: int) -> set[int]:
@@ -65,11 +65,16 @@ def test_dres_up_serves_the_page_at_the_url_it_prints_and_a_signal_stops_every_c
         )
     try:
         found = wait_until(lambda: URL.search(log.read_text()), timeout=40, what="the URL")
-        url = found.group(1)
+        url, token = found.group(1), found.group(2)
         page = httpx.get(f"{url}/", timeout=10)
         assert page.status_code == 200
         assert 'data-testid="composer"' in page.text
         assert httpx.get(f"{url}/healthz", timeout=10).json() == {"redis": "ok", "broker": "ok"}
+        # no DRES_API_TOKEN was set: the API wants the random one the printed URL carries
+        assert token is not None and len(token) >= 32, log.read_text()
+        assert httpx.get(f"{url}/v1/conversations", timeout=10).status_code == 401
+        auth = {"Authorization": f"Bearer {token}"}
+        assert httpx.get(f"{url}/v1/conversations", headers=auth, timeout=10).status_code == 200
         children = descendants(up.pid)
         assert len(children) >= 4, children  # redis-server, worker, its pool process, api
 

@@ -22,7 +22,8 @@ from playwright.sync_api import expect
 
 from ledger.events import ApprovalDecided, ApprovalRequested, ToolStart
 from ledger.store import Ledger
-from rigs import ApiProcess, Script, having, of, show, wait_for
+from rigs import ApiProcess, Script, having, of, show, stop_all, subprocess_env, wait_for
+from tests.support import DRES_ENV, TESTS
 from tests.support.fixtures import StartWorker
 from worker.demo_tools import outbox
 
@@ -193,3 +194,50 @@ def test_a_stale_card_shows_the_409_when_someone_else_decided_first(
     expect(page.get_by_test_id("turn-status").last).to_have_text("completed")
     page.screenshot(path=str(tmp_path / "stale.png"), full_page=True)
     assert outbox(rdb) == []
+
+
+#: DRES_APPROVER_TOKENS of the API the approver test opens the page on
+APPROVER = {"ana": "ana-approver-token-0123456789abcdef"}
+
+
+def test_with_approvers_the_card_takes_an_approvers_token_and_the_decision_is_by_its_name(
+    page: Any,
+    start_worker: StartWorker,
+    script: Script,
+    ledger: Ledger,
+    rdb: redis.Redis,
+    redis_url: str,
+    tmp_path: Path,
+) -> None:
+    """DRES_APPROVER_TOKENS set: the page's decision needs the approver's own token, typed beside
+    the buttons and kept for the tab; the ledger records the approver's name as ``by``."""
+    dres = {**DRES_ENV, "DRES_REDIS_URL": redis_url, "DRES_APPROVER_TOKENS": json.dumps(APPROVER)}
+    api = ApiProcess.start(subprocess_env(dres, TESTS), tmp_path / "api.log", ready=False)
+    try:
+        api.wait_ready()
+        page.goto(api.url + "/")
+        approval_worker(start_worker, script(ONE_EMAIL))
+        card, _ = waiting_card(page, ledger)
+        turn_id = turn_id_of(page)
+
+        card.get_by_test_id("approve").click()  # no approver's token yet: nothing is sent
+        expect(card.get_by_test_id("approval-error")).to_contain_text("approver token")
+        expect(card).to_have_attribute("data-state", "pending")
+        card.scroll_into_view_if_needed()
+        page.screenshot(path=str(tmp_path / "approver-asked.png"))
+        card.get_by_label("Approver token").fill("n" * 40)  # no approver's: the server says 401
+        card.get_by_test_id("approve").click()
+        expect(card.get_by_test_id("approval-error")).to_contain_text("bearer token")
+        card.get_by_label("Approver token").fill(APPROVER["ana"])
+        card.get_by_test_id("approve").click()
+
+        expect(card).to_have_attribute("data-state", "approve")
+        expect(card.get_by_test_id("approval-decision")).to_have_text("Approved by ana")
+        expect(page.get_by_test_id("turn-status").last).to_have_text("completed")
+        page.screenshot(path=str(tmp_path / "approver.png"), full_page=True)
+        assert page.evaluate("sessionStorage.getItem('dres.approverToken')") == APPROVER["ana"]
+    finally:
+        stop_all([api])
+    (decided,) = [e for e in ledger.events(turn_id) if isinstance(e, ApprovalDecided)]
+    assert (decided.decision, decided.by) == ("approve", "ana")
+    assert [m["to"] for m in outbox(rdb)] == [EMAIL["to"]]

@@ -30,7 +30,7 @@ from worker.dev.redis_server import free_port
 
 pytestmark = pytest.mark.redis_server
 
-TOKEN = "page-token-0123456789"
+TOKEN = "page-token-0123456789-0123456789abcdef"
 
 
 @pytest.fixture

@@ -48,7 +48,7 @@ from rigs.redis_sentinel import LocalSentinel
 from tests.support.fixtures import started as rig_started
 from worker.dev.redis_server import free_port
 
-TOKEN = "compose-test-token"
+TOKEN = "compose-test-token-0123456789abcdef"
 #: where compose's services find redis: the service name on the compose network
 COMPOSE_REDIS = "redis://redis:6379"
 #: the API's port inside its container (compose maps a host port to it)

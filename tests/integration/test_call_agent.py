@@ -54,7 +54,7 @@ pytestmark = pytest.mark.redis_server
 AGENT = "researcher"
 QUESTION = "What is the capital of France?"
 ANSWER = "Paris is the capital of France."
-TOKEN_B = "app-b-token-0123456789"
+TOKEN_B = "app-b-token-0123456789-0123456789abcdef"
 #: the parent's model: delegate, then answer from what came back
 CALL: dict[str, Any] = {
     "text": "Asking the researcher.",

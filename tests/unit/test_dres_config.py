@@ -86,11 +86,12 @@ def test_dres_config_masks_tokens_passwords_and_the_password_of_a_url(
     clean_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     secrets = {
-        "DRES_API_TOKEN": "tok-secret-1",
+        "DRES_API_TOKEN": "tok-secret-1-" + "x" * 32,
         "DRES_REDIS_URL": "redis://app:pw-secret-2@127.0.0.1:6390/0",
         "DRES_BROKER_URL": "redis://:pw-secret-3@127.0.0.1:6391/0",
         "DRES_AGENTS": '{"billing": {"url": "http://b.example", "token": "tok-secret-4"}}',
         "DRES_APPROVAL_WEBHOOK": "https://hook:pw-secret-5@hooks.example/x",
+        "DRES_APPROVER_TOKENS": json.dumps({"ana": "approver-secret-6-" + "y" * 32}),
     }
     for name, value in secrets.items():
         clean_env.setenv(name, value)
@@ -103,6 +104,7 @@ def test_dres_config_masks_tokens_passwords_and_the_password_of_a_url(
         "url": "http://b.example",
         "token": MASK,
     }
+    assert json.loads(printed["DRES_APPROVER_TOKENS"]) == {"ana": MASK}
 
 
 def test_no_secret_of_a_settings_environment_shows_in_dres_config_or_its_json(
@@ -125,7 +127,7 @@ def test_no_secret_of_a_settings_environment_shows_in_dres_config_or_its_json(
         }
     }
     secrets = {
-        "DRES_API_TOKEN": "tok-secret-5",
+        "DRES_API_TOKEN": "tok-secret-5-" + "x" * 32,
         "DRES_REDIS_URL": "redis://app:pw-secret-6@127.0.0.1:6390/0",
         "DRES_BROKER_URL": "redis://:pw-secret-7@127.0.0.1:6391/0",
         "DRES_AGENTS": '{"billing": {"url": "http://b.example", "token": "tok-secret-8"}}',

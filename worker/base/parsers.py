@@ -1,10 +1,12 @@
 """The parsers of the settings' values that are more than a type: the Sentinels, the TLS options
-of a Sentinel's ``rediss://`` URL, ``DRES_APPROVAL`` and the URLs of webhooks. Each raises a
+of a Sentinel's ``rediss://`` URL, ``DRES_APPROVAL``, the URLs of webhooks and the tokens (the
+API's, the approvers'). Each raises a
 ``ValueError`` saying what is wrong, which the settings turn into one line naming the variable.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -14,6 +16,11 @@ from redis.connection import parse_url
 #: a tool's name as DRES_APPROVAL lists it
 NAME = re.compile(r"^[A-Za-z0-9_.\-]+$")
 HTTP_URL = re.compile(r"^https?://[^/\s]+\S*$")
+#: characters a bearer token must have at least (the API's, each approver's): a guessable token
+#: is no lock (``secrets.token_urlsafe()`` gives 43)
+MIN_TOKEN_CHARS = 32
+#: characters of an approver's name at most: a decision's ``by`` (docs/http-api.md)
+MAX_NAME_CHARS = 200
 
 
 def parse_sentinels(raw: str) -> list[tuple[str, int]]:
@@ -106,3 +113,36 @@ def parse_http_url(raw: str) -> str:
     if raw and not HTTP_URL.match(raw):
         raise ValueError(f"must be an http:// or https:// URL (got '{raw}')")
     return raw
+
+
+def check_token(token: str) -> str:
+    """A bearer token long enough not to be guessed."""
+    if len(token) < MIN_TOKEN_CHARS:
+        raise ValueError(
+            f"must be at least {MIN_TOKEN_CHARS} characters (has {len(token)}); make one with "
+            "python3 -c 'import secrets; print(secrets.token_urlsafe())'"
+        )
+    return token
+
+
+def parse_approver_tokens(raw: str) -> dict[str, str]:
+    """DRES_APPROVER_TOKENS: ``{"NAME": "TOKEN"}``, each name a decision's ``by`` (1 to 200
+    characters, not blank), each token long enough and used by one approver only."""
+    try:
+        found = json.loads(raw or "{}")
+    except json.JSONDecodeError as e:
+        raise ValueError(f'must be a JSON object {{"NAME": "TOKEN"}}: {e.msg}') from None
+    if not isinstance(found, dict):
+        raise ValueError('must be a JSON object {"NAME": "TOKEN"}')
+    for name, token in found.items():
+        if not name.strip() or len(name) > MAX_NAME_CHARS:
+            raise ValueError(f"an approver's name must be 1 to {MAX_NAME_CHARS} characters")
+        if not isinstance(token, str):
+            raise ValueError(f"the token of {name!r} must be a string")
+        try:
+            check_token(token)
+        except ValueError as e:
+            raise ValueError(f"the token of {name!r} {e}") from None
+    if len(set(found.values())) < len(found):
+        raise ValueError("two approvers have the same token: a decision must name one person")
+    return found

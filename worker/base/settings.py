@@ -3,6 +3,7 @@ docs/configuration.md lists the few other variables dres reads, and where."""
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Callable
 from functools import lru_cache
 from typing import Any, Literal
@@ -14,7 +15,14 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ledger.durability import Durability, Level
 from worker.base.errors import ConfigError
-from worker.base.parsers import parse_approval, parse_http_url, parse_sentinel_tls, parse_sentinels
+from worker.base.parsers import (
+    check_token,
+    parse_approval,
+    parse_approver_tokens,
+    parse_http_url,
+    parse_sentinel_tls,
+    parse_sentinels,
+)
 from worker.base.tool_sources import parse_agents, parse_mcp_servers, parse_openapi
 
 #: the demo's tools, the default DRES_TOOLS (docs/configuration.md): an example module written
@@ -28,6 +36,7 @@ PARSERS: dict[str, Callable[[str], object]] = {
     "mcp_servers": parse_mcp_servers,
     "openapi": parse_openapi,
     "approval": parse_approval,
+    "approver_tokens": parse_approver_tokens,
     "approval_webhook": parse_http_url,
     "public_url": parse_http_url,
     "redis_sentinels": parse_sentinels,
@@ -62,6 +71,10 @@ class Settings(BaseSettings):
     )
     api_token: str | None = Field(
         None, description="the bearer token the API requires; unset: none (loopback binds only)"
+    )
+    approver_tokens: str = Field(
+        "{}",
+        description='JSON: {"NAME": "TOKEN"}; set: only these tokens decide approvals, as NAME',
     )
     finished_ttl_s: int = Field(
         7 * 24 * 3600, gt=0, description="seconds a finished turn's keys are kept"
@@ -212,6 +225,25 @@ class Settings(BaseSettings):
             raise PydanticCustomError("dres_setting", str(e)) from None
         return raw
 
+    @field_validator("api_token")
+    @classmethod
+    def _token_long_enough(cls, raw: str | None) -> str | None:
+        if not raw:
+            return None  # empty is unset, as it always was
+        try:
+            return check_token(raw)
+        except ValueError as e:
+            raise PydanticCustomError("dres_setting", str(e)) from None
+
+    @model_validator(mode="after")
+    def _approvers_are_not_the_caller(self) -> Settings:
+        if self.api_token and self.api_token in self.approvers.values():
+            raise ValueError(
+                "DRES_APPROVER_TOKENS: an approver's token is DRES_API_TOKEN: the turn's caller "
+                "may not approve its own writes"
+            )
+        return self
+
     @model_validator(mode="after")
     def _limits_in_order(self) -> Settings:
         if self.hard_limit_s <= self.soft_limit_s:
@@ -266,6 +298,19 @@ class Settings(BaseSettings):
         every connection to the master and to the Sentinels (``ssl=True`` and the URL's
         ``ssl_*`` options, redis-py's keyword arguments); else empty: no TLS."""
         return parse_sentinel_tls(self.redis_url) if self.sentinels else {}
+
+    @property
+    def approvers(self) -> dict[str, str]:
+        """DRES_APPROVER_TOKENS as ``{NAME: TOKEN}`` (validated); empty: no approvers."""
+        return parse_approver_tokens(self.approver_tokens)
+
+    def approver_named(self, token: str) -> str | None:
+        """The NAME of the approver whose token this is, or None (compared in constant time)."""
+        found = None
+        for name, known in self.approvers.items():
+            if hmac.compare_digest(token.encode(), known.encode()):
+                found = name
+        return found
 
     @property
     def longest_hard_limit_s(self) -> float:

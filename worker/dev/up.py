@@ -3,11 +3,16 @@
 An embedded redis-server (``DRES_REDIS_URL`` when set; as ``dres demo`` does), a prefork worker
 and the API with the page, each a ``dres`` subprocess in its own session. It prints the page's
 URL and waits; Ctrl-C (SIGINT) or SIGTERM stops every process it started, by PID.
+
+Without ``DRES_API_TOKEN`` it makes a random one for the API, so that no other program or page on
+this machine can drive it, and prints the page's URL carrying it after ``#`` (a fragment, which no
+browser sends to any server): the page keeps it for the tab and takes it out of the address bar.
 """
 
 from __future__ import annotations
 
 import os
+import secrets
 import signal
 import socket
 import sys
@@ -27,6 +32,8 @@ from worker.dev.worker_process import READY_S, DresProcess, WorkerProcess
 
 #: seconds between looks at the children while ``dres up`` waits for a signal
 WATCH_S = 0.5
+#: random bytes of the token ``dres up`` makes (43 characters, base64url)
+TOKEN_BYTES = 32
 
 
 def _port_free(port: int) -> bool:
@@ -53,7 +60,8 @@ def run_up(port: int, out: TextIO = sys.stdout) -> int:
         raise ConfigError(f"--port must be between 1 and 65535, not {port}")
     if not _port_free(port):
         raise ConfigError(f"port {port} on 127.0.0.1 is in use: choose another with --port")
-    load_settings()  # a bad DRES_* setting fails here, before anything starts
+    settings = load_settings()  # a bad DRES_* setting fails here, before anything starts
+    made_token = None if settings.api_token else secrets.token_urlsafe(TOKEN_BYTES)
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
@@ -64,6 +72,8 @@ def run_up(port: int, out: TextIO = sys.stdout) -> int:
     try:
         with embedded_redis() as redis_info, tempfile.TemporaryDirectory(prefix="dres-up-") as tmp:
             env = {**os.environ, "DRES_REDIS_URL": redis_info.url}
+            if made_token:
+                env["DRES_API_TOKEN"] = made_token
             print(f"dres up: redis: {redis_info.description}", file=out, flush=True)
             if not redis_info.durable:
                 print("  WARNING: no redis-server found; fakeredis keeps nothing", file=out)
@@ -76,7 +86,8 @@ def run_up(port: int, out: TextIO = sys.stdout) -> int:
             if not _wait_ready(worker, api, url, stop):
                 return 130 if stop.is_set() else 1
             print(f"dres up: worker pid {worker.pid}, api pid {api.pid}", file=out)
-            print(f"dres up: open {url}/   (Ctrl-C stops everything)", file=out, flush=True)
+            page = f"{url}/#token={made_token}" if made_token else f"{url}/"
+            print(f"dres up: open {page}   (Ctrl-C stops everything)", file=out, flush=True)
             return _wait(started, stop, out)
     finally:
         for process in started:

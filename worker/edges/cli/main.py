@@ -172,63 +172,6 @@ def cmd_stop(args: argparse.Namespace, extra: list[str]) -> int:
     return 0 if outcome.ok else REFUSED
 
 
-def cmd_approvals(args: argparse.Namespace, extra: list[str]) -> int:
-    from ledger.approvals import request_fields
-
-    found, _ = _runtime().lifecycle.store.approvals.page(limit=args.limit)
-    if args.json:
-        print(json.dumps([request_fields(r) for r in found], indent=2, ensure_ascii=False))
-        return 0
-    if not found:
-        print("(no approval requests waiting)")
-        return 0
-    print(f"{'turn_id':<28} {'approval_id':<28} {'tool':<16} input")
-    for request in found:
-        shown = json.dumps(request.input, ensure_ascii=False)
-        print(f"{request.turn_id:<28} {request.approval_id:<28} {request.tool:<16} {shown[:80]}")
-    return 0
-
-
-def _decided_exit() -> dict[DecidedKind, int]:
-    """A decision's outcome as the command's exit status: refused as Continue and Stop are,
-    bad input as everywhere (docs/http-api.md)."""
-    from worker.lifecycle.approvals import DecidedKind
-
-    return {
-        DecidedKind.DECIDED: 0,
-        DecidedKind.ALREADY: REFUSED,
-        DecidedKind.NOT_WAITING: REFUSED,
-        DecidedKind.WRONG_SIGNATURE: REFUSED,
-        DecidedKind.CONTENDED: REFUSED,
-        DecidedKind.INVALID: USAGE_ERROR,
-        DecidedKind.UNKNOWN: USAGE_ERROR,
-    }
-
-
-def cmd_decide(args: argparse.Namespace, extra: list[str]) -> int:
-    from worker.lifecycle.approvals import DecidedKind
-
-    rt = _runtime()
-    signature = args.signature
-    if signature is None:
-        # the request's own: an approval id names one call's input, which never changes
-        known = rt.lifecycle.store.meta(args.turn_id).approval(args.approval_id)
-        signature = known[1] if known is not None else ""
-    decision = "approve" if args.command == "approve" else "deny"
-    decided = rt.lifecycle.decide(
-        args.turn_id,
-        args.approval_id,
-        decision,
-        signature,
-        reason=args.reason or "",
-        by=args.by or "cli",
-    )
-    if decided.kind == DecidedKind.UNKNOWN:  # no such request: bad input, as an unknown turn is
-        return _fail(decided.detail)
-    print(decided.detail if decided.ok else f"refused: {decided.detail}")
-    return _decided_exit()[decided.kind]
-
-
 def cmd_conversations(args: argparse.Namespace, extra: list[str]) -> int:
     found, _ = _runtime().lifecycle.store.conversations.page(limit=args.limit)
     rows = [
@@ -300,6 +243,41 @@ def cmd_tools(args: argparse.Namespace, extra: list[str]) -> int:
     for row in table:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
     return 0
+
+
+def cmd_approvals(args: argparse.Namespace, extra: list[str]) -> int:
+    from worker.edges.cli.approvals import list_approvals
+
+    return list_approvals(_runtime(), args)
+
+
+def _decided_exit() -> dict[DecidedKind, int]:
+    """A decision's outcome as the command's exit status: refused as Continue and Stop are,
+    bad input as everywhere (docs/http-api.md)."""
+    from worker.lifecycle.approvals import DecidedKind
+
+    return {
+        DecidedKind.DECIDED: 0,
+        DecidedKind.ALREADY: REFUSED,
+        DecidedKind.NOT_WAITING: REFUSED,
+        DecidedKind.WRONG_SIGNATURE: REFUSED,
+        DecidedKind.CONTENDED: REFUSED,
+        DecidedKind.INVALID: USAGE_ERROR,
+        DecidedKind.UNKNOWN: USAGE_ERROR,
+    }
+
+
+def cmd_decide(args: argparse.Namespace, extra: list[str]) -> int:
+    from worker.base.settings import load_settings
+    from worker.edges.cli.approvals import decide, decider
+    from worker.lifecycle.approvals import DecidedKind
+
+    by = decider(load_settings(), args.token, args.by)  # before Redis: a bad token is bad input
+    decided = decide(_runtime(), args, by)
+    if decided.kind == DecidedKind.UNKNOWN:  # no such request: bad input, as an unknown turn is
+        return _fail(decided.detail)
+    print(decided.detail if decided.ok else f"refused: {decided.detail}")
+    return _decided_exit()[decided.kind]
 
 
 COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
@@ -381,6 +359,11 @@ def build_parser() -> argparse.ArgumentParser:
         decide.add_argument("approval_id")
         decide.add_argument("--reason", default=None)
         decide.add_argument("--by", default=None, help="who decides (default: cli)")
+        decide.add_argument(
+            "--token",
+            default=None,
+            help="an approver's token: required when DRES_APPROVER_TOKENS is set (by: its name)",
+        )
         decide.add_argument(
             "--signature", default=None, help="the request's signature (default: as requested)"
         )

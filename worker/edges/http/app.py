@@ -21,6 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from ledger.errors import BadCursor, CorruptTurn, UnknownTurn
 from worker.base.errors import ConfigError
 from worker.base.settings import Settings
+from worker.edges.http.access import CallerCheck
+from worker.edges.http.decisions import router as decisions_router
 from worker.edges.http.deps import authorize
 from worker.edges.http.document import install_document, operation_id
 from worker.edges.http.faults import add_fault_handlers, healthz
@@ -46,9 +48,10 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         lifespan=_lifespan,
         generate_unique_id_function=operation_id,
         # no Swagger UI or ReDoc: they would answer without the token and load their scripts from
-        # a CDN; /openapi.json is the document itself
+        # a CDN; /openapi.json is the document itself, served behind the token (install_document)
         docs_url=None,
         redoc_url=None,
+        openapi_url=None,
     )
     check_allow_list(settings)  # a bad DRES_MODELS fails at start
     api.state.settings = settings
@@ -57,6 +60,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     # the event streams' XREAD BLOCK waits up to SSE_KEEPALIVE_S for news
     api.state.tail = ledger_reader(settings, socket_timeout=SSE_KEEPALIVE_S + 30)
     api.add_middleware(BodyLimit)
+    api.add_middleware(CallerCheck, settings=settings)  # the outermost: before anything is read
     api.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
     api.add_exception_handler(RequestValidationError, invalid)  # type: ignore[arg-type]
     api.add_exception_handler(UnknownTurn, unknown)  # type: ignore[arg-type]
@@ -65,6 +69,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.add_exception_handler(ConfigError, bad_config)  # type: ignore[arg-type]
     add_fault_handlers(api)
     api.include_router(router)
+    api.include_router(decisions_router)
     api.include_router(approvals_router)
     api.include_router(conversations_router)
     api.include_router(page_router)

@@ -16,11 +16,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from fastapi import FastAPI
+from fastapi import Depends, FastAPI
 from fastapi.openapi.utils import get_openapi
+from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
 from worker.base.settings import Settings
+from worker.edges.http.deps import authorize
 from worker.edges.http.models import default_spec
 from worker.engine.models import PROVIDERS
 from worker.engine.models.allow import ANY, parse_allowed
@@ -36,6 +38,8 @@ STREAM_ID_SCHEMA = {
     "examples": ["3-14"],
     "description": "a stream id, as each event's SSE id; `3` is `3-0`; each part at most 19 digits",
 }
+#: the prefix of a spec that names a script file on the server (docs/models.md)
+SCRIPTED = "scripted:"
 TURN = "$response.body#/turn_id"
 CONVERSATION = "$response.body#/conversation_id"
 
@@ -83,10 +87,12 @@ LINKS: dict[tuple[str, str, str], dict[str, Any]] = {
 
 def model_forms(settings: Settings) -> list[dict[str, Any]]:
     """The specs this server admits from a client: its default and the ``DRES_MODELS`` entries
-    by name, and every model of a provider listed as ``PROVIDER:*``."""
+    by name, and every model of a provider listed as ``PROVIDER:*``. A ``scripted:`` spec is
+    left out: it names a file on the server, which is no reader's business."""
     allowed = parse_allowed(settings.models)
-    exact = sorted({default_spec(settings)} | {s for s in allowed if not s.endswith(":" + ANY)})
-    forms: list[dict[str, Any]] = [{"type": "string", "enum": exact}]
+    named = {default_spec(settings)} | {s for s in allowed if not s.endswith(":" + ANY)}
+    exact = sorted(s for s in named if not s.startswith(SCRIPTED))
+    forms: list[dict[str, Any]] = [{"type": "string", "enum": exact}] if exact else []
     for provider in sorted(PROVIDERS):
         if f"{provider}:{ANY}" in allowed:
             forms.append({"type": "string", "pattern": rf"^{provider}:[^*\s]+$"})
@@ -113,11 +119,22 @@ def build_document(api: FastAPI, settings: Settings) -> dict[str, Any]:
 
 
 def install_document(api: FastAPI, settings: Settings) -> None:
-    """Serve ``build_document`` as the app's ``/openapi.json`` (built once, on first ask)."""
+    """Serve ``build_document`` (built once, on first ask) at ``/openapi.json``, behind the token
+    when one is set, as every read is."""
 
     def openapi() -> dict[str, Any]:
         if api.openapi_schema is None:
             api.openapi_schema = build_document(api, settings)
         return api.openapi_schema
 
+    def openapi_json() -> JSONResponse:
+        return JSONResponse(api.openapi())
+
     api.openapi = openapi  # type: ignore[method-assign]
+    api.add_api_route(
+        "/openapi.json",
+        openapi_json,
+        methods=["GET"],
+        dependencies=[Depends(authorize)],
+        include_in_schema=False,
+    )

@@ -3,9 +3,10 @@ modules.
 
 The page is ``static/index.html`` with its stylesheet inlined; its script is a set of ES modules
 (``static/*.js``, no build step) served as they are at ``/static/NAME.js``, and it fetches nothing
-from anywhere but this server: the modules and the public ``/v1`` API. The one setting the
+from anywhere but this server: the modules and the public ``/v1`` API. The settings the
 page must know, ``DRES_MAX_AUTO_CONTINUE`` (how often it may continue a time-limit stop on its
-own, docs/semantics.md), is written into the document as a ``<meta>`` value.
+own, docs/semantics.md) and whether ``DRES_APPROVER_TOKENS`` is set, are written into the document
+as ``<meta>`` values.
 """
 
 from __future__ import annotations
@@ -21,10 +22,12 @@ from worker.base.settings import Settings
 
 router = APIRouter(include_in_schema=False)
 
-#: nothing from outside: the page talks to this server only, and runs only its own modules
+#: nothing from outside: the page talks to this server only, and runs only its own modules; no
+#: other site may frame it (a framed page's buttons could be clicked through a decoy)
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'unsafe-inline'; "
-    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'"
+    "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
+    "frame-ancestors 'none'"
 )
 
 
@@ -34,11 +37,13 @@ def _static(name: str) -> str:
 
 
 def render(settings: Settings) -> str:
-    """The page with its style inlined and the auto-continue limit filled in."""
-    # The inlined file is ours and contains no "</style>"; the value is escaped.
+    """The page with its style inlined, the auto-continue limit and whether approvers decide
+    (DRES_APPROVER_TOKENS: the page then asks for an approver's token) filled in."""
+    # The inlined file is ours and contains no "</style>"; the values are escaped.
     return (
         _static("index.html")
         .replace("{{max_auto_continue}}", html.escape(str(settings.max_auto_continue)))
+        .replace("{{approvers}}", "1" if settings.approvers else "0")
         .replace("{{style}}", _static("style.css"))
     )
 
@@ -48,7 +53,11 @@ def page(request: Request) -> HTMLResponse:
     settings: Settings = request.app.state.settings
     return HTMLResponse(
         render(settings),
-        headers={"Cache-Control": "no-cache", "Content-Security-Policy": CSP},
+        headers={
+            "Cache-Control": "no-cache",
+            "Content-Security-Policy": CSP,
+            "X-Frame-Options": "DENY",  # frame-ancestors for browsers that predate it
+        },
     )
 
 

@@ -180,9 +180,17 @@ RETRY_AFTER = {
         "schema": {"type": "integer"},
     }
 }
+#: with no DRES_API_TOKEN, a request whose Host is not a loopback name (docs/http-api.md)
+MISDIRECTED: dict[int | str, dict[str, Any]] = {
+    421: {
+        "model": Error,
+        "description": "No DRES_API_TOKEN is set and the request's `Host` is not a loopback name",
+    },
+}
 #: every route's errors; 503: the ledger's Redis or the broker is unreachable (docs/faults.md)
 ERRORS: dict[int | str, dict[str, Any]] = {
     **{code: {"model": Error} for code in (400, 401, 404, 409, 413, 422)},
+    **MISDIRECTED,
     503: {
         "model": Error,
         "description": "The ledger's Redis or the broker is unreachable; `detail` names which",
@@ -191,6 +199,7 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 #: /healthz's: its 503 body is its checks (``redis``, ``broker``) and a ``detail``
 HEALTH_ERRORS: dict[int | str, dict[str, Any]] = {
+    **MISDIRECTED,
     503: {
         "description": "`redis` (the ledger's) or `broker` is `unreachable: …`; `detail` names "
         "which",
@@ -215,6 +224,12 @@ CREATE_ERRORS: dict[int | str, dict[str, Any]] = {
 }
 #: the writes' errors besides ``ERRORS``
 WRITE_ERRORS: dict[int | str, dict[str, Any]] = {
+    403: {
+        "model": Error,
+        "description": "The request's `Origin` is another site's, or its token may not do this "
+        "(an approver's token on a write other than a decision; the API token on a decision "
+        "when approvers are set)",
+    },
     507: {
         "model": Error,
         "description": "The ledger's Redis or the broker is out of memory (`maxmemory` under "

@@ -1,5 +1,5 @@
-"""``/v1/turns``: enqueue a turn, read its status, journal and live events, Continue and Stop it,
-and decide one of its approval requests.
+"""``/v1/turns``: enqueue a turn, read its status, journal and live events, Continue and Stop it.
+Deciding one of its approval requests is ``decisions``' (another token may do that).
 
 Writes go through the same lifecycle service as the CLI and the tasks, in FastAPI's thread pool;
 reads and the event stream use ``redis.asyncio``. A request that is rejected writes nothing to
@@ -15,7 +15,7 @@ from contextlib import suppress
 from typing import Annotated
 
 import redis
-from fastapi import APIRouter, Depends, Header, Path, Query, Request
+from fastapi import APIRouter, Depends, Header, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
@@ -37,8 +37,6 @@ from worker.edges.http.schemas import (
     Accepted,
     ApprovalOut,
     ContinueRequest,
-    DecisionOut,
-    DecisionRequest,
     JournalOut,
     TurnCreated,
     TurnRequest,
@@ -46,7 +44,6 @@ from worker.edges.http.schemas import (
     journal_call,
 )
 from worker.edges.http.sse import event_stream
-from worker.lifecycle.approvals import DecidedKind
 
 #: a stream id as a client may give it (the OpenAPI document's form)
 STREAM_ID_FORM = re.compile(STREAM_ID_PATTERN)
@@ -56,17 +53,6 @@ MAX_BODY_BYTES = 256 * 1024
 #: continued as long as its keys live, and its call_agent retry must still find the child turn
 #: its key made there (docs/semantics.md)
 IDEMPOTENCY_MARGIN_S = 24 * 3600
-#: a decision's outcome as its answer's status (docs/http-api.md): a refusal is a conflict with the
-#: request's state, an unknown request of a waiting turn is not found
-DECIDED_STATUS: dict[DecidedKind, int] = {
-    DecidedKind.DECIDED: 202,
-    DecidedKind.INVALID: 422,
-    DecidedKind.UNKNOWN: 404,
-    DecidedKind.ALREADY: 409,
-    DecidedKind.NOT_WAITING: 409,
-    DecidedKind.WRONG_SIGNATURE: 409,
-    DecidedKind.CONTENDED: 409,
-}
 
 
 def _body_hash(body: TurnRequest) -> str:
@@ -214,35 +200,6 @@ def stop_turn(rt: RT, turn_id: TurnId) -> Accepted:
     if not outcome.ok:
         raise HTTPException(409, outcome.reason)
     return Accepted(turn_id=turn_id, detail=outcome.reason)
-
-
-@router.post(
-    "/{turn_id}/approvals/{approval_id}",
-    status_code=202,
-    response_model=DecisionOut,
-    responses=WRITE_ERRORS,
-)
-def decide(
-    rt: RT,
-    turn_id: TurnId,
-    approval_id: Annotated[str, Path(pattern=ID, description="the request's id")],
-    body: DecisionRequest,
-) -> DecisionOut:
-    """A person's decision on an approval request (docs/semantics.md): taken once, for the
-    requested signature only; 409 when it was decided already (the detail says how), when the
-    signature is another call's, or when the turn does not wait on it."""
-    decided = rt.lifecycle.decide(
-        turn_id, approval_id, body.decision, body.signature, reason=body.reason, by=body.by or "api"
-    )
-    if not decided.ok:
-        raise HTTPException(DECIDED_STATUS[decided.kind], decided.detail)
-    return DecisionOut(
-        turn_id=turn_id,
-        approval_id=approval_id,
-        decision=body.decision,
-        detail=decided.detail,
-        run_id=decided.run_id,
-    )
 
 
 def _created(turn_id: str, conversation_id: str) -> TurnCreated:

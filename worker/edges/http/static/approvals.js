@@ -3,8 +3,12 @@
 // Deny. The page only ever decides on a click: automatic continuation never decides anything.
 // The call's tool card appears once the ledger says what became of it: tool_start (approved,
 // it runs) or tool_blocked (denied).
-import { api, turnPath } from "./api.js";
+import { api, approverToken, keepApproverToken, turnPath } from "./api.js";
 import { el } from "./dom.js";
+
+// DRES_APPROVER_TOKENS is set: only an approver's own token decides (the tab's API token does
+// not), so a pending card asks for it, and the decision's `by` is the server's to say (the name)
+const APPROVERS = document.querySelector('meta[name="dres-approvers"]')?.content === "1";
 
 // what a decided card says, by decision
 const DECIDED = {
@@ -55,13 +59,21 @@ async function decide(turn, approvalId, decision) {
   const ui = uiOf(turn, approvalId);
   const { request } = turn.state.approvals[approvalId];
   if (ui.busy || decisionOf(turn, approvalId)) return;
+  if (APPROVERS && !approverToken()) {
+    ui.error = "Paste your approver token first: only an approver decides here.";
+    drawApproval(turn, approvalId);
+    ui.node.querySelector('[data-testid="approver-token"]')?.focus();
+    return;
+  }
   ui.busy = true;
   ui.error = "";
   drawApproval(turn, approvalId);
-  const body = { decision, signature: request.signature, by: "page" };
+  const body = { decision, signature: request.signature };
+  if (!APPROVERS) body.by = "page";
   if (decision === "deny" && ui.draft.trim()) body.reason = ui.draft.trim();
   const path = turnPath(turn.id, `/approvals/${encodeURIComponent(approvalId)}`);
-  const { ok, status, data } = await api("POST", path, body);
+  const as = APPROVERS ? { ask: false, token: approverToken() } : {};
+  const { ok, status, data } = await api("POST", path, body, as);
   ui.busy = false;
   if (!ok) {
     const detail = data.detail;
@@ -85,7 +97,27 @@ function closeDeny(turn, approvalId) {
   ui.node.querySelector('[data-testid="deny"]')?.focus();
 }
 
+// The approver's token, beside the buttons: typed once, kept for the tab, used by every card.
+function approverField(approvalId) {
+  const id = `approver-token-${approvalId}`;
+  return el("div", { class: "approver" },
+    el("label", { for: id, text: "Approver token" }),
+    el("input", {
+      id,
+      type: "password",
+      autocomplete: "off",
+      "data-testid": "approver-token",
+      value: approverToken(),
+      oninput: (e) => keepApproverToken(e.target.value),
+    }));
+}
+
 function buttons(turn, approvalId) {
+  const actions = controls(turn, approvalId);
+  return APPROVERS ? el("div", { class: "approval-controls" }, approverField(approvalId), actions) : actions;
+}
+
+function controls(turn, approvalId) {
   const ui = uiOf(turn, approvalId);
   const busy = ui.busy || null;
   if (ui.denying) {
