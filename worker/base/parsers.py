@@ -1,10 +1,13 @@
 """The parsers of the settings' values that are more than a type: the Sentinels, the TLS options
-of a Sentinel's ``rediss://`` URL, ``DRES_APPROVAL`` and the URLs of webhooks. Each raises a
-``ValueError`` saying what is wrong, which the settings turn into one line naming the variable.
+of a Sentinel's ``rediss://`` URL, ``DRES_APPROVAL``, the URLs of webhooks and their secret.
+Each raises a ``ValueError`` saying what is wrong, which the settings turn into one line naming
+the variable.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -105,4 +108,18 @@ def parse_http_url(raw: str) -> str:
     """An optional http(s) URL: empty, or one."""
     if raw and not HTTP_URL.match(raw):
         raise ValueError(f"must be an http:// or https:// URL (got '{raw}')")
+    return raw
+
+
+def parse_webhook_secret(raw: str) -> str:
+    """An optional Standard Webhooks secret: empty, or ``whsec_`` and the key in base64."""
+    if not raw:
+        return raw
+    key = raw.removeprefix("whsec_")
+    try:
+        decoded = base64.b64decode(key + "==", validate=True) if key != raw else b""
+    except binascii.Error:
+        decoded = b""
+    if not decoded:
+        raise ValueError("must be a Standard Webhooks secret: whsec_ and a base64 key")
     return raw
