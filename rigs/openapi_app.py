@@ -79,7 +79,8 @@ def build_app(log: Path) -> FastAPI:
     @app.middleware("http")
     async def record_unrouted(request: Request, call_next: Any) -> Any:
         response = await call_next(request)
-        if not getattr(request.state, "recorded", False):
+        documents = {app.openapi_url, app.docs_url, app.redoc_url}
+        if not getattr(request.state, "recorded", False) and request.url.path not in documents:
             record("unrouted", request)
         return response
 
