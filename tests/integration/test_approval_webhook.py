@@ -201,5 +201,5 @@ def test_a_plain_http_webhook_to_another_machine_is_warned_about_at_start(
 
 @pytest.mark.parametrize("secret", ["not-a-secret", "whsec_", "whsec_***"])
 def test_a_malformed_secret_is_refused_at_start_naming_the_variable(secret: str) -> None:
-    with pytest.raises(ConfigError, match="^DRES_APPROVAL_WEBHOOK_SECRET: .*whsec_"):
+    with pytest.raises(ConfigError, match=r"^DRES_APPROVAL_WEBHOOK_SECRET: .*whsec_"):
         load_settings(approval_webhook_secret=secret)
