@@ -116,10 +116,12 @@ def parse_webhook_secret(raw: str) -> str:
     """An optional Standard Webhooks secret: empty, or ``whsec_`` and the key in base64."""
     if not raw:
         return raw
-    key = raw.removeprefix("whsec_")
-    try:
-        decoded = base64.b64decode(key + "==", validate=True) if key != raw else b""
+    key = raw.removeprefix("whsec_").rstrip("=")
+    try:  # padded or not, as the Standard Webhooks libraries take it
+        decoded = base64.b64decode(key + "=" * (-len(key) % 4), validate=True)
     except binascii.Error:
+        decoded = b""
+    if not raw.startswith("whsec_"):
         decoded = b""
     if not decoded:
         raise ValueError("must be a Standard Webhooks secret: whsec_ and a base64 key")

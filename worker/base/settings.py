@@ -213,7 +213,7 @@ class Settings(BaseSettings):
         "", description="a URL each approval request is POSTed to (JSON), best-effort"
     )
     approval_webhook_secret: str = Field(
-        "", description="a Standard Webhooks secret (whsec_…) the webhook's POSTs are signed with"
+        "", description="the Standard Webhooks key (whsec_…) the webhook's POSTs are signed with"
     )
     public_url: str = Field(
         "", description="the API's public base URL, for the turn's URL in a webhook's body"
