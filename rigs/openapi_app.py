@@ -39,6 +39,8 @@ from worker.dev.redis_server import free_port
 LOG_VAR = "DRES_TEST_API_LOG"
 #: the environment variable naming a flag file: while it exists, the next write hangs
 HANG_VAR = "DRES_TEST_API_HANG"
+#: the server its document names (``servers``): nothing listens there
+ELSEWHERE = "http://127.0.0.1:9/elsewhere"
 
 
 def requests(log: Path, operation: str | None = None) -> list[dict[str, Any]]:
@@ -59,7 +61,8 @@ class Order(BaseModel):
 
 
 def build_app(log: Path) -> FastAPI:
-    app = FastAPI(title="dres test API")
+    # its document names a server that is not this one: the entry's base_url must win
+    app = FastAPI(title="dres test API", servers=[{"url": ELSEWHERE}])
     items: dict[str, dict[str, Any]] = {}
     slow_done: set[str] = set()
 

@@ -20,7 +20,7 @@ from sample_tools import effects
 
 from ledger.events import ToolBlocked, ToolDone
 from ledger.journal import build_journal
-from rigs.openapi_app import ApiServer, requests
+from rigs.openapi_app import ELSEWHERE, ApiServer, requests
 from worker.base.errors import ConfigError
 from worker.base.settings import load_settings
 from worker.base.tool_sources import OpenApi
@@ -163,6 +163,9 @@ def test_a_fetched_documents_servers_do_not_get_the_requests(
 ) -> None:
     """The document (served by the rig) says its server is elsewhere: the calls go to the
     entry's base_url all the same."""
+    assert load_document("api", OpenApi.model_validate(server.entry()))["servers"] == [
+        {"url": ELSEWHERE}
+    ]
     register(h, "api", server.entry(headers={"Authorization": OPERATOR}))
     h.start([step(("api__get_item", {"item_id": "a"})), DONE])
     assert h.run_to_end().status == "completed"
