@@ -2,13 +2,16 @@
 (``/openapi.json``), run by uvicorn as a subprocess on a free loopback port (``ApiServer``).
 
 Every request it receives is appended to a JSON-lines log (``DRES_TEST_API_LOG``): method, path,
-its ``Idempotency-Key`` header and its body, so a test sees what the server saw.
+its ``Idempotency-Key`` and ``Authorization`` headers and its body, so a test sees what the server
+saw; a request no operation answers (a path that left its operation's) is logged as the
+operation ``unrouted``.
 
 Operations: ``get_item`` (GET), ``create_item`` (POST, no Idempotency-Key: a plain write; the
 name ``conflict`` answers 409), ``put_item`` (PUT: idempotent; a name starting ``slow`` makes its
 first request sleep past any client timeout after doing its work), ``create_slowly`` (POST that
 does its work, then never answers in time), ``create_order`` (POST declaring an
-``Idempotency-Key`` header: idempotent).
+``Idempotency-Key`` header: idempotent), ``read_note`` (GET declaring the header parameters
+``X-Note-Key`` and ``Authorization``).
 
 ``python -m rigs.openapi_app PORT``.
 """
@@ -36,6 +39,8 @@ from worker.dev.redis_server import free_port
 LOG_VAR = "DRES_TEST_API_LOG"
 #: the environment variable naming a flag file: while it exists, the next write hangs
 HANG_VAR = "DRES_TEST_API_HANG"
+#: the server its document names (``servers``): nothing listens there
+ELSEWHERE = "http://127.0.0.1:9/elsewhere"
 
 
 def requests(log: Path, operation: str | None = None) -> list[dict[str, Any]]:
@@ -56,7 +61,8 @@ class Order(BaseModel):
 
 
 def build_app(log: Path) -> FastAPI:
-    app = FastAPI(title="dres test API")
+    # its document names a server that is not this one: the entry's base_url must win
+    app = FastAPI(title="dres test API", servers=[{"url": ELSEWHERE}])
     items: dict[str, dict[str, Any]] = {}
     slow_done: set[str] = set()
 
@@ -66,10 +72,20 @@ def build_app(log: Path) -> FastAPI:
             "method": request.method,
             "path": request.url.path,
             "key": request.headers.get("idempotency-key"),
+            "auth": request.headers.get("authorization"),
             "body": body,
         }
+        request.state.recorded = True
         with log.open("a") as f:
             f.write(json.dumps(row) + "\n")
+
+    @app.middleware("http")
+    async def record_unrouted(request: Request, call_next: Any) -> Any:
+        response = await call_next(request)
+        documents = {app.openapi_url, app.docs_url, app.redoc_url}
+        if not getattr(request.state, "recorded", False) and request.url.path not in documents:
+            record("unrouted", request)
+        return response
 
     @app.get("/items/{item_id}", operation_id="get_item")
     async def get_item(item_id: str, request: Request) -> dict[str, Any]:
@@ -116,6 +132,17 @@ def build_app(log: Path) -> FastAPI:
         record("create_order", request, order.model_dump())
         return {"order": order.sku, "key": idempotency_key}
 
+    @app.get("/notes/{note_id}", operation_id="read_note")
+    async def read_note(
+        note_id: str,
+        request: Request,
+        note_key: str | None = Header(None, alias="X-Note-Key"),
+        authorization: str | None = Header(None, alias="Authorization"),
+    ) -> dict[str, Any]:
+        """Read a note (its key and the caller's credentials in headers)."""
+        record("read_note", request)
+        return {"note_id": note_id, "note_key": note_key, "authorization": authorization}
+
     return app
 
 
@@ -134,8 +161,8 @@ class ApiServer:
         return f"http://127.0.0.1:{self.port}"
 
     def entry(self, **options: Any) -> dict[str, Any]:
-        """A ``DRES_OPENAPI`` entry for this server."""
-        return {"spec": f"{self.url}/openapi.json", **options}
+        """A ``DRES_OPENAPI`` entry for this server (a fetched document needs its base URL)."""
+        return {"spec": f"{self.url}/openapi.json", "base_url": self.url, **options}
 
     def start(self) -> ApiServer:
         env = {**os.environ, LOG_VAR: str(self.log), "PYTHONPATH": str(ROOT)}

@@ -133,3 +133,10 @@ def transfer(amount: int, to: str, *, ctx: ToolContext) -> dict[str, Any]:
     """Moves money: a person approves transfers over 100 (a per-call approval rule)."""
     _effect(ctx, amount=amount, to=to)
     return {"transferred": amount, "to": to}
+
+
+@tool
+def big_report(megabytes: int, *, ctx: ToolContext) -> dict[str, Any]:
+    """A write whose result is ``megabytes`` MiB of text (past any sane result cap)."""
+    _effect(ctx, megabytes=megabytes)
+    return {"report": "x" * (megabytes * 1024 * 1024), "quote": '"a" \\ "b"'}

@@ -64,18 +64,24 @@ def test_a_compose_file_that_breaks_the_specification_is_refused(tmp_path: Path)
     assert "healthchek" in done.stdout + done.stderr
 
 
+#: the shell's (or .env's) variables compose.yaml requires
+SECRETS = {"DRES_API_TOKEN": "t0ken", "REDIS_PASSWORD": "pw"}
+
+
 def test_redis_7_keeps_an_append_only_file_synced_every_second_on_a_named_volume(
     compose: dict[str, Any],
 ) -> None:
     redis = compose["services"]["redis"]
     assert re.fullmatch(r"redis:7\.\d+\.\d+(-\w+)?", redis["image"]), redis["image"]
-    command = redis["command"]
+    command = service("redis", SECRETS).command
     assert command[0] == "redis-server"
     options = dict(zip(command[1::2], command[2::2], strict=True))
     assert options == {
         "--appendonly": "yes",
         "--appendfsync": "everysec",
         "--replica-announce-ip": "redis",  # its name, should the ha profile demote it
+        "--requirepass": "pw",
+        "--masterauth": "pw",  # should the ha profile demote it, its new master wants it too
     }
     volume, _, target = redis["volumes"][0].partition(":")
     assert volume in compose["volumes"] and target == "/data"
@@ -99,10 +105,12 @@ def test_the_ha_profile_adds_a_durable_replica_of_redis_and_three_sentinels(
     assert replica[at + 1 : at + 3] == ["redis", "6379"]
     rest = replica[1:at] + replica[at + 3 :]
     options = dict(zip(rest[::2], rest[1::2], strict=True))
-    assert options == {
+    assert {k: interpolate(v, SECRETS) for k, v in options.items()} == {
         "--appendonly": "yes",
         "--appendfsync": "everysec",
         "--replica-announce-ip": "redis-replica",
+        "--requirepass": "pw",
+        "--masterauth": "pw",
     }
     for name in HA:
         assert services[name]["healthcheck"]["test"][0] == "CMD", name
@@ -137,14 +145,16 @@ def test_the_sentinels_monitor_redis_as_the_master_dres_is_told_of(
     assert (name, host, port) == (HA_VARIABLES["DRES_REDIS_MASTER"], "redis", "6379")
     assert 1 < int(quorum) <= len(HA) - 1, "a majority of the three sentinels"
     assert "sentinel resolve-hostnames yes" in conf
+    [auth] = [interpolate(line, SECRETS) for line in conf if line.startswith("sentinel auth-pass")]
+    assert auth == "sentinel auth-pass dres pw"
     header = COMPOSE.read_text()
     assert all(f"{name}={value}" in header for name, value in HA_VARIABLES.items())
     listed = HA_VARIABLES["DRES_REDIS_SENTINELS"].split(",")
     assert [entry.split(":")[0] for entry in listed] == list(HA[1:])
     for name in ("worker", "api"):
-        env = service(name, {"DRES_API_TOKEN": "t", **HA_VARIABLES}).environment
+        env = service(name, {**SECRETS, **HA_VARIABLES}).environment
         assert {k: env[k] for k in HA_VARIABLES} == HA_VARIABLES, name
-        plain = service(name, {"DRES_API_TOKEN": "t"}).environment
+        plain = service(name, SECRETS).environment
         assert plain["DRES_REDIS_SENTINELS"] == plain["DRES_REDIS_MASTER"] == "", name
 
 
@@ -155,6 +165,8 @@ def test_every_service_has_a_healthcheck_and_dres_waits_for_a_healthy_redis(
     for name in SERVICES:
         assert services[name]["healthcheck"]["test"][0] in {"CMD", "CMD-SHELL"}, name
     assert services["redis"]["healthcheck"]["test"] == ["CMD", "redis-cli", "ping"]
+    # redis-cli reads the password from its own variable: none on its command line
+    assert service("redis", SECRETS).environment == {"REDISCLI_AUTH": "pw"}
     for name in ("worker", "api", "flower"):
         assert services[name]["depends_on"] == {"redis": {"condition": "service_healthy"}}, name
 
@@ -175,26 +187,47 @@ def test_the_worker_gives_a_hand_over_more_time_than_dockers_default_before_sigk
     assert seconds(worker["stop_grace_period"]) > DOCKER_DEFAULT_GRACE_S
 
 
-def test_the_worker_serves_its_metrics_on_an_exposed_port(compose: dict[str, Any]) -> None:
-    worker = service("worker", {})
+def test_the_worker_serves_its_metrics_on_an_exposed_port_of_the_compose_network(
+    compose: dict[str, Any],
+) -> None:
+    """Its container's every interface (a Prometheus on the compose network scrapes it), and
+    no port of the host's."""
+    worker = service("worker", SECRETS)
     port = worker.environment["DRES_METRICS_PORT"]
     assert port in [str(p) for p in worker.raw["expose"]]
+    assert worker.environment["DRES_METRICS_HOST"] == "0.0.0.0"
 
 
-def test_the_api_listens_on_all_interfaces_with_a_token_the_environment_must_give() -> None:
-    with pytest.raises(MissingVariable, match="DRES_API_TOKEN"):
-        service("api", {})
-    api = service("api", {"DRES_API_TOKEN": "t0ken"})
+def test_the_api_wants_its_token_from_the_env_file_and_is_published_on_loopback_only() -> None:
+    with pytest.raises(MissingVariable, match=r"DRES_API_TOKEN: set DRES_API_TOKEN in \.env"):
+        service("api", {"REDIS_PASSWORD": "pw"})
+    api = service("api", SECRETS)
     assert api.command == ["api", "--host", "0.0.0.0", "--port", "8000"]
     assert api.environment["DRES_API_TOKEN"] == "t0ken"
-    assert [p.rsplit(":", 1)[1] for p in api.raw["ports"]] == ["8000"]
+    assert api.raw["ports"] == ["127.0.0.1:${DRES_API_PORT:-8000}:8000"]
     assert "/healthz" in " ".join(api.healthcheck)
+    assert "reverse proxy that terminates TLS" in COMPOSE.read_text()
 
 
-def test_dres_services_read_the_ledger_from_the_redis_service() -> None:
-    variables = {"DRES_API_TOKEN": "t0ken"}
+def test_every_service_wants_the_redis_password_and_the_urls_carry_it() -> None:
+    for name in ("redis", "worker", "api"):
+        with pytest.raises(MissingVariable, match=r"REDIS_PASSWORD: set REDIS_PASSWORD in \.env"):
+            service(name, {"DRES_API_TOKEN": "t0ken"})
     for name in ("worker", "api"):
-        assert service(name, variables).environment["DRES_REDIS_URL"] == "redis://redis:6379/0"
+        url = service(name, SECRETS).environment["DRES_REDIS_URL"]
+        assert url == "redis://:pw@redis:6379/0", name
+    flower = service("flower", SECRETS)
+    assert "--broker=redis://:pw@redis:6379/0" in flower.command
+
+
+def test_the_env_example_names_every_secret_compose_requires_and_gives_none() -> None:
+    example = (COMPOSE.parent / ".env.example").read_text()
+    lines = [line for line in example.splitlines() if line and not line.startswith("#")]
+    assert lines == [f"{name}=" for name in ("REDIS_PASSWORD", "DRES_API_TOKEN")]
+    required = set(re.findall(r"\$\{([A-Z_]+):\?", COMPOSE.read_text()))
+    assert required == {"REDIS_PASSWORD", "DRES_API_TOKEN"}
+    assert ".env.example" in (COMPOSE.parent / "README.md").read_text()
+    assert "/.env" in (COMPOSE.parent / ".gitignore").read_text().splitlines()
 
 
 def test_flower_runs_only_under_its_profile_and_only_on_the_hosts_loopback(

@@ -4,16 +4,19 @@ against a real redis-server; a turn enqueued through the api service is complete
 service.
 
 What stands in for Docker, and why:
-- the redis service's host (``redis:6379`` on the compose network) is this test's private
-  redis-server;
+- the redis service is its own command (``--requirepass`` among its options) run as a
+  redis-server process on a free port here, and its host (``redis:6379`` on the compose network,
+  after the password in the dres services' URLs) becomes that port;
 - each container has a network of its own, these processes share this host's: the API's
   container port and the worker's ``DRES_METRICS_PORT`` become free ports here, and the API's
   healthcheck asks that port;
-- the shell's variables are a dict: ``DRES_API_TOKEN`` (compose requires it), ``DRES_MODELS``
+- the shell's (or ``.env``'s) variables are a dict: ``DRES_API_TOKEN`` and ``REDIS_PASSWORD``
+  (compose requires both), ``DRES_MODELS``
   listing this test's scripted model, and ``WORKER_CONCURRENCY=1`` (one pool process, fewer
   forks on a shared two-core machine). Every other value is compose's own, time limits included.
 - under the ha profile, the sentinel-N services are three sentinels here run with compose's own
-  ``sentinel-conf`` (its ``redis 6379`` a private primary, with a replica), and the variables
+  ``sentinel-conf`` (its ``redis 6379`` a private primary, with a replica, both wanting the
+  password), and the variables
   add the header's ``DRES_REDIS_SENTINELS`` and ``DRES_REDIS_MASTER``, their names this host's.
 """
 
@@ -29,7 +32,8 @@ from urllib.parse import urlsplit
 
 import httpx
 import pytest
-from compose_support import HA_VARIABLES, Service, load, service
+import redis
+from compose_support import HA_VARIABLES, Service, interpolate, load, service
 
 from ledger.store import Ledger
 from rigs import (
@@ -46,11 +50,14 @@ from rigs import (
 )
 from rigs.redis_sentinel import LocalSentinel
 from tests.support.fixtures import started as rig_started
-from worker.dev.redis_server import free_port
+from worker.dev.redis_server import RedisServer, free_port
 
 TOKEN = "compose-test-token-0123456789abcdef"
+PASSWORD = "compose-test-redis-password"
+#: the variables compose.yaml requires (from .env or the shell)
+SECRETS = {"DRES_API_TOKEN": TOKEN, "REDIS_PASSWORD": PASSWORD}
 #: where compose's services find redis: the service name on the compose network
-COMPOSE_REDIS = "redis://redis:6379"
+COMPOSE_REDIS = "@redis:6379"
 #: the API's port inside its container (compose maps a host port to it)
 CONTAINER_PORT = "8000"
 #: seconds a healthcheck may take here (compose gives the worker's 15)
@@ -61,11 +68,26 @@ TURN_S = 30
 
 def on_this_host(environment: Mapping[str, str], redis_url: str) -> dict[str, str]:
     """The service's environment with the redis service replaced by the test's redis-server."""
-    netloc = urlsplit(redis_url).netloc
-    return {
-        name: value.replace(COMPOSE_REDIS, f"redis://{netloc}")
-        for name, value in environment.items()
-    }
+    host = urlsplit(redis_url).netloc.rpartition("@")[2]
+    return {name: value.replace(COMPOSE_REDIS, f"@{host}") for name, value in environment.items()}
+
+
+@pytest.fixture
+def compose_redis() -> Iterator[RedisServer]:
+    """The redis service: its own command's options (the password it requires among them),
+    run as a redis-server here."""
+    redis_service = service("redis", SECRETS)
+    assert redis_service.command[0] == "redis-server"
+    options = {"password": PASSWORD}
+
+    def start() -> RedisServer:
+        return RedisServer(extra=redis_service.command[1:], client_options=options).start()
+
+    yield from rig_started(start, "a real redis-server")
+
+
+def url_of(server: RedisServer) -> str:
+    return f"redis://:{PASSWORD}@127.0.0.1:{server.port}/0"
 
 
 def run_healthcheck(check: list[str], env: Mapping[str, str]) -> subprocess.CompletedProcess[str]:
@@ -157,11 +179,28 @@ def completed_turn(http: httpx.Client, model: str) -> str:
     return turn_id
 
 
+def test_the_redis_service_wants_its_password_and_its_healthcheck_gives_it(
+    compose_redis: RedisServer,
+) -> None:
+    with redis.Redis(port=compose_redis.port) as anyone, pytest.raises(redis.AuthenticationError):
+        anyone.ping()
+    redis_service = service("redis", SECRETS)
+    check = redis_service.healthcheck
+    assert check == ["redis-cli", "ping"]
+    # its container's redis-cli finds it on 6379; here it is told the port
+    here = [check[0], "-p", str(compose_redis.port), *check[1:]]
+    done = run_healthcheck(here, subprocess_env(redis_service.environment))
+    assert done.stdout.strip() == "PONG", done.stdout + done.stderr
+    refused = run_healthcheck(here, subprocess_env({}))
+    assert "NOAUTH" in refused.stdout + refused.stderr
+
+
 def test_the_api_service_enqueues_and_the_worker_service_completes_the_turn(
-    redis_url: str, ledger: Ledger, script: Script, tmp_path: Path, started: list[DresProcess]
+    compose_redis: RedisServer, script: Script, tmp_path: Path, started: list[DresProcess]
 ) -> None:
     model = script([send("ada@x.io", "Launch"), {"text": "Sent."}])
-    variables = {"DRES_API_TOKEN": TOKEN, "DRES_MODELS": model, "WORKER_CONCURRENCY": "1"}
+    variables = {**SECRETS, "DRES_MODELS": model, "WORKER_CONCURRENCY": "1"}
+    redis_url = url_of(compose_redis)
     deployed = deploy(variables, lambda env: on_this_host(env, redis_url), tmp_path, started)
 
     with httpx.Client(base_url=deployed.api.url, timeout=10) as http:
@@ -174,27 +213,31 @@ def test_the_api_service_enqueues_and_the_worker_service_completes_the_turn(
     ran = 'dres_tool_calls_total{outcome="ran"} 1.0'
     wait_until(lambda: ran in httpx.get(scrape, timeout=5).text, 10, "the worker's metrics")
 
-    events = ledger.events(turn_id)
+    with redis.Redis.from_url(redis_url) as client:
+        events = Ledger(client).events(turn_id)
     assert [e.tool for e in of(events, "tool_done")] == ["send_email"]
     # compose's services log JSON (DRES_LOG_FORMAT defaults to json there), one object a line
     for process in started:
         for line in process.log().splitlines():
             assert isinstance(json.loads(line), dict), f"{process.name}: {line}"
-    assert TOKEN not in deployed.api.log(), "the token was logged"
+    for process in started:
+        assert TOKEN not in process.log(), f"{process.name} logged the token"
+        assert PASSWORD not in process.log(), f"{process.name} logged redis's password"
 
 
 @pytest.fixture
 def ha_sentinels() -> Iterator[LocalSentinel]:
     """The ha profile's Sentinels as compose configures them (``sentinel-conf``), the redis
     service (``redis:6379`` there) a private primary here, with a replica beside it."""
-    conf = str(load()["configs"]["sentinel-conf"]["content"])
+    conf = interpolate(str(load()["configs"]["sentinel-conf"]["content"]), SECRETS)
 
     def here(primary: int) -> list[str]:
         return conf.replace("redis 6379", f"127.0.0.1 {primary}").splitlines()
 
     name = HA_VARIABLES["DRES_REDIS_MASTER"]
     yield from rig_started(
-        lambda: LocalSentinel(name=name, conf=here).start(), "a primary, a replica, sentinels"
+        lambda: LocalSentinel(name=name, conf=here, password=PASSWORD).start(),
+        "a primary, a replica, sentinels",
     )
 
 
@@ -215,7 +258,7 @@ def test_under_the_ha_profile_the_services_complete_a_turn_through_the_sentinels
 
     model = script([send("ada@x.io", "Launch"), {"text": "Sent."}])
     variables = {
-        "DRES_API_TOKEN": TOKEN,
+        **SECRETS,
         "DRES_MODELS": model,
         "WORKER_CONCURRENCY": "1",
         **HA_VARIABLES,
@@ -228,9 +271,11 @@ def test_under_the_ha_profile_the_services_complete_a_turn_through_the_sentinels
     assert [e.tool for e in of(events, "tool_done")] == ["send_email"], "on the master"
 
 
-def test_the_worker_healthcheck_fails_when_its_worker_does_not_answer(redis_url: str) -> None:
+def test_the_worker_healthcheck_fails_when_its_worker_does_not_answer(
+    compose_redis: RedisServer,
+) -> None:
     """The same check with no worker running: Docker would mark the container unhealthy."""
-    variables = {"DRES_API_TOKEN": TOKEN}
-    worker, env = worker_service(variables, lambda env: on_this_host(env, redis_url))
+    redis_url = url_of(compose_redis)
+    worker, env = worker_service(SECRETS, lambda env: on_this_host(env, redis_url))
     done = run_healthcheck(worker.healthcheck, env)
     assert done.returncode != 0

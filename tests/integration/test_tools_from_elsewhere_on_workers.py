@@ -177,3 +177,43 @@ def test_dres_tools_lists_every_tool_with_its_source(
     assert rows["api__create_order"]["source"] == "openapi api"
     assert "api__create_item" not in rows  # not in the API's operations allow-list
     assert rows["send_email"]["source"] == "python"
+
+
+def test_a_workers_json_log_holds_no_path_value_header_or_result_of_an_openapi_call(
+    runtime: Runtime,
+    start_worker: Callable[..., WorkerProcess],
+    script: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """httpx logs every request's URL at INFO (``/notes/<the path value>``): held at WARNING,
+    and dres's own lines name tools, never their input or result."""
+    secrets = {"path": "path-s3cret-41", "header": "header-s3cret-42", "auth": "op-s3cret-43"}
+    log = tmp_path / "api.jsonl"
+    server = ApiServer(log).start()
+    try:
+        entry = server.entry(timeout_s=5, headers={"Authorization": f"Bearer {secrets['auth']}"})
+        worker = start_worker(
+            overrides={
+                **LIMITS,
+                "DRES_OPENAPI": json.dumps({"api": entry}),
+                "DRES_LOG_FORMAT": "json",
+            }
+        )
+        call = {"note_id": secrets["path"], "X-Note-Key": secrets["header"]}
+        model = script([step(("api__read_note", call)), DONE])
+        turn = runtime.lifecycle.enqueue("Read it", model=model)
+        events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=40, what="the end")
+    finally:
+        server.stop()
+
+    [done] = of(events, "tool_done", tool="api__read_note")
+    assert done.result == {
+        "note_id": secrets["path"],
+        "note_key": secrets["header"],
+        "authorization": f"Bearer {secrets['auth']}",
+    }, show(events)
+    lines = [json.loads(line) for line in worker.log().splitlines() if line.strip()]
+    assert any(line.get("event") == "tools loaded" for line in lines)
+    text = worker.log()
+    for name, secret in secrets.items():
+        assert secret not in text, f"the {name} was logged"

@@ -137,3 +137,38 @@ def test_a_metrics_port_in_use_fails_the_worker_at_start_naming_the_variable(
         assert worker.process.wait(timeout=20) == 2
     lines = [line for line in worker.log().splitlines() if "DRES_METRICS_PORT" in line]
     assert lines and f"port {port}" in lines[0], worker.log()
+
+
+def listening(port: int) -> list[str]:
+    """The local addresses of the sockets listening on ``port`` on this machine, read from
+    the kernel's own tables (``/proc/net/tcp`` and ``tcp6``)."""
+    found = []
+    for table, width in (("/proc/net/tcp", 8), ("/proc/net/tcp6", 32)):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except FileNotFoundError:
+            continue
+        for row in rows:
+            local, state = row.split()[1], row.split()[3]
+            address, _, hex_port = local.partition(":")
+            if state == "0A" and int(hex_port, 16) == port and len(address) == width:
+                # IPv4: one little-endian word; IPv6: four of them
+                raw = b"".join(bytes.fromhex(address[i : i + 8])[::-1] for i in range(0, width, 8))
+                found.append(
+                    socket.inet_ntop(socket.AF_INET if width == 8 else socket.AF_INET6, raw)
+                )
+    return found
+
+
+@pytest.mark.parametrize(("host", "address"), [(None, "127.0.0.1"), ("0.0.0.0", "0.0.0.0")])
+def test_a_workers_metrics_listen_on_loopback_unless_dres_metrics_host_says_otherwise(
+    start_worker: StartWorker, host: str | None, address: str
+) -> None:
+    port = free_port()
+    overrides = {"DRES_METRICS_PORT": str(port)}
+    if host is not None:
+        overrides["DRES_METRICS_HOST"] = host
+    start_worker(overrides=overrides)
+
+    assert "dres_tool_calls" in scrape(metrics_url(port)).families  # it answers on loopback
+    assert listening(port) == [address]

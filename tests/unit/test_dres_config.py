@@ -134,6 +134,7 @@ def test_no_secret_of_a_settings_environment_shows_in_dres_config_or_its_json(
         "DRES_APPROVAL_WEBHOOK": "https://hooks.example/services/path-secret-9?key=q-secret-10",
         "DRES_MCP_SERVERS": json.dumps(mcp),
         "DRES_OPENAPI": json.dumps(openapi),
+        "DRES_APPROVAL_WEBHOOK_SECRET": "whsec_c2VjcmV0LTExLWtleQ==",
     }
     for name, value in secrets.items():
         clean_env.setenv(name, value)
@@ -141,7 +142,7 @@ def test_no_secret_of_a_settings_environment_shows_in_dres_config_or_its_json(
     table = capsys.readouterr().out
     printed = {row["variable"]: row["value"] for row in config_json(capsys)}
     for output in (table, json.dumps(printed)):
-        assert "secret" not in output, output
+        assert "secret" not in output and "c2VjcmV0" not in output, output
     assert json.loads(printed["DRES_MCP_SERVERS"])["files"]["env"] == {"FILES_KEY": MASK}
     assert json.loads(printed["DRES_MCP_SERVERS"])["remote"]["headers"] == {"Authorization": MASK}
     assert json.loads(printed["DRES_OPENAPI"])["billing"]["headers"] == {"X-Api-Key": MASK}

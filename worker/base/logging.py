@@ -2,6 +2,10 @@
 through it, rendered for a person (``console``, the default) or as one JSON object per line
 (``DRES_LOG_FORMAT=json``, docs/configuration.md).
 
+Nothing a log line says carries a secret or a tool's input or result (docs/security.md): httpx
+and httpcore log at WARNING and above only, since httpx's INFO line names every request's full
+URL (an OpenAPI call's path parameters, a webhook's secret path or ``?token=``).
+
 Context such as ``turn_id``, ``run_id``, ``chunk`` and ``epoch`` is bound once per chunk in
 contextvars (``worker.edges.celery.app`` and the lifecycle's claim) and merged into every log line
 of that chunk, dres's and Celery's alike.
@@ -15,6 +19,9 @@ import sys
 import structlog
 
 from worker.base.settings import Settings
+
+#: libraries whose lines below WARNING carry URLs or traffic: held at WARNING whatever the level
+QUIET_LOGGERS = ("httpx", "httpcore")
 
 
 def configure_logging(level: str = "INFO", *, json: bool = False) -> None:
@@ -52,6 +59,8 @@ def configure_logging(level: str = "INFO", *, json: bool = False) -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    for name in QUIET_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
     # warnings (Celery's SecurityWarning, deprecations) are log lines too, not raw text
     logging.captureWarnings(True)
 

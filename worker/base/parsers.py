@@ -1,12 +1,14 @@
 """The parsers of the settings' values that are more than a type: the Sentinels, the TLS options
-of a Sentinel's ``rediss://`` URL, ``DRES_APPROVAL``, the URLs of webhooks and the tokens (the
-API's, the approvers'). Each raises a
-``ValueError`` saying what is wrong, which the settings turn into one line naming the variable.
+of a Sentinel's ``rediss://`` URL, ``DRES_APPROVAL``, the URLs of webhooks and their secret,
+and the tokens (the API's, the approvers'). Each raises a ``ValueError`` saying what is wrong,
+which the settings turn into one line naming the variable.
 """
 
 from __future__ import annotations
 
-import json
+of a Sentinel's ``rediss://`` URL, ``DRES_APPROVAL``, the URLs of webhooks and their secret,
+and the tokens (the API's, the approvers'). Each raises a ``ValueError`` saying what is wrong,
+which the settings turn into one line naming the variable.
 import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
@@ -111,7 +113,24 @@ def parse_approval(raw: str) -> tuple[bool, frozenset[str]]:
 def parse_http_url(raw: str) -> str:
     """An optional http(s) URL: empty, or one."""
     if raw and not HTTP_URL.match(raw):
-        raise ValueError(f"must be an http:// or https:// URL (got '{raw}')")
+        # the value is not repeated: a webhook's URL may be its credential
+        raise ValueError("must be an http:// or https:// URL")
+    return raw
+
+
+def parse_webhook_secret(raw: str) -> str:
+    """An optional Standard Webhooks secret: empty, or ``whsec_`` and the key in base64."""
+    if not raw:
+        return raw
+    key = raw.removeprefix("whsec_").rstrip("=")
+    try:  # padded or not, as the Standard Webhooks libraries take it
+        decoded = base64.b64decode(key + "=" * (-len(key) % 4), validate=True)
+    except binascii.Error:
+        decoded = b""
+    if not raw.startswith("whsec_"):
+        decoded = b""
+    if not decoded:
+        raise ValueError("must be a Standard Webhooks secret: whsec_ and a base64 key")
     return raw
 
 

@@ -22,6 +22,7 @@ from worker.base.parsers import (
     parse_http_url,
     parse_sentinel_tls,
     parse_sentinels,
+    parse_webhook_secret,
 )
 from worker.base.tool_sources import parse_agents, parse_mcp_servers, parse_openapi
 
@@ -38,6 +39,7 @@ PARSERS: dict[str, Callable[[str], object]] = {
     "approval": parse_approval,
     "approver_tokens": parse_approver_tokens,
     "approval_webhook": parse_http_url,
+    "approval_webhook_secret": parse_webhook_secret,
     "public_url": parse_http_url,
     "redis_sentinels": parse_sentinels,
 }
@@ -172,6 +174,9 @@ class Settings(BaseSettings):
         "{}",
         description='JSON: HTTP APIs whose OpenAPI operations are tools, {"NAME": {"spec"}}',
     )
+    max_result_bytes: int = Field(
+        262_144, ge=1024, description="bytes of a tool result (its JSON) stored whole; more: cut"
+    )
     redis_cluster: bool = Field(
         False, description="the ledger's Redis is a Redis Cluster (the broker a plain Redis)"
     )
@@ -189,6 +194,9 @@ class Settings(BaseSettings):
     )
     metrics_port: int | None = Field(
         None, ge=1, le=65535, description="a worker serves Prometheus metrics on this port"
+    )
+    metrics_host: str = Field(
+        "127.0.0.1", min_length=1, description="the address a worker's metrics port listens on"
     )
     log_format: Literal["console", "json"] = Field(
         "console", description="console (for a person) or json (one object per line)"
@@ -211,6 +219,9 @@ class Settings(BaseSettings):
     )
     approval_webhook: str = Field(
         "", description="a URL each approval request is POSTed to (JSON), best-effort"
+    )
+    approval_webhook_secret: str = Field(
+        "", description="the Standard Webhooks key (whsec_…) the webhook's POSTs are signed with"
     )
     public_url: str = Field(
         "", description="the API's public base URL, for the turn's URL in a webhook's body"

@@ -78,7 +78,8 @@ class OpenApi(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
     #: the document: an http(s) URL or a file path (JSON, or YAML when PyYAML is installed)
     spec: str = Field(min_length=1)
-    #: the API's base URL; empty: the document's first ``servers`` URL, else the spec URL's origin
+    #: the API's base URL; empty: the first ``servers`` URL of a document read from a file (a
+    #: fetched document needs one: its ``servers`` are not trusted with the ``headers``)
     base_url: str = Field("", pattern=r"^(https?://[^/\s]+\S*)?$")
     #: headers of every request (an ``Authorization``)
     headers: dict[str, str] = Field(default_factory=dict)
@@ -86,6 +87,15 @@ class OpenApi(BaseModel):
     timeout_s: float = Field(DEFAULT_TIMEOUT_S, gt=0)
     #: the operationIds to register; None: every operation with an operationId
     operations: tuple[str, ...] | None = None
+
+    @model_validator(mode="after")
+    def _fetched_needs_base_url(self) -> OpenApi:
+        if self.spec.startswith(("http://", "https://")) and not self.base_url:
+            raise ValueError(
+                "a spec fetched over HTTP(S) needs base_url: the document's own servers are "
+                "not trusted with the headers"
+            )
+        return self
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -178,6 +178,7 @@ class AgentLoop:
             redis=self.tool_redis,
             failpoints=self.failpoints,
             approval=self.approval,
+            max_result_bytes=self.settings.max_result_bytes,
         )
         if run.resumed:
             seen = len(recorder.events)

@@ -36,8 +36,10 @@ log = structlog.get_logger("dres.metrics")
 
 #: prometheus_client's own variable: the directory of the processes' metric files
 MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
-#: the interface the worker's metrics port listens on (Prometheus scrapes from elsewhere)
-METRICS_ADDR = "0.0.0.0"
+#: the interface the worker's metrics port listens on unless DRES_METRICS_HOST says otherwise:
+#: this machine only (the metrics name tools and queues; a scraper on another machine is the
+#: operator's choice, ``0.0.0.0`` or one interface's address)
+METRICS_HOST = "127.0.0.1"
 
 
 @dataclass
@@ -46,12 +48,14 @@ class WorkerMetrics:
     directory: Path
     #: the directory is ours (a temporary one) and goes when the worker shuts down
     private: bool
+    #: the address the port listens on
+    host: str = METRICS_HOST
     server: Any = None
     #: this process's chunk tasks in flight: task id -> perf_counter at its start
     started: dict[str, float] = field(default_factory=dict)
 
     @classmethod
-    def prepare(cls, port: int) -> WorkerMetrics:
+    def prepare(cls, port: int, host: str = METRICS_HOST) -> WorkerMetrics:
         """Choose and empty the metrics directory and put it in the environment (the pool's
         processes inherit it); before ``prometheus_client`` is imported."""
         if "prometheus_client" in sys.modules:
@@ -68,7 +72,7 @@ class WorkerMetrics:
         else:
             directory = Path(tempfile.mkdtemp(prefix="dres-metrics-"))
         os.environ[MULTIPROC_DIR] = str(directory)
-        return cls(port, directory, private=not given)
+        return cls(port, directory, private=not given, host=host)
 
     def start(self) -> None:
         """Serve the sum of every process's files on the port (a thread of the main process),
@@ -81,17 +85,18 @@ class WorkerMetrics:
         # (prometheus_client leaves it and mark_process_dead unannotated)
         MultiProcessCollector(registry, path=str(self.directory))  # type: ignore[no-untyped-call]
         try:
-            self.server, _ = start_http_server(self.port, addr=METRICS_ADDR, registry=registry)
+            self.server, _ = start_http_server(self.port, addr=self.host, registry=registry)
         except OSError as e:
             self.stop()
             raise ConfigError(
-                f"DRES_METRICS_PORT: cannot serve metrics on port {self.port}: {e.strerror}"
+                f"DRES_METRICS_PORT: cannot serve metrics on {self.host} port {self.port}: "
+                f"{e.strerror}"
             ) from None
         signals.task_prerun.connect(self.task_started, weak=False)
         signals.task_postrun.connect(self.task_ended, weak=False)
         signals.worker_process_shutdown.connect(self.process_exiting, weak=False)
         signals.worker_shutdown.connect(self.stop, weak=False)
-        log.info("serving metrics", port=self.port, directory=str(self.directory))
+        log.info("serving metrics", host=self.host, port=self.port, directory=str(self.directory))
 
     def task_started(self, task_id: str | None = None, **_: Any) -> None:
         if task_id:

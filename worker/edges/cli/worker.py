@@ -97,7 +97,7 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     pool = POOLS.get(name or "prefork", PREFORK)
     configure_logging_for(settings, _loglevel(extra))
     if settings.metrics_port:  # before anything imports prometheus_client or forks the pool
-        WorkerMetrics.prepare(settings.metrics_port).start()
+        WorkerMetrics.prepare(settings.metrics_port, settings.metrics_host).start()
     runtime = Runtime.from_settings(settings)
     app = runtime.app
     argv = ["--pool=prefork", "--without-gossip", "--without-mingle", *extra]

@@ -57,7 +57,12 @@ class ApprovalPolicy:
         try:
             return bool(rule(dict(data) if isinstance(data, dict) else {}, ctx))
         except Exception as e:
-            log.warning("needs_approval raised; the call waits for approval", error=repr(e))
+            # the error's type only: its message may quote the call's input
+            log.warning(
+                "needs_approval raised; the call waits for approval",
+                tool=spec.name,
+                error=type(e).__name__,
+            )
             return True
 
     def waits_for(self, spec: ToolSpec) -> str:

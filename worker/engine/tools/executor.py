@@ -14,6 +14,9 @@ With ``DRES_DURABILITY`` above ``ack`` (the recorder's ``durable``) a write's ``
 confirmed before its effect runs and its ``tool_done`` before the turn goes on
 (``worker.engine.tools.durable``); read-only tools and every other record confirm nothing.
 
+Every result is stored and given to the model through ``worker.engine.tools.results``: a result
+whose JSON is longer than ``DRES_MAX_RESULT_BYTES`` is cut, with a marker the model reads.
+
 A tool that raises ``OutcomeUnknown`` (a tool from elsewhere whose write was sent but never
 answered) gets no ``tool_done``: the call stays interrupted, and the exception ends the attempt
 as a transport error does (``worker.engine.loop``).
@@ -52,6 +55,7 @@ from worker.engine.tools.context import Reconciliation, ToolContext, idempotency
 from worker.engine.tools.durable import confirm_done, confirm_start
 from worker.engine.tools.guard import Interrupts, for_a_run
 from worker.engine.tools.registry import Registry
+from worker.engine.tools.results import MAX_RESULT_BYTES, stored_result
 
 log = structlog.get_logger("dres.executor")
 
@@ -67,8 +71,11 @@ class ToolExecutor:
         redis: Any = None,
         failpoints: Failpoints = OFF,
         approval: ApprovalPolicy | None = None,
+        max_result_bytes: int = MAX_RESULT_BYTES,
     ) -> None:
         self.registry = registry
+        #: bytes of a result's JSON stored whole (DRES_MAX_RESULT_BYTES)
+        self.max_result_bytes = max_result_bytes
         #: which calls wait for a person (None: none)
         self.approval = approval
         self.recorder = recorder
@@ -183,17 +190,21 @@ class ToolExecutor:
             if durable:
                 confirm_start(self.recorder, call.call_id, call.tool)
             try:
-                result = to_jsonable_python(call.spec.invoke(call.arguments, ctx), fallback=repr)
+                result = call.spec.invoke(call.arguments, ctx)
                 is_error = False
             except self.interrupts:
                 raise
             except OutcomeUnknown as e:
                 # Sent, never answered: no tool_done, so the call stays interrupted, and the
                 # run ends as a transport error does (the loop resumes it under the guard).
-                log.warning("tool outcome unknown; the call stays interrupted", error=str(e))
+                # (The sources' messages name the server or operation, never the input.)
+                log.warning(
+                    "tool outcome unknown; the call stays interrupted", tool=call.tool, error=str(e)
+                )
                 raise
             except Exception as e:  # a tool failure is recorded as an error result
                 result, is_error = error_result(f"{type(e).__name__}: {e}"), True
+            result = stored_result(result, self.max_result_bytes)
             self.failpoints.hit("tool.after_effect")
             done = [
                 self.recorder.make(
@@ -228,7 +239,7 @@ class ToolExecutor:
         entry = decision.entry
         verdict = self._ask_hook(attempt, call, decision)
         if verdict.outcome == "landed":
-            result = to_jsonable_python(verdict.result, fallback=repr)
+            result = stored_result(verdict.result, self.max_result_bytes)
             # The interrupted call completes with what the hook found, and this retry is
             # blocked against it: one record of one effect.
             with self.guard:
@@ -260,10 +271,13 @@ class ToolExecutor:
         except self.interrupts:
             raise
         except Exception as e:
-            log.warning("reconcile failed; outcome unknown", tool=call.tool, error=repr(e))
+            # the error's type only: its message may quote the call's input
+            log.warning("reconcile failed; outcome unknown", tool=call.tool, error=type(e).__name__)
             return Reconciliation.unknown()
         if not isinstance(verdict, Reconciliation):
-            log.warning("reconcile returned no Reconciliation", tool=call.tool, got=repr(verdict))
+            log.warning(
+                "reconcile returned no Reconciliation", tool=call.tool, got=type(verdict).__name__
+            )
             return Reconciliation.unknown()
         return verdict
 

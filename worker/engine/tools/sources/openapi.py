@@ -13,6 +13,13 @@ A JSON answer is the result; a non-2xx one an error result with its status and a
 request that never left (connection refused, DNS) is an error result; a write sent whose answer
 never came (a timeout, a dropped connection) raises ``OutcomeUnknown``: the call stays
 interrupted.
+
+What the model's input may not do (docs/security.md): the requests carry the operator's
+``headers`` (an ``Authorization``), so a path parameter that is empty, ``.`` or ``..`` (also
+percent-decoded), or that would make the request leave its operation's path (httpx removes dot
+segments: ``/items/..`` is ``GET /``), is an error result naming the field, and nothing is sent;
+a header parameter the operator configured is not an input at all (configured headers win). A
+document fetched over HTTP(S) names no server: its entry's ``base_url`` does (checked at start).
 """
 
 from __future__ import annotations
@@ -25,7 +32,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote, urljoin, urlsplit
+from urllib.parse import quote, unquote
 
 import httpx
 import structlog
@@ -48,6 +55,9 @@ BODY_CHARS = 500
 CONNECT_S = 5.0
 #: errors before a request left: nothing was sent
 NOT_SENT = (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout, httpx.UnsupportedProtocol)
+#: path parameter values that are no segment of their own: empty, or a dot segment a URL's
+#: normalisation removes together with the segment before it
+NOT_A_SEGMENT = frozenset({"", ".", ".."})
 
 
 #: the documents as read in this process, or in the worker's main process before the pool
@@ -127,9 +137,17 @@ class Operation:
 
 
 def operation_tool(
-    name: str, op_id: str, method: str, path: str, op: dict[str, Any], shared: list[Any]
+    name: str,
+    op_id: str,
+    method: str,
+    path: str,
+    op: dict[str, Any],
+    shared: list[Any],
+    configured: frozenset[str] = frozenset(),
 ) -> tuple[Operation, dict[str, Any], bool]:
-    """One operation's call plan, input schema and idempotency."""
+    """One operation's call plan, input schema and idempotency; a header parameter named in
+    ``configured`` (the operator's headers, lower case) is no input: the operator's value is
+    sent."""
     params: dict[tuple[str, str], dict[str, Any]] = {}
     for p in [*shared, *op.get("parameters", [])]:  # the operation's own win over the path's
         params[(p["name"], p["in"])] = p
@@ -141,6 +159,8 @@ def operation_tool(
     plan: list[tuple[str, str]] = []
     for (pname, where), p in params.items():
         if where not in {"path", "query", "header"} or pname.lower() == IDEMPOTENCY_KEY.lower():
+            continue
+        if where == "header" and pname.lower() in configured:
             continue
         plan.append((pname, where))
         properties[pname] = {**p.get("schema", {}), **_described(p)}
@@ -189,6 +209,7 @@ def api_tools(name: str, api: OpenApi, document: dict[str, Any]) -> list[ToolSpe
     """The document's operations (``api.operations``'s only, when given) as ``ToolSpec``s."""
     doc = resolve(document, document)
     client = ApiClient(name, base_url(name, api, doc), api)
+    configured = frozenset(h.lower() for h in api.headers)
     specs: list[ToolSpec] = []
     for path, item in doc.get("paths", {}).items():
         shared = item.get("parameters", [])
@@ -196,7 +217,9 @@ def api_tools(name: str, api: OpenApi, document: dict[str, Any]) -> list[ToolSpe
             op_id = op.get("operationId") if method in METHODS else None
             if not op_id or (api.operations is not None and op_id not in api.operations):
                 continue
-            plan, schema, idempotent = operation_tool(name, op_id, method, path, op, shared)
+            plan, schema, idempotent = operation_tool(
+                name, op_id, method, path, op, shared, configured
+            )
             specs.append(
                 ToolSpec(
                     name=f"{name}__{op_id}",
@@ -215,13 +238,13 @@ def api_tools(name: str, api: OpenApi, document: dict[str, Any]) -> list[ToolSpe
 
 
 def base_url(name: str, api: OpenApi, doc: dict[str, Any]) -> str:
+    """Where the operations are sent: the entry's ``base_url``; for a document read from a file
+    (the operator's own) its first absolute ``servers`` URL may stand in. A fetched document's
+    entry always has one (``OpenApi`` refuses it without)."""
     if api.base_url:
         return api.base_url
     servers = doc.get("servers") or []
     url = str(servers[0].get("url", "")) if servers else ""
-    if api.spec.startswith(("http://", "https://")):
-        origin = "{0.scheme}://{0.netloc}/".format(urlsplit(api.spec))
-        return urljoin(origin, url or "/")
     if not url.startswith(("http://", "https://")):
         raise ConfigError(f"DRES_OPENAPI: API {name!r}: give base_url (the document has none)")
     return str(url)
@@ -263,18 +286,32 @@ class ApiClient:
                 self._pid = os.getpid()
             return self._client
 
-    def send(self, op: Operation, arguments: dict[str, Any], key: str) -> Any:
+    def parameters(
+        self, op: Operation, arguments: dict[str, Any], where: str
+    ) -> tuple[str, dict[str, Any], dict[str, str]]:
+        """The request's path, query and headers from the input's parameters; a path value
+        that is no segment of its own raises (nothing is sent)."""
         path, query, headers = op.path, {}, {}
-        for pname, where in op.params:
+        configured = {h.lower() for h in self.api.headers}
+        for pname, kind in op.params:
             if pname not in arguments:
                 continue
-            value = arguments[pname]
-            if where == "path":
-                path = path.replace("{" + pname + "}", quote(str(value), safe=""))
-            elif where == "query":
-                query[pname] = value
-            else:
-                headers[pname] = str(value)
+            value = str(arguments[pname])
+            if kind == "path":
+                if value in NOT_A_SEGMENT or unquote(value) in NOT_A_SEGMENT:
+                    raise ToolCallFailed(f"{where}: not sent: {pname}: not a path segment")
+                path = path.replace("{" + pname + "}", quote(value, safe=""))
+            elif kind == "query":
+                query[pname] = arguments[pname]
+            elif pname.lower() not in configured:  # the operator's headers win
+                headers[pname] = value
+        return path, query, headers
+
+    def send(self, op: Operation, arguments: dict[str, Any], key: str) -> Any:
+        # ``where`` names the operation's path template, never the input's values: the message
+        # is an error result and may be logged
+        where = f"API {self.name!r}: {op.method.upper()} {op.path}"
+        path, query, headers = self.parameters(op, arguments, where)
         if op.write:
             headers[IDEMPOTENCY_KEY] = key
         body: Any = None
@@ -286,11 +323,15 @@ class ApiClient:
         if body is not None and not _is_json(op.media):
             content = {"content": body if isinstance(body, str) else json.dumps(body)}
             headers["Content-Type"] = op.media
-        where = f"API {self.name!r}: {op.method.upper()} {path}"
+        client = self.client()
+        request = client.build_request(
+            op.method.upper(), path, params=query, headers=headers, **content
+        )
+        if not _keeps_path(client, path, request.url):
+            fields = [p for p, kind in op.params if kind == "path" and p in arguments]
+            raise ToolCallFailed(f"{where}: not sent: {', '.join(fields)}: leaves the path")
         try:
-            response = self.client().request(
-                op.method.upper(), path, params=query, headers=headers, **content
-            )
+            response = client.send(request)
         except NOT_SENT as e:
             raise ToolCallFailed(f"{where}: not sent: {type(e).__name__}: {e}") from None
         except httpx.TransportError as e:
@@ -299,6 +340,13 @@ class ApiClient:
                 raise OutcomeUnknown(message) from None
             raise ToolCallFailed(message) from None
         return answer(where, response)
+
+
+def _keeps_path(client: httpx.Client, path: str, url: httpx.URL) -> bool:
+    """Whether the URL httpx made has the path asked for (its normalisation removes the dot
+    segments the values may make, and the segment before each ``..``)."""
+    base = client.base_url.raw_path.decode("ascii").rstrip("/")
+    return unquote(url.raw_path.decode("ascii").split("?", 1)[0]) == unquote(base + path)
 
 
 def answer(where: str, response: httpx.Response) -> Any:
