@@ -6,9 +6,9 @@ which the settings turn into one line naming the variable.
 
 from __future__ import annotations
 
-of a Sentinel's ``rediss://`` URL, ``DRES_APPROVAL``, the URLs of webhooks and their secret,
-and the tokens (the API's, the approvers'). Each raises a ``ValueError`` saying what is wrong,
-which the settings turn into one line naming the variable.
+import base64
+import binascii
+import json
 import re
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
