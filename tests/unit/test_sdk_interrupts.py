@@ -126,6 +126,18 @@ def kill(signum: int) -> Callable[[], None]:
     return lambda: signal.pthread_kill(MAIN, signum)
 
 
+@pytest.fixture(autouse=True)
+def ctrl_c_raises() -> Iterator[None]:
+    """Ctrl-C raises ``KeyboardInterrupt`` here, as in a process that never changed it: a test
+    process (an xdist worker, after another file's processes and servers) may have inherited or
+    been left another SIGINT handler, and the Ctrl-C cases would then wait out their timeout."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture
 def fake() -> Iterator[FakeProvider]:
     with fake_provider() as server:
