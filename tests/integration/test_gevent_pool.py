@@ -1,4 +1,4 @@
-"""Many turns per process (CONTRACT §7.15): ``dres worker -P gevent -c N`` runs up to N chunks in
+"""Many turns per process (docs/deploy.md): ``dres worker -P gevent -c N`` runs up to N chunks in
 one process, each interrupted in its own greenlet, with every durability promise of prefork: the
 soft limit (dres's own timer), the hard limit (Celery's), Stop while the provider is silent, the
 SIGTERM hand-over, crash pickup, both layers, approvals, and tools from MCP servers and OpenAPI

@@ -1,4 +1,4 @@
-"""A run's interrupts under Celery's gevent pool (CONTRACT §7.15): thrown into the run's greenlet.
+"""A run's interrupts under Celery's gevent pool (docs/deploy.md): thrown into the run's greenlet.
 
 ``dres worker -P gevent -c N`` runs up to N chunks as greenlets of one thread, so a signal cannot
 say which run it is for, and Celery's gevent pool has no soft limit at all: it only wraps a task
@@ -18,11 +18,11 @@ while the run is parked at that wait:
   afterwards hands over as it starts.
 
 Inside a critical section (``with guard:``) an interrupt is only noted, and raised when the
-outermost section exits: never between a side effect and its record (§7.6); ``lifted`` lets them
-in again for a wait with no effect. While the run answers an interrupt (``answering``) another
-one is dropped. Celery's hard limit is not deferred (as prefork's SIGKILL is not): a tool cut by
-it stays an interrupted call. A chunk that never yields (a long C call, a busy loop) cannot be
-interrupted at all under gevent, by either limit: such tools belong on a prefork worker.
+outermost section exits: never between a side effect and its record (docs/semantics.md); ``lifted``
+lets them in again for a wait with no effect. While the run answers an interrupt (``answering``)
+another one is dropped. Celery's hard limit is not deferred (as prefork's SIGKILL is not): a tool
+cut by it stays an interrupted call. A chunk that never yields (a long C call, a busy loop) cannot
+be interrupted at all under gevent, by either limit: such tools belong on a prefork worker.
 
 ``TaskPool`` is Celery's gevent pool with one fix: Celery ends a running task with
 ``terminate_job`` (a revoke with ``terminate``, and every running task once the broker connection

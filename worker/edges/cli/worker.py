@@ -1,7 +1,7 @@
 """``dres worker``: a Celery worker with dres's settings, and the reaper beside it.
 
 Its pool is prefork (the default; CPU-heavy tools) or gevent (``-P gevent -c N``: many chunks,
-each waiting on its model, in one process; CONTRACT §7.15). Each pool has its way to interrupt a
+each waiting on its model, in one process; docs/deploy.md). Each pool has its way to interrupt a
 run and to hand its chunks over at a warm shutdown (``POOLS``), chosen once here.
 """
 
