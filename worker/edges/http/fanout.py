@@ -46,6 +46,8 @@ BACKLOG = 256
 SHORT_READS = 8
 #: seconds between tries to wake the reader, until its XREAD is seen blocked
 WAKE_RETRY_S = 0.002
+#: seconds the reader may take to stop
+CLOSE_S = 2.0
 #: tries after which the reader's connection id is taken as stale (a reconnect changed it)
 WAKE_TRIES = 25
 
@@ -185,11 +187,14 @@ class Fanout:
 
     async def close(self) -> None:
         """Stop the reader (the app's shutdown); a watcher left ends as if Redis were gone."""
+        if self._reading is not None and self._client_id is not None:
+            # a cancelled XREAD waits for its reply (redis-py keeps the connection in step)
+            with suppress(redis.RedisError):
+                await self.tail.client_unblock(self._client_id)
         for task in (self._waker, self._task):
             if task is not None:
                 task.cancel()
-                with suppress(asyncio.CancelledError):
-                    await task
+                await asyncio.wait({task}, timeout=CLOSE_S)
         self._fail_all(redis.ConnectionError("the API is shutting down"))
         if self._blocking is not None:
             await self._blocking.aclose()
@@ -240,7 +245,8 @@ class Fanout:
         turn.pos = last
         for watch in list(turn.watchers):
             if not watch.push(batch):
-                turn.watchers.discard(watch)  # it reads on its own until it has caught up
+                log.info("a watcher fell behind: it reads on its own", turn_id=turn_id)
+                turn.watchers.discard(watch)  # until it has caught up
         if not turn.watchers and self._turns.get(turn_id) is turn:
             del self._turns[turn_id]
 
