@@ -38,6 +38,8 @@ log = structlog.get_logger("dres.api")
 
 #: milliseconds the reader's XREAD blocks when nothing is written (a new turn wakes it earlier)
 BLOCK_MS = 1000
+#: seconds the reader lets entries gather after a read that found some
+GATHER_S = 0.005
 #: entries read per stream and call
 COUNT = 200
 #: batches that may wait for one watcher before the reader lets it go
@@ -100,21 +102,23 @@ class Watch:
         self._error = error
         self._ready.set()
 
-    async def next(self, timeout: float) -> Batch | None:
-        """The next batch; None when none came within ``timeout`` seconds. Raises the reader's
-        error, or ``FellBehind``, once the batches before it are taken."""
+    async def take(self, timeout: float) -> list[Batch]:
+        """Every batch waiting, in order; none when none came within ``timeout`` seconds.
+        Raises the reader's error, or ``FellBehind``, once the batches before it are taken."""
         if not self._batches and not self.behind and self._error is None:
             self._ready.clear()
             with suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
                     await self._ready.wait()
         if self._batches:
-            return self._batches.popleft()
+            batches = list(self._batches)
+            self._batches.clear()
+            return batches
         if self._error is not None:
             raise self._error
         if self.behind:
             raise FellBehind(self.turn_id)
-        return None
+        return []
 
 
 @dataclass(eq=False)
@@ -236,6 +240,9 @@ class Fanout:
             turn = reading[turn_id]
             if self._turns.get(turn_id) is turn and entries:
                 await self._hand_on(turn_id, turn, entries)
+        if reply:
+            # turns written at once (a busy API) are read in one call, not one call per entry
+            await asyncio.sleep(GATHER_S)
 
     async def _hand_on(self, turn_id: str, turn: _Turn, entries: list[Any]) -> None:
         items = await decoded(self, turn.decoder, turn_id, entries)

@@ -13,6 +13,7 @@ one reader (``worker.edges.http.fanout``); at most ``DRES_MAX_STREAMS`` are open
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
@@ -42,6 +43,8 @@ log = structlog.get_logger("dres.api")
 SSE_KEEPALIVE_S = 15.0
 STREAM_ID = re.compile(r"^\d+-\d+$")
 KEEPALIVE = b": keepalive\n\n"
+#: seconds between looks at whether a client of a busy stream has gone
+LEFT_CHECK_S = 1.0
 
 
 class LiveStream(StreamingResponse):
@@ -93,6 +96,7 @@ class _Follower:
         self.decoder = Decoder(turn_id)
         self.ended = False  # the last items given out held a turn_ended
         self.done = False
+        self.checked = 0.0  # when the client was last seen still there (the loop's clock)
 
     async def run(self) -> AsyncIterator[bytes]:
         while not self.done:
@@ -119,8 +123,8 @@ class _Follower:
                 reply: Any = await self.streams.reader.xread({stream: self.last}, count=COUNT)
             entries = [entry for _, batch in (reply or []) for entry in batch]
             items = await decoded(self.streams, self.decoder, self.turn_id, entries)
-            for message in self._give(items):
-                yield message
+            if given := b"".join(self._give(items)):
+                yield given
             if until is not None and not entries:
                 return  # the stream was cut short under the reader (trimmed, removed)
             if (self.ended or not entries) and await self._finished():
@@ -134,20 +138,22 @@ class _Follower:
     async def _live(self, watch: Watch) -> AsyncIterator[bytes]:
         while True:
             try:
-                batch = await watch.next(SSE_KEEPALIVE_S)
+                batches = await watch.take(SSE_KEEPALIVE_S)
             except FellBehind:
                 return
-            if batch is None:
+            if not batches:
                 if await self._finished():
                     return
                 yield KEEPALIVE
-            else:
-                for message in self._give(batch.items):
-                    yield message
-                if self.ended and batch.finished:
-                    self.done = True
-                    return
-            if await self.request.is_disconnected():
+            given: list[bytes] = []  # what waited goes out at once: one write, not one each
+            for batch in batches:
+                given += self._give(batch.items)
+                self.done = self.ended and batch.finished
+                if self.done:
+                    break
+            if given:
+                yield b"".join(given)
+            if self.done or await self._left(idle=not batches):
                 self.done = True
                 return
 
@@ -163,6 +169,15 @@ class _Follower:
                 continue  # malformed entries are skipped by every reader
             self.ended = self.ended or item.type == "turn_ended"
             yield item.message
+
+    async def _left(self, *, idle: bool) -> bool:
+        """The client has gone: looked at when idle, and at most every ``LEFT_CHECK_S`` while
+        events flow (a server that sees the disconnect itself cancels the stream at once)."""
+        now = asyncio.get_running_loop().time()
+        if not idle and now - self.checked < LEFT_CHECK_S:
+            return False
+        self.checked = now
+        return await self.request.is_disconnected()
 
     async def _finished(self) -> bool:
         self.done = await finished(self.streams, self.turn_id, self.last)
