@@ -24,7 +24,8 @@ from ledger.store import Ledger
 from rigs import ApiProcess, say, stop_all, subprocess_env, wait_until
 from rigs.watchers import Watcher, all_started, playing, redis_connections, watch
 from tests.support import DRES_ENV, TESTS
-from worker.base.settings import Settings
+from worker.base.errors import ConfigError
+from worker.base.settings import Settings, load_settings
 from worker.dev.redis_server import RedisServer
 from worker.edges.http import fanout as fanout_module
 from worker.edges.http.fanout import Fanout
@@ -144,6 +145,12 @@ def test_one_stream_over_dres_max_streams_gets_503_with_retry_after_and_the_othe
         what="a stream admitted once the others ended",
     )
     assert again.text.count("event: turn_ended") == 1
+
+
+def test_dres_max_streams_below_one_is_refused_naming_the_variable() -> None:
+    with pytest.raises(ConfigError, match="DRES_MAX_STREAMS"):
+        load_settings(max_streams=0)
+    assert Settings.model_fields["max_streams"].default == 2000
 
 
 # -- the reader itself, in this process -------------------------------------------------------
