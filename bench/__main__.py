@@ -27,6 +27,9 @@ D1-D4 (issue 23, ``bench.durability_bench``): one write tool call recorded at ea
 D5-D6 (issue 23, ``bench.failover_bench``): a Sentinel failover (``SENTINEL FAILOVER``, SIGKILL of
    the master) in the middle of a turn on a real worker -> the turn's next event, and its next
    model call, on the new master. ``--only failover`` runs them alone.
+M3 (issue 37, ``bench.fanout_bench``): 1,000 SSE watchers of 100 streaming turns on one API
+   process: last token -> watcher p99 (target <= 100 ms) and the Redis connections the API holds
+   (target <= 20). ``--only fanout`` runs it alone.
 
 Rows 1-3 run in this process (``bench.ledger_bench``), rows 4-5 against a real dres worker
 subprocess (``bench.celery_bench``), row 7 against two (``bench.pickup_bench``), each group on a
@@ -57,6 +60,7 @@ from bench import (
     cost_bench,
     durability_bench,
     failover_bench,
+    fanout_bench,
     ledger_bench,
     pickup_bench,
     scale_bench,
@@ -86,6 +90,7 @@ GROUPS: tuple[Group, ...] = (
     durability_bench.GROUP,
     failover_bench.GROUP,
     cost_bench.GROUP,
+    fanout_bench.GROUP,
 )
 #: groups of rows ``--only`` runs alone
 ONLY = {group.name: group.about for group in GROUPS}

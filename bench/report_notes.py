@@ -72,6 +72,15 @@ METHOD = [
     "`dres worker -c 1` per setting, `MONITOR` for 30 s with the worker idle, then 30 s while it "
     "runs a turn whose tool waits: commands sent per second (and those run by scripts), at "
     "the defaults of issue 27 (lease 3 s, sweep 1 s) beside lease 8 s, sweep 2 s.",
+    "**M3** `bench.fanout_bench`: a private redis-server and one `dres api`; 100 turns, each "
+    "claimed by a process of the bench's that plays its run, and 1,000 lean HTTP/1.1 SSE "
+    "clients (ten a turn) in one asyncio loop, all past their replay before the turns stream "
+    "(after a short warm-up trial, not counted); "
+    "then each turn says 40 tokens, one `text` event per pace (50 ms, 200 ms; each turn offset "
+    "by i/100 of a pace), and completes. Figure: a watcher's receipt of the last token − the "
+    "`time.time()` just before its write, p99 over the 1,000 watchers per trial; and the most "
+    "TCP connections from the API process to the redis-server, read from `/proc` every 250 ms. "
+    "Paces alternate; three trials each, no baseline.",
 ]
 
 NOISE = [

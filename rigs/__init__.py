@@ -21,6 +21,8 @@ is not in the wheel or the image, and is imported from the repo root (``python -
 - ``mcp_servers``, ``openapi_app``: a real MCP server and a real HTTP API described by OpenAPI,
   as subprocesses that log every call (``hangs``: making their next write hang)
 - ``scrape``: reading Prometheus text as a scraper does
+- ``watchers``: many SSE watchers of an API (``Watcher``, ``watch``), ``redis_connections`` (a
+  process's, from ``/proc``), ``playing`` (turns whose runs the caller plays)
 """
 
 from rigs.processes import ROOT, ApiProcess, DresProcess, WorkerProcess, stop_all, subprocess_env

@@ -25,6 +25,7 @@ from worker.edges.http.access import CallerCheck
 from worker.edges.http.decisions import router as decisions_router
 from worker.edges.http.deps import authorize
 from worker.edges.http.document import install_document, operation_id
+from worker.edges.http.fanout import Fanout
 from worker.edges.http.faults import add_fault_handlers, healthz
 from worker.edges.http.listings import approvals_router, conversations_router
 from worker.edges.http.metrics import serve_metrics
@@ -59,6 +60,13 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.state.reader = ledger_reader(settings, socket_timeout=API_STORE_TIMEOUT_S)
     # the event streams' XREAD BLOCK waits up to SSE_KEEPALIVE_S for news
     api.state.tail = ledger_reader(settings, socket_timeout=SSE_KEEPALIVE_S + 30)
+    # one reader follows every live stream, except on a cluster (one XREAD cannot span nodes)
+    api.state.streams = Fanout(
+        api.state.reader,
+        api.state.tail,
+        settings.max_streams,
+        shared=not settings.redis_cluster,
+    )
     api.add_middleware(BodyLimit)
     api.add_middleware(CallerCheck, settings=settings)  # the outermost: before anything is read
     api.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
@@ -91,6 +99,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
 @asynccontextmanager
 async def _lifespan(api: FastAPI) -> AsyncIterator[None]:
     yield
+    await api.state.streams.close()
     await api.state.reader.aclose()
     await api.state.tail.aclose()
 

@@ -27,6 +27,8 @@ from ledger.journal import build_journal
 from ledger.turn import continue_refusal
 from worker.edges.http.deps import RT, Reader, TurnId, authorize, meta_of, runtime_of
 from worker.edges.http.document import STREAM_ID_PATTERN
+from worker.edges.http.fanout import Fanout
+from worker.edges.http.faults import RETRY_AFTER_S
 from worker.edges.http.models import admit_model
 from worker.edges.http.schemas import (
     CREATE_ERRORS,
@@ -43,7 +45,7 @@ from worker.edges.http.schemas import (
     TurnStatus,
     journal_call,
 )
-from worker.edges.http.sse import event_stream
+from worker.edges.http.sse import LiveStream, event_stream
 
 #: a stream id as a client may give it (the OpenAPI document's form)
 STREAM_ID_FORM = re.compile(STREAM_ID_PATTERN)
@@ -176,12 +178,21 @@ async def events(
     start = given[0] if given else "0-0"
     if "-" not in start:
         start += "-0"  # as Redis reads an id without its sequence number
-    await meta_of(reader, turn_id)
-    return StreamingResponse(
-        event_stream(request.app.state.tail, request, turn_id, start),
-        media_type="text/event-stream",
-        headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
-    )
+    streams: Fanout = request.app.state.streams
+    if not streams.admit():
+        raise HTTPException(
+            503,
+            f"this API process serves at most {streams.max_streams} live event streams at once "
+            "(DRES_MAX_STREAMS): try again shortly",
+            {"Retry-After": str(RETRY_AFTER_S)},
+        )
+    try:
+        async with streams.reads:
+            await meta_of(reader, turn_id)
+    except BaseException:
+        streams.release()
+        raise
+    return LiveStream(event_stream(streams, request, turn_id, start), streams.release)
 
 
 @router.post(
