@@ -147,3 +147,16 @@ def test_no_secret_of_a_settings_environment_shows_in_dres_config_or_its_json(
     assert json.loads(printed["DRES_MCP_SERVERS"])["remote"]["headers"] == {"Authorization": MASK}
     assert json.loads(printed["DRES_OPENAPI"])["billing"]["headers"] == {"X-Api-Key": MASK}
     assert printed["DRES_APPROVAL_WEBHOOK"] == f"https://hooks.example/{MASK}?{MASK}"
+
+
+def test_dres_up_s_banner_names_a_configured_redis_without_its_password(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``dres up`` prints which Redis it uses: a DRES_REDIS_URL's password is not in it."""
+    from worker.dev.embedded import embedded_redis
+
+    monkeypatch.setenv("DRES_REDIS_URL", "redis://app:s3cret-pw@10.0.0.5:6380/2")
+    with embedded_redis() as redis_info:
+        assert "s3cret-pw" not in redis_info.description
+        assert "10.0.0.5:6380" in redis_info.description
+        assert redis_info.url == "redis://app:s3cret-pw@10.0.0.5:6380/2"  # used as given

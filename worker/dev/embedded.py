@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from worker.base.errors import ConfigError
+from worker.base.masking import mask_url
 from worker.dev.redis_server import RedisServer, RedisServerError, free_port
 
 
@@ -28,7 +29,7 @@ class EmbeddedRedis:
 def embedded_redis() -> Iterator[EmbeddedRedis]:
     configured = os.environ.get("DRES_REDIS_URL")
     if configured:
-        yield EmbeddedRedis(configured, f"DRES_REDIS_URL ({configured})", durable=True)
+        yield EmbeddedRedis(configured, f"DRES_REDIS_URL ({mask_url(configured)})", durable=True)
         return
     try:
         server = RedisServer().start()

@@ -11,11 +11,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
+from worker.base.masking import MASK, mask_url
 from worker.base.settings import Settings
 
-MASK = "****"
 #: words that make a setting a secret by its name alone (``api_token``, a setting added later):
 #: a JSON object's values are masked, its keys kept; any other text is masked whole
 SECRET_WORDS = frozenset({"token", "password", "secret"})
@@ -52,22 +51,6 @@ def shown(value: Any) -> str:
         return str(int(value))
     text = str(value)
     return text if text else "empty"
-
-
-def mask_url(url: str, *, path: bool = False) -> str:
-    """The URL with the password of its userinfo masked (a user name alone is kept); with
-    ``path``, its path, query and fragment too (scheme and host stay, to say where it points)."""
-    parts = urlsplit(url)
-    if parts.password is not None:
-        host = parts.netloc.rpartition("@")[2]
-        parts = parts._replace(netloc=f"{parts.username or ''}:{MASK}@{host}")
-    if path:
-        parts = parts._replace(
-            path=f"/{MASK}" if parts.path.strip("/") else parts.path,
-            query=MASK if parts.query else "",
-            fragment=MASK if parts.fragment else "",
-        )
-    return urlunsplit(parts)
 
 
 def _secret_values(value: Any) -> Any:
