@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+import structlog
 from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -36,6 +37,8 @@ from worker.edges.http.sse import SSE_KEEPALIVE_S
 from worker.edges.http.turns import router
 from worker.edges.redis.clients import API_STORE_TIMEOUT_S, ledger_reader
 from worker.edges.runtime import Runtime
+
+log = structlog.get_logger("dres.api")
 
 #: bytes: the largest request body accepted
 MAX_BODY_BYTES = 256 * 1024
@@ -75,6 +78,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.add_exception_handler(CorruptTurn, corrupt)  # type: ignore[arg-type]
     api.add_exception_handler(BadCursor, bad_cursor)  # type: ignore[arg-type]
     api.add_exception_handler(ConfigError, bad_config)  # type: ignore[arg-type]
+    api.add_exception_handler(Exception, internal_error)
     add_fault_handlers(api)
     api.include_router(router)
     api.include_router(decisions_router)
@@ -165,6 +169,13 @@ async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse
         return JSONResponse({"detail": f"malformed JSON body: {first.get('msg')}"}, 400)
     where = ".".join(str(p) for p in first.get("loc", ())) or "request"
     return JSONResponse({"detail": f"{where}: {first.get('msg')}"}, 422)
+
+
+async def internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """What nothing else answered: a JSON 500 naming the error's kind, never its text (which may
+    quote a stored value); the whole error goes to the log."""
+    log.error("a request failed", path=request.url.path, exc_info=exc)
+    return JSONResponse({"detail": f"internal error ({type(exc).__name__})"}, 500)
 
 
 async def bad_config(request: Request, exc: ConfigError) -> JSONResponse:
