@@ -52,7 +52,7 @@ class Heartbeats:
             return Beat([], [])
         if isinstance(self.store.client, RedisCluster):
             return self._one_by_one(renewals, watched)
-        replies = self.store.ledger.retry(lambda: self._send(renewals, watched), "heartbeat")
+        replies = self.store.ledger.retry(lambda: self._send(renewals, watched))
         held = [
             self._renewed(lease.turn_id, reply)
             for (lease, _), reply in zip(renewals, replies, strict=False)
