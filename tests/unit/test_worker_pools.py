@@ -8,8 +8,10 @@ import pytest
 
 from worker.base.settings import Settings
 from worker.edges.cli.pools import concurrency_option, patch_for, pool_option
+from worker.edges.cli.worker import POOLS
 from worker.edges.redis import clients
 from worker.edges.redis.clients import REDIS_PY_POOL, pool_size
+from worker.lifecycle.heartbeat import BatchedBeats, Beats
 
 
 @pytest.mark.parametrize(
@@ -64,3 +66,12 @@ def test_a_gevent_workers_ledger_client_may_open_two_connections_for_each_chunk(
     clients.expect_chunks(500)
     client = clients.ledger_client(Settings(redis_url="redis://127.0.0.1:1/0"))
     assert client.connection_pool.max_connections == pool_size(500) > REDIS_PY_POOL
+
+
+def test_a_gevent_worker_beats_all_its_runs_together_and_prefork_each_run_alone() -> None:
+    assert POOLS["gevent"].heartbeats is BatchedBeats
+    assert POOLS["prefork"].heartbeats is Beats
+    assert (POOLS["gevent"].chunks_share_a_process, POOLS["prefork"].chunks_share_a_process) == (
+        True,
+        False,
+    )
