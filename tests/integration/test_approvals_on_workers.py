@@ -220,12 +220,17 @@ def sent_to(rdb: redis.Redis) -> list[str]:
 # -- tests --------------------------------------------------------------------------------------
 
 
+# under gevent, the SIGKILL only: a gevent worker's SIGTERM hand-over has its own test
+# (test_gevent_pool.py)
 @pytest.mark.parametrize(
-    ("decision", "stop"),
-    [("approve", "sigkill"), ("deny", "sigterm")],
-    ids=["approve-after-sigkill", "deny-after-sigterm"],
+    ("decision", "stop", "pool"),
+    [
+        ("approve", "sigkill", "prefork"),
+        ("deny", "sigterm", "prefork"),
+        ("approve", "sigkill", "gevent"),
+    ],
+    ids=["approve-after-sigkill", "deny-after-sigterm", "gevent-approve-after-sigkill"],
 )
-@BOTH_POOLS
 def test_a_decision_after_a_worker_restart_runs_the_write_once_or_tells_the_model_why_not(
     decision: str,
     stop: str,
