@@ -65,6 +65,17 @@ def _no_script_flags(error: redis.ResponseError) -> bool:
     return "shebang" in text or "compil" in text or "unexpected symbol near '#'" in text
 
 
+def refusal(turn_id: str, step: Step | None, error: redis.ResponseError) -> Exception:
+    """What a step's error reply means: ``UnknownTurn``, ``TransitionRefused``, or itself."""
+    reply = str(error)
+    if reply.startswith("NOTURN"):
+        return UnknownTurn(turn_id)
+    word, _, rest = reply.partition(" ")
+    if word in ("REFUSED", "CHANGED") and step is not None:
+        return TransitionRefused(turn_id, step.value, word, rest)
+    return error
+
+
 class TurnStore:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
@@ -320,6 +331,37 @@ class TurnStore:
         look_at_ms: int = 0,
     ) -> int:
         """A step of the table (``step``), or a mark (None: any status, the status kept)."""
+        turn_keys, args = self.step_args(
+            turn_id, step, expect, events, fields, expiry, outgoing, look_at_ms
+        )
+        step_script = self._transition_oom if allow_oom else self._transition
+        try:
+            try:
+                return int(self.ledger.retry(lambda: step_script(keys=turn_keys, args=args)))
+            except redis.ResponseError as e:
+                if not (allow_oom and _no_script_flags(e)):
+                    raise
+                # A Redis before 7 (or fakeredis) cannot read the flags: the plain step, which
+                # writes only when there is memory for it
+                return int(self.ledger.retry(lambda: self._transition(keys=turn_keys, args=args)))
+        except redis.ResponseError as e:
+            refused = refusal(turn_id, step, e)
+            if refused is e:
+                raise
+            raise refused from e
+
+    def step_args(
+        self,
+        turn_id: str,
+        step: Step | None,
+        expect: Mapping[str, MetaValue],
+        events: Sequence[Event],
+        fields: Mapping[str, MetaValue] | None,
+        expiry: str,
+        outgoing: Outgoing | None = None,
+        look_at_ms: int = 0,
+    ) -> tuple[Sequence[str], list[MetaValue]]:
+        """The keys and arguments of ``lua/transition.lua`` for a step."""
         allowed = tuple(TurnStatus) if step is None else allowed_from(step)
         to = None if step is None else target(step)
         ttl = {EXPIRE: self.ledger.finished_ttl_s, PERSIST: -1, KEEP: 0}[expiry]
@@ -342,24 +384,7 @@ class TurnStore:
             turn_keys = [*turn_keys, outgoing.queue, outgoing.mark, keys.active_turns()]
         for name, value in (fields or {}).items():
             args += [name, value]
-        step_script = self._transition_oom if allow_oom else self._transition
-        try:
-            try:
-                return int(self.ledger.retry(lambda: step_script(keys=turn_keys, args=args)))
-            except redis.ResponseError as e:
-                if not (allow_oom and _no_script_flags(e)):
-                    raise
-                # A Redis before 7 (or fakeredis) cannot read the flags: the plain step, which
-                # writes only when there is memory for it
-                return int(self.ledger.retry(lambda: self._transition(keys=turn_keys, args=args)))
-        except redis.ResponseError as e:
-            reply = str(e)
-            if reply.startswith("NOTURN"):
-                raise UnknownTurn(turn_id) from e
-            word, _, rest = reply.partition(" ")
-            if word in ("REFUSED", "CHANGED") and step is not None:
-                raise TransitionRefused(turn_id, step.value, word, rest) from e
-            raise
+        return turn_keys, args
 
     # -- reads -------------------------------------------------------------------------------
 

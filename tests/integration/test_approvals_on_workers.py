@@ -47,7 +47,7 @@ from rigs import (
 from rigs.providers import DIALECTS, FakeProvider, blackhole, fake_provider
 from rigs.scripts import Script, script_writer
 from tests.support import DRES_ENV, TESTS, require_sdk
-from tests.support.fixtures import StartWorker
+from tests.support.fixtures import BOTH_POOLS, StartWorker
 from worker.demo_tools import outbox
 from worker.dev.redis_server import RedisServer, free_port
 from worker.edges.webhook import WEBHOOK_TIMEOUT_S
@@ -220,10 +220,16 @@ def sent_to(rdb: redis.Redis) -> list[str]:
 # -- tests --------------------------------------------------------------------------------------
 
 
+# under gevent, the SIGKILL only: a gevent worker's SIGTERM hand-over has its own test
+# (test_gevent_pool.py)
 @pytest.mark.parametrize(
-    ("decision", "stop"),
-    [("approve", "sigkill"), ("deny", "sigterm")],
-    ids=["approve-after-sigkill", "deny-after-sigterm"],
+    ("decision", "stop", "pool"),
+    [
+        ("approve", "sigkill", "prefork"),
+        ("deny", "sigterm", "prefork"),
+        ("approve", "sigkill", "gevent"),
+    ],
+    ids=["approve-after-sigkill", "deny-after-sigterm", "gevent-approve-after-sigkill"],
 )
 def test_a_decision_after_a_worker_restart_runs_the_write_once_or_tells_the_model_why_not(
     decision: str,
@@ -290,9 +296,15 @@ def test_a_decision_after_a_worker_restart_runs_the_write_once_or_tells_the_mode
     assert pending(http) == []
 
 
-# Two of the four pairs: each mode and each kill once (the CI run's time is bounded)
+# Two of the four pairs: each mode and each kill once (the CI run's time is bounded); under
+# gevent the chunks run in the worker's own process, so killing "the child" is killing the worker
 @pytest.mark.parametrize(
-    ("mode", "action"), [("background", "kill_worker"), ("foreground", "kill_child")]
+    ("mode", "action", "pool"),
+    [
+        ("background", "kill_worker", "prefork"),
+        ("foreground", "kill_child", "prefork"),
+        ("background", "kill_worker", "gevent"),
+    ],
 )
 def test_a_sigkill_right_after_the_approved_effect_resumes_with_one_effect(
     mode: str,
@@ -417,6 +429,7 @@ def test_a_sigkill_after_the_decision_before_the_approved_call_started_runs_it_o
     assert not of(events, "tool_blocked")
 
 
+@BOTH_POOLS
 def test_an_approved_call_longer_than_the_soft_limit_is_recorded_once_and_not_run_again(
     http: httpx.Client,
     api: ApiProcess,
@@ -594,6 +607,7 @@ def test_two_requests_approved_at_once_resume_the_turn_once(
     }
 
 
+@BOTH_POOLS
 def test_stop_and_a_new_message_end_a_waiting_turn_and_void_its_request(
     http: httpx.Client,
     api: ApiProcess,

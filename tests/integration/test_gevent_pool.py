@@ -16,7 +16,6 @@ from typing import Any
 
 import pytest
 from sample_tools import effects
-from worker.dev.demo_tools import outbox
 
 from chaos.invariants import each_run_started_once, nothing_after_turn_ended, runs_closed
 from ledger.events import Event
@@ -40,6 +39,7 @@ from rigs import (
 from rigs.mcp_servers import calls, stdio_entry
 from rigs.openapi_app import ApiServer, requests
 from tests.support.suite import require_sdk
+from worker.demo_tools import outbox
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server

@@ -1,4 +1,4 @@
-"""The turn's lifecycle on real prefork workers (docs/semantics.md): a backlog is not a loss, a
+"""The turn's lifecycle on real workers (docs/semantics.md): a backlog is not a loss, a
 turn's end cannot be handed over, a run's lease lives as long as its process and no longer, and the
 worker that runs a chunk decides its time limits.
 """
@@ -27,6 +27,7 @@ from rigs import (
     wait_for,
     wait_until,
 )
+from tests.support.fixtures import BOTH_POOLS
 from worker.base.settings import Settings, load_settings
 from worker.demo_tools import outbox
 from worker.edges.runtime import Runtime
@@ -72,6 +73,7 @@ def test_a_backlog_of_two_chunk_turns_on_one_slot_completes_every_turn_with_one_
     )
 
 
+@BOTH_POOLS
 def test_a_soft_limit_right_after_the_turn_ended_hands_nothing_over(
     runtime: Runtime, start_worker: Callable[..., WorkerProcess], script: Callable[..., str]
 ) -> None:
@@ -101,6 +103,7 @@ def test_a_soft_limit_right_after_the_turn_ended_hands_nothing_over(
     assert (meta.status, meta.next_run, meta.runs) == ("completed", "", 1)
 
 
+@BOTH_POOLS
 def test_a_first_chunk_runs_under_the_time_limits_of_the_worker_that_runs_it(
     settings: Settings, start_worker: Callable[..., WorkerProcess], script: Callable[..., str]
 ) -> None:
@@ -124,6 +127,7 @@ def test_a_first_chunk_runs_under_the_time_limits_of_the_worker_that_runs_it(
     assert [e.status for e in of(events, "turn_ended")] == ["completed"]
 
 
+@BOTH_POOLS
 def test_a_live_runs_heartbeat_keeps_its_lease_through_a_step_many_leases_long(
     runtime: Runtime,
     settings: Settings,
@@ -146,6 +150,7 @@ def test_a_live_runs_heartbeat_keeps_its_lease_through_a_step_many_leases_long(
     assert first > 0
 
 
+@BOTH_POOLS
 def test_a_live_runs_heartbeat_keeps_its_lease_while_a_long_tool_runs(
     runtime: Runtime, start_worker: Callable[..., WorkerProcess], script: Callable[..., str]
 ) -> None:
@@ -166,10 +171,11 @@ def test_a_live_runs_heartbeat_keeps_its_lease_while_a_long_tool_runs(
     assert len(effects(runtime.redis, "slow_write")) == 1
 
 
+@BOTH_POOLS
 def test_a_paused_run_is_taken_over_and_when_it_wakes_it_cannot_write(
     runtime: Runtime, start_worker: Callable[..., WorkerProcess], script: Callable[..., str]
 ) -> None:
-    """SIGSTOP of the pool process running a background turn: its heartbeat stops, the other
+    """SIGSTOP of the process running a background turn: its heartbeat stops, the other
     worker's reaper takes the turn over once the lease runs out and finishes it; SIGCONT then
     wakes a zombie whose every append is fenced out."""
     limits = {**LONG_VT, "DRES_BG_SOFT_LIMIT_S": "20", "DRES_BG_HARD_LIMIT_S": "30"}
@@ -180,7 +186,7 @@ def test_a_paused_run_is_taken_over_and_when_it_wakes_it_cannot_write(
         wait_for(runtime.ledger, turn.turn_id, having("model_start"), what="the first step"),
         "run_started",
     )
-    child = paused_worker.pool_child()
+    child = paused_worker.running_chunks()
     start_worker(overrides=limits)
     os.kill(child, signal.SIGSTOP)
     try:

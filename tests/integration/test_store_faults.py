@@ -18,7 +18,7 @@ import pytest
 from sample_tools import outside_effects
 
 from rigs import DONE, ended, having, of, outside_write, show, wait_for, wait_until
-from tests.support.fixtures import StartWorker, outside_worker, started
+from tests.support.fixtures import BOTH_POOLS, StartWorker, outside_worker, started
 from worker.dev.redis_server import RedisServer
 from worker.edges.runtime import Runtime
 
@@ -98,6 +98,7 @@ def test_a_busy_and_an_idle_worker_each_serve_a_new_turn_after_a_redis_restart(
     assert busy.alive() and idle.alive(), "a worker exited after the restart"
 
 
+@BOTH_POOLS
 def test_a_write_that_finishes_during_a_6_s_outage_is_recorded_completed(
     runtime: Runtime,
     store: RedisServer,
@@ -123,6 +124,7 @@ def test_a_write_that_finishes_during_a_6_s_outage_is_recorded_completed(
     assert worker.alive()
 
 
+@BOTH_POOLS
 def test_a_restart_during_a_foreground_and_a_background_turn_loses_neither(
     runtime: Runtime,
     store: RedisServer,
@@ -187,6 +189,7 @@ def test_a_full_redis_stops_the_running_turn_with_store_full_and_continue_comple
     assert worker.alive()
 
 
+@BOTH_POOLS
 def test_a_paused_redis_is_ridden_out_by_the_running_run_without_a_takeover(
     runtime: Runtime,
     store: RedisServer,
@@ -216,20 +219,19 @@ def test_a_paused_redis_is_ridden_out_by_the_running_run_without_a_takeover(
     assert worker.alive()
 
 
-@pytest.mark.parametrize("pool", [(), ("-P", "gevent")], ids=["prefork", "gevent"])
+@BOTH_POOLS
 def test_a_run_that_outlasts_its_outage_window_gives_up_and_its_turn_resumes_without_a_repeat(
     runtime: Runtime,
     store: RedisServer,
     long_worker: StartWorker,
     effects_file: str,
     script: Callable[..., str],
-    pool: tuple[str, ...],
 ) -> None:
     """Beyond ``DRES_STORE_OUTAGE_S`` the run gives up without writing; once Redis is back the
     reaper resumes the background turn, whose write is now an interrupted one: the guard refuses
     to run it blind again, and the turn completes with one effect. Under gevent the chunk's ack
     fails during the outage, and the worker goes on taking messages (``edges/celery/marks.py``)."""
-    worker = long_worker(extra=pool, overrides={"DRES_STORE_OUTAGE_S": "1"})
+    worker = long_worker(overrides={"DRES_STORE_OUTAGE_S": "1"})
     model = script([outside_write("a", 2.0), DONE], on_resume="restart")
     turn = runtime.lifecycle.enqueue("write a", mode="background", model=model)
     started_writing(runtime, turn.turn_id, effects_file, "a")

@@ -13,9 +13,9 @@
 - ``dres_env``, ``settings``, ``runtime``: the tests' dres settings (``DRES_ENV``) in this
   process's environment, the settings read from it, and dres wired in this process as an API
   process has it (ledger, lifecycle, dispatch).
-- ``start_worker``/``worker``: prefork ``dres worker`` subprocesses on this test's Redis, each in
-  its own session; the finalizer SIGKILLs each one's process group, so no test leaves one
-  running.
+- ``start_worker``/``worker``: ``dres worker`` subprocesses on this test's Redis, each in its own
+  session; the finalizer SIGKILLs each one's process group, so no test leaves one running. Their
+  pool is ``pool``'s: prefork, unless a test is parametrized over ``BOTH_POOLS``.
 - ``script``: writes scripted-model files in this test's temporary directory.
 """
 
@@ -46,6 +46,8 @@ from worker.edges.runtime import Runtime
 
 #: ``start_worker(concurrency=1, extra=(), ready=True, overrides=None)``
 StartWorker = Callable[..., WorkerProcess]
+#: a test's or a module's mark: its workers run prefork, then gevent (``pool``)
+BOTH_POOLS = pytest.mark.parametrize("pool", ["prefork", "gevent"])
 
 
 # -- Redis --------------------------------------------------------------------------------------
@@ -183,9 +185,16 @@ def show_logs(processes: Iterable[DresProcess], chars: int = 8000) -> None:
 
 
 @pytest.fixture
-def start_worker(dres_env: dict[str, str], tmp_path: Path) -> Iterator[StartWorker]:
-    """``start_worker(concurrency=1, extra=(), ready=True, overrides=None)`` starts a prefork
-    worker process; ``overrides`` are DRES_* settings of that worker only."""
+def pool() -> str:
+    """The Celery pool of ``start_worker``'s workers (``BOTH_POOLS`` parametrizes it)."""
+    return "prefork"
+
+
+@pytest.fixture
+def start_worker(dres_env: dict[str, str], tmp_path: Path, pool: str) -> Iterator[StartWorker]:
+    """``start_worker(concurrency=1, extra=(), ready=True, overrides=None)`` starts a worker
+    process of ``pool`` (unless ``extra`` names one); ``overrides`` are DRES_* settings of that
+    worker only."""
     started: list[WorkerProcess] = []
 
     def start(
@@ -196,6 +205,8 @@ def start_worker(dres_env: dict[str, str], tmp_path: Path) -> Iterator[StartWork
     ) -> WorkerProcess:
         log_path = tmp_path / f"worker-{len(started) + 1}.log"
         env = {**dres_env, **(overrides or {})}
+        if pool != "prefork" and not any(arg.startswith(("-P", "--pool")) for arg in extra):
+            extra = ("-P", pool, *extra)
         process = WorkerProcess.start(
             env, log_path, concurrency=concurrency, extra=extra, ready=False
         )

@@ -76,6 +76,32 @@ class DresProcess:
                 raise RuntimeError(f"{self.name} not ready within {timeout} s:\n{self.log()}")
             time.sleep(POLL_S)
 
+    def group(self) -> list[int]:
+        """PIDs of every process of its process group (itself and all it started)."""
+        found = []
+        for entry in Path("/proc").iterdir():
+            if not entry.name.isdigit():
+                continue
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            # after the command name's last ")": state, ppid, then the process group
+            if int(stat.rsplit(")", 1)[1].split()[2]) == self.pid:
+                found.append(int(entry.name))
+        return found
+
+    def pss_bytes(self) -> int:
+        """The memory its process group holds: the sum of each process's proportional set size
+        (``Pss`` in ``/proc/PID/smaps_rollup``: shared pages counted once over their sharers)."""
+        total_kib = 0
+        for pid in self.group():
+            with contextlib.suppress(OSError):  # gone meanwhile
+                for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+                    if line.startswith("Pss:"):
+                        total_kib += int(line.split()[1])
+        return total_kib * 1024
+
     def kill_group(self) -> None:
         """SIGKILL the whole process group: the main process and every child it started."""
         _killpg(self.pid)
@@ -137,6 +163,11 @@ class WorkerProcess(DresProcess):
             if int(stat.rsplit(")", 1)[1].split()[1]) == self.pid:
                 found.append(int(entry.name))
         return found
+
+    def running_chunks(self) -> int:
+        """PID of the process that runs its chunks: its one pool process (prefork), or itself
+        when it forked none (gevent: every chunk a greenlet of the worker's own process)."""
+        return self.pool_child() if self.children() else self.pid
 
     def pool_child(self) -> int:
         children = self.children()

@@ -15,6 +15,11 @@ The thread is the process's own, started with its first run and kept: a run's he
 and leaves it, so a chunk does not wait for a new thread to be scheduled before it starts (a
 pool process runs one chunk at a time; several runs of one process share the thread). Each beat
 runs in the context of the run that made it, so it logs with that run's bound fields.
+
+A process that runs many chunks at once (``dres worker -P gevent -c N``, docs/deploy.md), whose
+"thread" is a greenlet, chooses ``BatchedBeats`` instead (``use``, from its pool): one tick for
+every run, at which every held turn's Stop flag is read and every due lease renewed in one round
+trip (``ledger.beats``), with the same lease and Stop semantics as a run's own beats.
 """
 
 from __future__ import annotations
@@ -25,9 +30,11 @@ import signal
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import structlog
 
+from ledger.beats import Heartbeats, Renewed
 from ledger.turns import TurnStore
 from worker.base.clock import Clock
 from worker.engine.recorder import RunContext
@@ -110,13 +117,19 @@ class Heartbeat:
         """Renew the lease; False once another run holds the turn."""
         until = int((self.clock.now() + self.lease_s) * 1000)
         try:
-            self.held = self.store.renew(self.run.lease, until)
+            held: Renewed = self.store.renew(self.run.lease, until)
         except Exception as e:
+            held = e
+        return self._renewed(held)
+
+    def _renewed(self, held: Renewed) -> bool:
+        if isinstance(held, Exception):
             # Redis away (or a connection the run's interrupt left broken, until the run drops
             # it): the next beat tries again; a lease that runs out meanwhile is taken over, and
             # this run is then fenced out.
-            log.warning("could not renew the lease", error=repr(e))
+            log.warning("could not renew the lease", error=repr(held))
             return True
+        self.held = held
         if not self.held:
             if not self.stopping.is_set():
                 log.warning("lease lost: another run holds the turn", run_id=self.run.run_id)
@@ -124,9 +137,38 @@ class Heartbeat:
         self.beats += 1
         return True
 
+    # -- a beat of many runs at once (``BatchedBeats``) -------------------------------------
 
-class _Beats:
-    """The process's heartbeat thread and the runs it beats for."""
+    def asks(self) -> Ask | None:
+        """What this wake-up asks of Redis (as ``tick``); None: the run's heartbeat ended."""
+        if self.stopping.is_set():
+            return None
+        until_ms = None
+        if self.clock.now() >= self.renew_at:
+            self.renew_at = self.clock.now() + self.interval_s
+            until_ms = int((self.clock.now() + self.lease_s) * 1000)
+        return Ask(self.on_stop is not None and not self.stop_seen, until_ms)
+
+    def answered(self, stopped: bool, held: Renewed | None) -> bool:
+        """The answers to ``asks`` (``held`` None: no renewal was due), taken as ``tick`` takes
+        its own; False once the lease was found lost."""
+        self.stop_seen = self.stop_seen or stopped
+        if self.on_stop is not None and self.stop_seen and not self.stopping.is_set():
+            self.on_stop()
+        return True if held is None else self._renewed(held)
+
+
+@dataclass(frozen=True)
+class Ask:
+    #: read the turn's Stop flag
+    watch: bool
+    #: renew the lease to this ms time (None: no renewal due)
+    until_ms: int | None
+
+
+class Beats:
+    """The process's heartbeat thread and the runs it beats for, each on its own tick and in
+    its own round trips (a prefork pool process runs one chunk at a time)."""
 
     def __init__(self) -> None:
         self.pid = os.getpid()
@@ -160,30 +202,93 @@ class _Beats:
                     self._wake.wait()
                     continue
                 now = time.monotonic()
-                due = [beat for beat in self._runs if beat.next_tick <= now]
+                due = self._due(now)
                 if not due:
                     self._wake.wait(min(beat.next_tick for beat in self._runs) - now)
                     continue
                 for beat in due:
                     beat.next_tick = now + beat.tick_s
-            for beat in due:  # outside the lock: a renewal may wait on a slow Redis
-                try:
-                    beating = beat.context.run(beat.tick)
-                except Exception:  # one run's failure must not stop the beats of the process
-                    log.exception("a heartbeat failed; the next tick tries again")
-                    beating = True
-                if not beating:
-                    self.leave(beat)
+            self._beat(due)  # outside the lock: a renewal may wait on a slow Redis
+
+    def _due(self, now: float) -> list[Heartbeat]:
+        return [beat for beat in self._runs if beat.next_tick <= now]
+
+    def _beat(self, due: list[Heartbeat]) -> None:
+        for beat in due:
+            try:
+                beating = beat.context.run(beat.tick)
+            except Exception:  # one run's failure must not stop the beats of the process
+                log.exception("a heartbeat failed; the next tick tries again")
+                beating = True
+            if not beating:
+                self.leave(beat)
 
 
-_process_beats: _Beats | None = None
+class BatchedBeats(Beats):
+    """The heartbeat of a process that runs many chunks at once (gevent): at each tick every
+    run's Stop flag is read and every due lease renewed, all in one round trip per store
+    (``ledger.beats``); Stop is handed to the run it concerns (its ``on_stop``)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._stores: dict[int, Heartbeats] = {}
+
+    def _due(self, now: float) -> list[Heartbeat]:
+        # one tick for all: once any run is due, every run is beaten with it
+        return list(self._runs) if super()._due(now) else []
+
+    def _beat(self, due: list[Heartbeat]) -> None:
+        by_store: dict[int, list[Heartbeat]] = {}
+        for beat in due:
+            by_store.setdefault(id(beat.store), []).append(beat)
+        for beats in by_store.values():
+            try:
+                self._beat_together(beats)
+            except Exception as e:  # the next tick tries again; a lease may run out meanwhile
+                log.warning("could not renew the leases", runs=len(beats), error=repr(e))
+
+    def _beat_together(self, due: list[Heartbeat]) -> None:
+        asks = [(beat, beat.asks()) for beat in due]
+        live = [(beat, ask) for beat, ask in asks if ask is not None]
+        for beat, ask in asks:
+            if ask is None:
+                self.leave(beat)
+        renewing = [(beat, ask.until_ms) for beat, ask in live if ask.until_ms is not None]
+        watching = [beat for beat, ask in live if ask.watch]
+        store = due[0].store
+        heartbeats = self._stores.get(id(store))
+        if heartbeats is None or heartbeats.store is not store:
+            heartbeats = self._stores[id(store)] = Heartbeats(store)
+        answer = heartbeats.beat(
+            [(beat.run.lease, until_ms) for beat, until_ms in renewing],
+            [beat.run.turn_id for beat in watching],
+        )
+        held: dict[int, Renewed] = {
+            id(beat): renewed for (beat, _), renewed in zip(renewing, answer.held, strict=True)
+        }
+        stopped = {id(beat) for beat, stop in zip(watching, answer.stopped, strict=True) if stop}
+        for beat, _ in live:
+            taken = beat.context.run(beat.answered, id(beat) in stopped, held.get(id(beat)))
+            if not taken:
+                self.leave(beat)
+
+
+_process_beats: Beats | None = None
 _process_lock = threading.Lock()
+#: the kind of heartbeat this process's pool runs (``use``)
+_kind: type[Beats] = Beats
 
 
-def _beats() -> _Beats:
+def use(kind: type[Beats]) -> None:
+    """Choose this process's heartbeat, once, at its start (from its pool)."""
+    global _kind
+    _kind = kind
+
+
+def _beats() -> Beats:
     """The process's heartbeat thread (a forked pool process starts its own)."""
     global _process_beats
     with _process_lock:
         if _process_beats is None or _process_beats.pid != os.getpid():
-            _process_beats = _Beats()
+            _process_beats = _kind()
         return _process_beats

@@ -35,3 +35,19 @@ def patch_for(argv: Sequence[str]) -> bool:
 
     monkey.patch_all()
     return True
+
+
+def concurrency_option(extra: Sequence[str]) -> int | None:
+    """The ``-c``/``--concurrency`` among a worker's Celery options (None: not given, or not a
+    number: Celery refuses that itself)."""
+    for i, arg in enumerate(extra):
+        value = None
+        if arg in {"-c", "--concurrency"} and i + 1 < len(extra):
+            value = extra[i + 1]
+        elif arg.startswith("--concurrency="):
+            value = arg.split("=", 1)[1]
+        elif arg.startswith("-c") and len(arg) > 2:
+            value = arg[2:]
+        if value is not None:
+            return int(value) if value.isdigit() else None
+    return None

@@ -24,13 +24,16 @@ from worker.edges.celery.greenlets import GreenletInterrupts
 from worker.edges.celery.greenlets import TaskPool as GeventTaskPool
 from worker.edges.celery.metrics import WorkerMetrics
 from worker.edges.celery.shutdown import hand_greenlets_over_on_shutdown, hand_over_on_shutdown
-from worker.edges.cli.pools import GEVENT, pool_option
+from worker.edges.cli.pools import GEVENT, concurrency_option, pool_option
+from worker.edges.redis.clients import expect_chunks
 from worker.edges.redis.durability import check_durability
 from worker.edges.redis.policy import check_stores
 from worker.edges.runtime import Runtime
 from worker.engine.models import preload_sdks
 from worker.engine.tools import guard
 from worker.engine.tools.approval import ApprovalPolicy
+from worker.lifecycle import heartbeat
+from worker.lifecycle.heartbeat import BatchedBeats, Beats
 from worker.lifecycle.reaper import ReaperThread
 
 log = structlog.get_logger("dres.worker")
@@ -49,13 +52,24 @@ class Pool:
     hand_over: Callable[[], None]
     #: Celery's pool class to run instead of the one the option names (None: Celery's choice)
     celery_pool: type | None = None
+    #: the process's heartbeat (``worker.lifecycle.heartbeat.use``)
+    heartbeats: type[Beats] = Beats
+    #: whether one process runs all ``--concurrency`` chunks (else one each): its ledger
+    #: client's connection pool is sized for them
+    chunks_share_a_process: bool = False
 
 
 PREFORK = Pool(guard.DeferSignals, hand_over_on_shutdown)
 #: the pools dres runs on; any other name Celery takes for prefork (``processes``) is prefork
 POOLS = {
     "prefork": PREFORK,
-    GEVENT: Pool(GreenletInterrupts, hand_greenlets_over_on_shutdown, GeventTaskPool),
+    GEVENT: Pool(
+        GreenletInterrupts,
+        hand_greenlets_over_on_shutdown,
+        GeventTaskPool,
+        heartbeats=BatchedBeats,
+        chunks_share_a_process=True,
+    ),
 }
 
 
@@ -98,6 +112,8 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     configure_logging_for(settings, _loglevel(extra))
     if settings.metrics_port:  # before anything imports prometheus_client or forks the pool
         WorkerMetrics.prepare(settings.metrics_port, settings.metrics_host).start()
+    if pool.chunks_share_a_process:
+        expect_chunks(concurrency_option(extra) or os.cpu_count() or 1)
     runtime = Runtime.from_settings(settings)
     app = runtime.app
     argv = ["--pool=prefork", "--without-gossip", "--without-mingle", *extra]
@@ -108,6 +124,7 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     # parsed now: an option Celery's worker does not take is refused before anything connects
     start = celery_worker(app, argv, quiet=settings.log_format == "json", pool=pool.celery_pool)
     guard.use(pool.interrupts)
+    heartbeat.use(pool.heartbeats)
     pool.hand_over()
     load_before_fork(runtime)
     check_stores(settings)  # after the checks that need no Redis; its gauge after prepare()

@@ -34,6 +34,29 @@ API_STORE_OUTAGE_S = 1.0
 CLUSTER_RETRIES = 12
 
 
+#: connections redis-py's pool opens at most unless told (redis-py 8: ``ConnectionPool``'s 100)
+REDIS_PY_POOL = 100
+#: connections of a worker's ledger pool beyond two per chunk: the heartbeat's, the reaper's,
+#: an approval's notice
+POOL_MARGIN = 20
+#: chunks this process runs at once (``expect_chunks``)
+_chunks = 1
+
+
+def expect_chunks(chunks: int) -> None:
+    """This process runs up to ``chunks`` chunks at once (a gevent worker's ``-c N``): its ledger
+    client's pool is sized for them. Called once, at the worker's start."""
+    global _chunks
+    _chunks = max(1, chunks)
+
+
+def pool_size(chunks: int) -> int:
+    """Connections a worker's ledger pool may open for ``chunks`` chunks at once: two each (a
+    run's commands and its text flusher's may overlap), beyond a command that would find none
+    left failing with redis-py's "Too many connections"."""
+    return max(REDIS_PY_POOL, 2 * chunks + POOL_MARGIN)
+
+
 def _cluster_retry() -> Retry:
     return Retry(ExponentialBackoff(cap=1.0, base=0.05), CLUSTER_RETRIES)
 
@@ -65,18 +88,22 @@ def ledger_client(
     failover either way.
     """
     connect_timeout = min(socket_timeout, CONNECT_TIMEOUT_S) if fail_fast else CONNECT_TIMEOUT_S
+    # each pool (one per node on a cluster, the master's through Sentinel) sized for the chunks
+    max_connections = pool_size(_chunks)
     if settings.redis_cluster:
         return RedisCluster.from_url(
             settings.redis_url,
             socket_timeout=socket_timeout,
             socket_connect_timeout=connect_timeout,
             retry=_cluster_retry(),
+            max_connections=max_connections,
         )
     extra: dict[str, Any] = {"retry": _reconnect_once()} if fail_fast else {}
     options: dict[str, Any] = {
         "socket_timeout": socket_timeout,
         "socket_connect_timeout": connect_timeout,
         "health_check_interval": 30,
+        "max_connections": max_connections,
         **extra,
     }
     if settings.sentinels:
