@@ -55,6 +55,8 @@ class StopCode(StrEnum):
     APPROVAL_EXPIRED = "approval_expired"
     #: a new message in the conversation arrived while the turn waited for approval
     SUPERSEDED = "superseded"
+    #: the turn spent its DRES_TURN_TOKEN_BUDGET: a Continue grants it again (never automatic)
+    BUDGET = "budget"
 
     @classmethod
     def of(cls, code: str) -> StopCode:

@@ -32,10 +32,13 @@ from ledger.events import (
     ModelDone,
     ModelStart,
     Resumed,
+    TokenUsage,
 )
 from ledger.journal import Journal, build_journal
 from ledger.note import NoteFold, journal_note
 from ledger.store import Ledger
+from ledger.usage import UsageFold
+from worker.base import metrics
 from worker.base.clock import Clock, Ids
 from worker.base.errors import (
     JournalUnreadable,
@@ -47,7 +50,14 @@ from worker.base.errors import (
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
 from worker.engine.history import Conversation
-from worker.engine.models.base import ChatModel, ModelRequest, TextDelta, ToolCall, ToolSchema
+from worker.engine.models.base import (
+    ChatModel,
+    ModelRequest,
+    TextDelta,
+    ToolCall,
+    ToolSchema,
+    Usage,
+)
 from worker.engine.recorder import Recorder, RunContext
 from worker.engine.tools.approval import ApprovalPolicy
 from worker.engine.tools.calls import Attempt
@@ -246,10 +256,15 @@ class AgentLoop:
             if request.step >= self.settings.max_model_calls:
                 detail = f"{request.step} model calls without finishing"
                 return self._end(recorder, "error", "stopped", "loop_limit", detail)
+            over = self._over_budget(run.turn_id, recorder.events)
+            if over is not None:
+                return self._end(recorder, "stopped", "stopped", "budget", over)
             recorder.record(ModelStart, step=request.step, resume_step=request.resume_step)
             try:
-                calls = self._stream(recorder, model, request)
-                recorder.record(ModelDone, tool_calls=len(calls))
+                calls, usage = self._stream(recorder, model, request)
+                recorder.record(ModelDone, tool_calls=len(calls), usage=usage)
+                if usage is not None:
+                    metrics.tokens_spent(model.name, usage.input_tokens, usage.output_tokens)
                 if not calls:
                     return self._end(recorder, "completed", "completed")
                 waiting = self._execute(recorder, executor, attempt, calls)
@@ -283,23 +298,36 @@ class AgentLoop:
                 requests.append(outcome.request)
         return requests
 
+    def _over_budget(self, turn_id: str, events: list[Event]) -> str | None:
+        """Why the turn may not make another model call (DRES_TURN_TOKEN_BUDGET), or None."""
+        budget = self.settings.turn_token_budget
+        if budget is None:
+            return None
+        spent = self._fold(turn_id, events, UsageFold).since_continue
+        if spent < budget:
+            return None
+        return f"the turn spent {spent} tokens of its budget of {budget}"
+
     def _stream(
         self, recorder: Recorder, model: ChatModel, request: ModelRequest
-    ) -> list[ToolCall]:
+    ) -> tuple[list[ToolCall], TokenUsage | None]:
         calls: list[ToolCall] = []
+        usage: TokenUsage | None = None
         turn_id = recorder.run.turn_id
         checked = self.clock.now()
         for item in model.stream(request):
             # what the model sent is kept first: a Stop ends the run with the text it received
             if isinstance(item, TextDelta):
                 recorder.stream_text(item.text)
+            elif isinstance(item, Usage):
+                usage = TokenUsage(input_tokens=item.input_tokens, output_tokens=item.output_tokens)
             else:
                 calls.append(item)
             if self.clock.now() - checked >= self.settings.cancel_poll_s:
                 checked = self.clock.now()
                 if self.is_cancelled(turn_id):
                     raise TurnCancelled("Stop requested")
-        return calls
+        return calls, usage
 
     def _after_model_error(
         self, recorder: Recorder, error: ModelError, transport_resumes: int

@@ -25,6 +25,7 @@ from ledger.approvals import fold_approvals
 from ledger.codec import text
 from ledger.journal import build_journal
 from ledger.turn import continue_refusal
+from ledger.usage import UsageFold
 from worker.edges.http.deps import RT, Reader, TurnId, authorize, meta_of, runtime_of
 from worker.edges.http.document import STREAM_ID_PATTERN
 from worker.edges.http.fanout import Fanout
@@ -43,6 +44,7 @@ from worker.edges.http.schemas import (
     TurnCreated,
     TurnRequest,
     TurnStatus,
+    UsageOut,
     journal_call,
 )
 from worker.edges.http.sse import LiveStream, event_stream
@@ -128,9 +130,11 @@ async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> Turn
         auto=False,
         max_auto=runtime_of(request).settings.max_auto_continue,
     )
+    # The turn's usage is a sum over its model_done events (docs/http-api.md): the status reads
+    # its stream, as the page asks for it only when a run ends or a decision lands.
+    events = await run_in_threadpool(runtime_of(request).ledger.events, turn_id)
     approvals: list[ApprovalOut] = []
-    if meta.approvals:  # only a turn that waited reads its stream for them
-        events = await run_in_threadpool(runtime_of(request).ledger.events, turn_id)
+    if meta.approvals:
         approvals = [ApprovalOut(**entry.as_dict()) for entry in fold_approvals(events)]
     return TurnStatus(
         turn_id=turn_id,
@@ -143,6 +147,7 @@ async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> Turn
         can_continue=refusal is None,
         code=meta.code,
         approvals=approvals,
+        usage=UsageOut(**UsageFold().feed(events).spent().model_dump()),
     )
 
 
