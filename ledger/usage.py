@@ -44,5 +44,11 @@ class UsageFold:
         twin.since_continue = self.since_continue
         return twin
 
+    def over(self, budget: int) -> str | None:
+        """Why the turn may make no further model call under ``budget``, or None."""
+        if self.since_continue < budget:
+            return None
+        return f"the turn spent {self.since_continue} tokens of its budget of {budget}"
+
     def spent(self) -> TokenUsage:
         return TokenUsage(input_tokens=self.input_tokens, output_tokens=self.output_tokens)

@@ -78,6 +78,8 @@ def create_turn(
     rt: RT,
     body: TurnRequest,
     idempotency_key: Annotated[str | None, Header(pattern=ID)] = None,
+    # the caller's trace context (W3C): the turn's trace is its child; a malformed one is ignored
+    traceparent: Annotated[str | None, Header()] = None,
 ) -> TurnCreated:
     """Enqueue a turn; a repeated Idempotency-Key with the same body returns the same turn."""
     admit_model(rt, body.model)  # before anything reads a file the spec names
@@ -87,7 +89,11 @@ def create_turn(
         )
     if not idempotency_key:
         turn = rt.lifecycle.enqueue(
-            body.message, conversation_id=body.conversation_id, mode=body.mode, model=body.model
+            body.message,
+            conversation_id=body.conversation_id,
+            mode=body.mode,
+            model=body.model,
+            trace_parent=traceparent,
         )
         return _created(turn.turn_id, turn.conversation_id)
     # The record names the turn and its conversation before the turn exists, so a repeat that
@@ -109,6 +115,7 @@ def create_turn(
             mode=body.mode,
             model=body.model,
             turn_id=turn_id,
+            trace_parent=traceparent,
         )
     except BaseException:
         # No turn was made (or it was taken back): the key must not answer for one. Redis may be
