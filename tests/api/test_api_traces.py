@@ -191,3 +191,42 @@ def test_a_turn_whose_worker_was_killed_and_taken_over_keeps_one_trace(
     assert second.attributes["dres.cause"] == "reaper"
     assert "dres.takeover" in second.event_names()
     assert any(s.attributes.get("dres.run_id") == first_run.run_id for s in spans)
+
+
+def test_a_turn_resumed_by_an_approval_goes_on_in_its_trace_with_both_span_events(
+    start_worker: StartWorker,
+    traced: httpx.Client,
+    receiver: Receiver,
+    script: Script,
+    ledger: Ledger,
+) -> None:
+    start_worker(overrides={**otel_env(receiver), "DRES_APPROVAL": "send_email"})
+    model = script([send("a@x.io", "Hi"), DONE])
+    body = {"message": "send it", "model": model}
+    reply = traced.post("/v1/turns", json=body, headers={"traceparent": TRACEPARENT})
+    turn_id = reply.json()["turn_id"]
+    events = wait_for(ledger, turn_id, having("approval_requested"), what="the request")
+    [request] = of(events, "approval_requested")
+    wait_until(lambda: ledger.meta(turn_id).status == "waiting", what="the turn waiting")
+    decided = traced.post(
+        f"/v1/turns/{turn_id}/approvals/{request.approval_id}",
+        json={"decision": "approve", "signature": request.signature},
+    )
+    assert decided.status_code == 202, decided.text
+
+    events = wait_for(ledger, turn_id, ended("completed"), what="the turn's end")
+    first_run, resumed = of(events, "run_started")
+    assert resumed.cause == "approval"
+
+    def both_runs(spans: list[Span]) -> bool:
+        return len(named(spans, "run")) == 2 and bool(named(spans, "turn"))
+
+    spans = spans_of(receiver, turn_id, both_runs)
+    assert {s.trace_id for s in spans} == {TRACE_ID}
+    runs = {s.attributes["dres.run_id"]: s for s in named(spans, "run")}
+    assert "dres.approval.requested" in runs[first_run.run_id].event_names()
+    assert "dres.approval.decided" in runs[resumed.run_id].event_names()
+    [ran] = [
+        t for t in named(spans, "execute_tool") if t.attributes["dres.run_id"] == resumed.run_id
+    ]
+    assert ran.attributes["gen_ai.tool.call.id"] == request.call_id

@@ -96,7 +96,11 @@ class ToolExecutor:
     def execute(self, attempt: Attempt, call: ToolCall) -> ToolOutcome:
         """Decide what to do with ``call`` on this attempt, then record and do it."""
         with self.tracer.tool(call.name) as span:
-            return self._settled(span, self._execute(attempt, call), call.input)
+            outcome = self._settled(span, self._execute(attempt, call), call.input)
+        if outcome.request is not None:  # an event of the run, not of the call's span
+            asked = {"dres.approval_id": outcome.request.approval_id, "gen_ai.tool.name": call.name}
+            self.tracer.event("dres.approval.requested", asked)
+        return outcome
 
     def _settled(self, span: ToolSpan, outcome: ToolOutcome, arguments: Any) -> ToolOutcome:
         spec = self.registry.get(outcome.tool)
@@ -108,12 +112,6 @@ class ToolExecutor:
             arguments=arguments,
             result=outcome.result,
         )
-        if outcome.request is not None:
-            attributes = {
-                "dres.approval_id": outcome.request.approval_id,
-                "gen_ai.tool.name": outcome.tool,
-            }
-            self.tracer.event("dres.approval.requested", attributes)
         return outcome
 
     def _execute(self, attempt: Attempt, call: ToolCall) -> ToolOutcome:
