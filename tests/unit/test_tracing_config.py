@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
 from rigs import ROOT
-from worker.base.errors import ConfigError
+from worker.base.errors import ConfigError, ModelError
 from worker.base.tracing import OFF
 from worker.edges.tracing import OtelTracer, from_environment
 
@@ -64,3 +65,57 @@ print(sorted(m for m in sys.modules if m.startswith(prefixes)))
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def recording(capture: bool) -> tuple[OtelTracer, Any]:
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    return OtelTracer(provider, capture=capture), exporter
+
+
+@pytest.mark.parametrize("capture", [False, True])
+def test_tool_content_goes_on_a_span_only_when_capture_is_asked_for(capture: bool) -> None:
+    tracer, exporter = recording(capture)
+    arguments = {"to": "a@x.io", "body": "secret"}
+    with (
+        tracer.run(trace="", turn_id="t", run_id="r", chunk=2, cause="first"),
+        tracer.tool("send_email") as span,
+    ):
+        span.settled(
+            call_id="call_1",
+            read_only=False,
+            is_error=False,
+            blocked_reason=None,
+            arguments=arguments,
+            result={"sent": True},
+        )
+    [tool] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool send_email"]
+    attributes = dict(tool.attributes or {})
+    assert attributes["dres.chunk"] == 2 and attributes["gen_ai.tool.call.id"] == "call_1"
+    if capture:
+        assert attributes["gen_ai.tool.call.arguments"] == '{"to": "a@x.io", "body": "secret"}'
+        assert attributes["gen_ai.tool.call.result"] == '{"sent": true}'
+    else:
+        assert not any("secret" in str(v) for v in attributes.values())
+        assert "gen_ai.tool.call.arguments" not in attributes
+
+
+def test_a_model_call_cut_short_still_ends_its_span_with_an_error_status() -> None:
+    from opentelemetry.trace import StatusCode
+
+    tracer, exporter = recording(False)
+    with (
+        pytest.raises(ModelError),
+        tracer.run(trace="", turn_id="t", run_id="r", chunk=0, cause="first"),
+        tracer.chat("anthropic:claude-x"),
+    ):
+        raise ModelError("gateway_timeout", "upstream gateway timed out")
+    [chat] = [s for s in exporter.get_finished_spans() if s.name == "chat claude-x"]
+    assert chat.status.status_code == StatusCode.ERROR
+    assert dict(chat.attributes or {})["error.type"] == "gateway_timeout"
+    assert dict(chat.attributes or {})["gen_ai.provider.name"] == "anthropic"
