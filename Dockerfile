@@ -15,7 +15,7 @@ RUN python -m venv /opt/dres \
 WORKDIR /src
 
 # The dependencies first, exactly as requirements.lock pins them (exported from uv.lock by
-# `make lock`: the runtime dependencies and the anthropic and openai extras, every file's hash
+# `make lock`: the runtime dependencies and the anthropic, openai and otel extras, every file's hash
 # checked): this layer is rebuilt when the lock changes, not on every change of the source.
 COPY requirements.lock ./
 RUN pip install --require-hashes --no-deps -r requirements.lock

@@ -36,10 +36,10 @@ $(STAMP): pyproject.toml uv.lock $(UV)
 	touch $(STAMP)
 
 # Re-resolve the lock to the newest releases pyproject.toml's ranges allow, and write the hashed
-# requirements.lock the Dockerfile installs from (the runtime dependencies and provider extras).
+# requirements.lock the Dockerfile installs from (the runtime dependencies, provider extras, otel).
 lock: $(UV)
 	$(UV) lock --upgrade --python $(PYTHON)
-	$(UV) export --quiet --frozen --no-dev --no-emit-project --extra anthropic --extra openai --no-header \
+	$(UV) export --quiet --frozen --no-dev --no-emit-project --extra anthropic --extra openai --extra otel --no-header \
 		--format requirements-txt --output-file requirements.lock
 
 redis-server:
@@ -76,7 +76,7 @@ test-latest: $(UV) redis-server chromium
 # ruff; mypy --strict on every package; and repeated code (6 lines or more) fails the build.
 lint: install
 	$(UV) lock --check --python $(PYTHON)
-	$(UV) export --quiet --frozen --no-dev --no-emit-project --extra anthropic --extra openai --no-header \
+	$(UV) export --quiet --frozen --no-dev --no-emit-project --extra anthropic --extra openai --extra otel --no-header \
 		--format requirements-txt | diff -u requirements.lock - \
 		|| { echo "requirements.lock is stale: run make lock" >&2; exit 1; }
 	$(VENV)/bin/ruff check .

@@ -95,11 +95,26 @@ class ModelStart(_Event):
     resume_step: int = Field(ge=0, default=0)
 
 
+class TokenUsage(BaseModel):
+    """Tokens one model call spent, as its provider reported them."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    input_tokens: int = Field(ge=0, default=0)
+    output_tokens: int = Field(ge=0, default=0)
+
+    @property
+    def total(self) -> int:
+        return self.input_tokens + self.output_tokens
+
+
 class ModelDone(_Event):
     """A model response arrived whole; its text and tool calls are the events since model_start."""
 
     type: Literal["model_done"] = "model_done"
     tool_calls: int = Field(ge=0, default=0)
+    #: what the call spent (None: the provider did not say)
+    usage: TokenUsage | None = None
 
 
 class Text(_Event):

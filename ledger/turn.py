@@ -55,6 +55,8 @@ class StopCode(StrEnum):
     APPROVAL_EXPIRED = "approval_expired"
     #: a new message in the conversation arrived while the turn waited for approval
     SUPERSEDED = "superseded"
+    #: the turn spent its DRES_TURN_TOKEN_BUDGET: a Continue grants it again (never automatic)
+    BUDGET = "budget"
 
     @classmethod
     def of(cls, code: str) -> StopCode:
@@ -186,6 +188,8 @@ class TurnMeta:
     #: every approval request of the turn: (approval_id, state, signature), state ``pending`` or
     #: its decision
     approvals: tuple[tuple[str, str, str], ...] = ()
+    #: the turn's trace context (a W3C ``traceparent``) when it was recorded traced, else ""
+    trace: str = ""
 
     @classmethod
     def from_hash(
@@ -224,6 +228,7 @@ class TurnMeta:
                 approvals_pending=int(fields.get("approvals_pending", 0) or 0),
                 approval_expires=float(fields.get("approval_expires", 0) or 0),
                 approvals=_approvals(fields),
+                trace=fields.get("trace", ""),
             )
         except ValueError as e:
             raise CorruptTurn(turn_id, str(e)) from None

@@ -272,6 +272,16 @@ def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
     }
 
 
+def usage_chunk(prompt_tokens: int = 3, completion_tokens: int = 9) -> dict[str, Any]:
+    """The last chunk of a stream asked for its usage (``include_usage``): no choices."""
+    usage = {
+        "prompt_tokens": prompt_tokens,
+        "completion_tokens": completion_tokens,
+        "total_tokens": prompt_tokens + completion_tokens,
+    }
+    return {**chunk({}), "choices": [], "usage": usage}
+
+
 def openai_stream(*chunks: dict[str, Any], done: bool = True) -> bytes:
     body = b"".join(f"data: {json.dumps(c)}\n\n".encode() for c in chunks)
     return body + (b"data: [DONE]\n\n" if done else b"")
@@ -306,6 +316,8 @@ class Dialect:
     path: ClassVar[str]
     #: HTTP status -> the error type the provider sends with it
     ERROR_TYPES: ClassVar[Mapping[int, str]]
+    #: (input, output) tokens every complete reply reports as spent
+    USAGE: ClassVar[tuple[int, int]] = (3, 9)
 
     def text(self, *parts: str, complete: bool = True) -> Reply:
         raise NotImplementedError
@@ -367,12 +379,13 @@ class OpenAIDialect(Dialect):
     def text(self, *parts: str, complete: bool = True) -> Reply:
         chunks = [chunk({"content": p}) for p in parts]
         if complete:
-            chunks.append(chunk({}, finish="stop"))
+            chunks += [chunk({}, finish="stop"), usage_chunk(*self.USAGE)]
         return Reply(body=openai_stream(*chunks, done=complete))
 
     def tool_call(self, call_id: str, name: str, arguments: dict[str, Any]) -> Reply:
         start = tool_delta(0, call_id=call_id, name=name, args=json.dumps(arguments))
-        return Reply(body=openai_stream(chunk(start), chunk({}, finish="tool_calls")))
+        finish = chunk({}, finish="tool_calls")
+        return Reply(body=openai_stream(chunk(start), finish, usage_chunk(*self.USAGE)))
 
     def error(self, status: int, headers: Headers = NO_RETRY) -> Reply:
         return openai_error(status, self.ERROR_TYPES.get(status, "server_error"), headers)

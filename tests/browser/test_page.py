@@ -77,6 +77,10 @@ def test_a_sent_message_streams_its_answer_and_its_tool_cards_show_completed(
     assert len(outbox(rdb)) == 1
 
 
+#: what the scripted model reports for a step (the inspector shows the turn's sum)
+SPENT = {"input_tokens": 321, "output_tokens": 54}
+
+
 def test_a_turn_cut_by_its_soft_limit_shows_the_second_run_and_the_repeat_as_blocked(
     page: Any,
     start_worker: StartWorker,
@@ -87,7 +91,12 @@ def test_a_turn_cut_by_its_soft_limit_shows_the_second_run_and_the_repeat_as_blo
 ) -> None:
     """The adversarial model re-sends the email after the soft limit; the executor blocks it."""
     model = script(
-        [send("ada@x.io", "Launch"), {"delay_s": 1.0, "text": "Thinking."}, {"text": "Done."}],
+        [
+            send("ada@x.io", "Launch"),
+            # answered once, after the resume (the soft limit cuts its first attempt's delay)
+            {"delay_s": 1.0, "text": "Thinking.", "usage": SPENT},
+            {"text": "Done."},
+        ],
         on_resume="restart",
     )
     model_worker(start_worker, model)  # the tests' 0.5 s soft limit
@@ -103,6 +112,9 @@ def test_a_turn_cut_by_its_soft_limit_shows_the_second_run_and_the_repeat_as_blo
     second = inspector.locator('[data-testid="inspector-run"][data-cause="next_chunk"]')
     expect(second.first).to_contain_text("cause next_chunk")
     expect(inspector).to_contain_text("Tool calls already recorded")  # the note it was given
+    expect(inspector.get_by_test_id("inspector-usage")).to_have_text(
+        "321 in · 54 out, over 1 model call(s)"
+    )
     shot(page, tmp_path, "inspector")
 
     assert len(outbox(rdb)) == 1, "one email, however often the model asked"

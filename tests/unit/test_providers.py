@@ -28,6 +28,7 @@ from rigs.providers import (
     text_block,
     tool_block,
     tool_delta,
+    usage_chunk,
 )
 from tests.support import require_sdk
 from worker.base.clock import SystemClock
@@ -42,6 +43,7 @@ from worker.engine.models.base import (
     ToolCall,
     ToolResultMessage,
     ToolSchema,
+    Usage,
     UserMessage,
 )
 from worker.engine.models.providers import AnthropicModel, OpenAIModel
@@ -101,7 +103,7 @@ def anthropic_model(fake: FakeProvider, **options: Any) -> AnthropicModel:
     return AnthropicModel("claude-test", base_url=fake.url, api_key="test", **options)
 
 
-def test_anthropic_streams_text_deltas_in_order_then_the_assembled_tool_call(
+def test_anthropic_streams_text_deltas_in_order_then_the_assembled_tool_call_then_its_usage(
     server: FakeProvider,
 ) -> None:
     server.replies.append(
@@ -120,6 +122,8 @@ def test_anthropic_streams_text_deltas_in_order_then_the_assembled_tool_call(
         TextDelta(" now."),
         ToolCall("send_email", {"to": "a@x.io"}, "toolu_1"),
         ToolCall("list_inbox", {}, "toolu_2"),
+        # input tokens from message_start, output tokens from the last message_delta
+        Usage(3, 9),
     ]
 
 
@@ -187,7 +191,10 @@ def test_anthropic_malformed_tool_input_is_passed_on_raw_for_the_executor_to_rej
     server.replies.append(
         Reply(body=anthropic_stream(tool_block(0, "toolu_1", "send_email", '{"to')))
     )
-    assert collect(anthropic_model(server), SIMPLE) == [ToolCall("send_email", '{"to', "toolu_1")]
+    assert collect(anthropic_model(server), SIMPLE) == [
+        ToolCall("send_email", '{"to', "toolu_1"),
+        Usage(3, 9),
+    ]
 
 
 @pytest.mark.parametrize(
@@ -287,6 +294,16 @@ def test_openai_streams_text_deltas_then_tool_calls_assembled_by_index(
         ToolCall("send_email", {"to": "a@x.io"}, "call_1"),
         ToolCall("list_inbox", {}, "call_2"),
     ]
+
+
+def test_openai_asks_for_the_usage_and_reports_it_from_the_last_chunk_with_no_choices(
+    server: FakeProvider,
+) -> None:
+    last = usage_chunk(prompt_tokens=40, completion_tokens=2)
+    server.replies.append(Reply(body=openai_stream(chunk({"content": "ok"}, finish="stop"), last)))
+    assert collect(openai_model(server), HISTORY) == [TextDelta("ok"), Usage(40, 2)]
+    (received,) = server.received
+    assert received.body["stream_options"] == {"include_usage": True}
 
 
 def test_openai_request_carries_system_converted_history_and_tools(server: FakeProvider) -> None:

@@ -32,7 +32,7 @@ from rigs.providers import DIALECTS, Dialect, FakeProvider, Reply, blackhole, fa
 from tests.support import require_sdk
 from worker.base.errors import Shutdown, SoftLimit, TurnCancelled
 from worker.engine.models import providers
-from worker.engine.models.base import ModelRequest, TextDelta, UserMessage
+from worker.engine.models.base import ModelRequest, TextDelta, Usage, UserMessage
 from worker.engine.tools.guard import DeferSignals
 
 MAIN = threading.main_thread().ident
@@ -217,7 +217,8 @@ def test_an_interrupt_landing_in_an_sdk_call_propagates_as_itself_without_a_retr
     assert delivery.sent_at is not None and raised_at - delivery.sent_at < PROMPTLY_S
     assert requests == (0 if phase == "connect" else 1), "the SDK retried"
     assert events == ([TextDelta("Hel")] if phase == "mid_stream" else [])
-    assert after == ([] if phase == "connect" else [TextDelta("never reached")])
+    answered = [TextDelta("never reached"), Usage(*dialect.USAGE)]
+    assert after == ([] if phase == "connect" else answered)
 
 
 @pytest.mark.parametrize("dialect", DIALECTS, ids=repr)

@@ -89,6 +89,7 @@ class Metrics:
     store_eviction_allowed: Gauge
     approvals: Counter
     approval_wait: Histogram
+    tokens: Counter
     #: ``tool_calls``' two series of every tool call that ran, resolved once (the hot path)
     ran: Counter
     errored: Counter
@@ -166,6 +167,12 @@ def get() -> Metrics:
             "Seconds from an approval request to its decision (a person's, an expiry or a voiding)",
             buckets=(1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600),
         ),
+        tokens=Counter(
+            "dres_tokens_total",
+            "Tokens model calls spent as their providers reported them, by model and kind "
+            "(input, output)",
+            ["model", "kind"],
+        ),
         ran=tool_calls.labels("ran"),
         errored=tool_calls.labels("error"),
     )
@@ -225,6 +232,13 @@ def approval_decided(decision: str, waited_s: float | None) -> None:
     m.approvals.labels(APPROVAL_OUTCOMES.get(decision, decision)).inc()
     if waited_s is not None:
         m.approval_wait.observe(max(waited_s, 0.0))
+
+
+@never_fails
+def tokens_spent(model: str, input_tokens: int, output_tokens: int) -> None:
+    tokens = get().tokens
+    tokens.labels(model, "input").inc(input_tokens)
+    tokens.labels(model, "output").inc(output_tokens)
 
 
 @never_fails

@@ -180,6 +180,9 @@ class Settings(BaseSettings):
     max_result_bytes: int = Field(
         262_144, ge=1024, description="bytes of a tool result (its JSON) stored whole; more: cut"
     )
+    turn_token_budget: int | None = Field(
+        None, ge=1, description="tokens one turn may spend until a Continue; unset: no budget"
+    )
     redis_cluster: bool = Field(
         False, description="the ledger's Redis is a Redis Cluster (the broker a plain Redis)"
     )

@@ -12,6 +12,8 @@
               outbound POST from whichever process ends a run waiting (a worker's chunk), so it
               sits beside ``runtime``, not in the ``http`` wing, which serves the API
 - ``client``  the Python client (``worker.client``: ``enqueue_turn``, ``watch_turn``)
+- ``tracing`` the OpenTelemetry SDK behind ``worker.base.tracing``'s hooks, built by ``runtime``
+              when an ``OTEL_*`` endpoint is named (docs/tracing.md)
 
 May import: ``ledger``, ``worker.base``, ``worker.engine``, ``worker.lifecycle``. Never ``tasks``:
 the Celery app names the chunk tasks' module (``include=["tasks.chunks"]``) and dispatches by

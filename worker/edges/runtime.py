@@ -20,6 +20,8 @@ from worker.base.clock import Clock, Ids, RandomIds, SystemClock
 from worker.base.errors import TurnCancelled
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
+from worker.base.tracing import Tracer
+from worker.edges import tracing
 from worker.edges.celery.app import create_app
 from worker.edges.celery.dispatch import CeleryDispatcher
 from worker.edges.redis.clients import API_STORE_OUTAGE_S, API_STORE_TIMEOUT_S, ledger_client
@@ -136,7 +138,14 @@ class Runtime:
             heartbeat=self.heartbeat,
             failpoints=self.failpoints,
             notify=approval_webhook(self.settings),
+            tracer=self.tracer,
         )
+
+    @cached_property
+    def tracer(self) -> Tracer:
+        """This process's traces (docs/tracing.md): OpenTelemetry's when ``OTEL_*`` names an
+        endpoint, else nothing."""
+        return tracing.from_environment()
 
     def heartbeat(self, run: RunContext, on_stop: Callable[[], None]) -> Heartbeat:
         return Heartbeat(
@@ -178,4 +187,5 @@ class Runtime:
             failpoints=self.failpoints,
             cache=self.events,
             durable=self.confirmer,
+            tracer=self.tracer,
         )

@@ -32,10 +32,13 @@ from ledger.events import (
     ModelDone,
     ModelStart,
     Resumed,
+    TokenUsage,
 )
 from ledger.journal import Journal, build_journal
 from ledger.note import NoteFold, journal_note
 from ledger.store import Ledger
+from ledger.usage import UsageFold
+from worker.base import metrics
 from worker.base.clock import Clock, Ids
 from worker.base.errors import (
     JournalUnreadable,
@@ -46,8 +49,17 @@ from worker.base.errors import (
 )
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
+from worker.base.tracing import OFF as OFF_TRACER
+from worker.base.tracing import Tracer
 from worker.engine.history import Conversation
-from worker.engine.models.base import ChatModel, ModelRequest, TextDelta, ToolCall, ToolSchema
+from worker.engine.models.base import (
+    ChatModel,
+    ModelRequest,
+    TextDelta,
+    ToolCall,
+    ToolSchema,
+    Usage,
+)
 from worker.engine.recorder import Recorder, RunContext
 from worker.engine.tools.approval import ApprovalPolicy
 from worker.engine.tools.calls import Attempt
@@ -98,6 +110,7 @@ class AgentLoop:
         failpoints: Failpoints = OFF,
         cache: EventCache | None = None,
         durable: Confirms | None = None,
+        tracer: Tracer = OFF_TRACER,
     ) -> None:
         self.ledger = ledger
         #: how a run reads its turn: through the process's cache when there is one
@@ -116,6 +129,8 @@ class AgentLoop:
         self.failpoints = failpoints
         #: confirms a write's records as DRES_DURABILITY asks (None: ``ack``)
         self.durable = durable
+        #: the process's traces: each model call a ``chat`` span (docs/tracing.md)
+        self.tracer = tracer
         self.tools = tuple(
             ToolSchema(s.name, s.description, s.schema) for s in registry.schemas().values()
         )
@@ -179,6 +194,7 @@ class AgentLoop:
             failpoints=self.failpoints,
             approval=self.approval,
             max_result_bytes=self.settings.max_result_bytes,
+            tracer=self.tracer,
         )
         if run.resumed:
             seen = len(recorder.events)
@@ -192,6 +208,7 @@ class AgentLoop:
                     note = journal_note(journal)
             # Written with the first model_start: the prompt needs it, the ledger can wait a step.
             recorder.hold(Resumed, cause=run.cause, note=note)
+            self._traced_resume(run.cause, note)
         model = self.make_model(run.model)
         return self._steps(recorder, executor, model, Attempt.begin(journal))
 
@@ -215,7 +232,10 @@ class AgentLoop:
             decided = entry.decision
             if decided is None:
                 waiting.append(entry.request)  # asked, then the run ended before it waited
-            elif decided.decision == "approve":
+                continue
+            decision = {"dres.approval_id": decided.approval_id, "dres.decision": decided.decision}
+            self.tracer.event("dres.approval.decided", decision)
+            if decided.decision == "approve":
                 if self.is_cancelled(run.turn_id):
                     raise TurnCancelled("Stop requested")
                 executor.run_approved(attempt, entry.request)
@@ -246,10 +266,16 @@ class AgentLoop:
             if request.step >= self.settings.max_model_calls:
                 detail = f"{request.step} model calls without finishing"
                 return self._end(recorder, "error", "stopped", "loop_limit", detail)
+            budget = self.settings.turn_token_budget  # DRES_TURN_TOKEN_BUDGET
+            over = budget and self._fold(run.turn_id, recorder.events, UsageFold).over(budget)
+            if over:
+                return self._end(recorder, "stopped", "stopped", "budget", over)
             recorder.record(ModelStart, step=request.step, resume_step=request.resume_step)
             try:
-                calls = self._stream(recorder, model, request)
-                recorder.record(ModelDone, tool_calls=len(calls))
+                calls, usage = self._chat(recorder, model, request)
+                recorder.record(ModelDone, tool_calls=len(calls), usage=usage)
+                if usage is not None:
+                    metrics.tokens_spent(model.name, usage.input_tokens, usage.output_tokens)
                 if not calls:
                     return self._end(recorder, "completed", "completed")
                 waiting = self._execute(recorder, executor, attempt, calls)
@@ -283,23 +309,35 @@ class AgentLoop:
                 requests.append(outcome.request)
         return requests
 
+    def _chat(
+        self, recorder: Recorder, model: ChatModel, request: ModelRequest
+    ) -> tuple[list[ToolCall], TokenUsage | None]:
+        """One model call, in its ``chat`` span (cut by an interrupt or an error: an error span)."""
+        with self.tracer.chat(model.name) as span:
+            calls, usage = self._stream(recorder, model, request)
+            span.answered(usage, "tool_calls" if calls else "stop")
+        return calls, usage
+
     def _stream(
         self, recorder: Recorder, model: ChatModel, request: ModelRequest
-    ) -> list[ToolCall]:
+    ) -> tuple[list[ToolCall], TokenUsage | None]:
         calls: list[ToolCall] = []
+        usage: TokenUsage | None = None
         turn_id = recorder.run.turn_id
         checked = self.clock.now()
         for item in model.stream(request):
             # what the model sent is kept first: a Stop ends the run with the text it received
             if isinstance(item, TextDelta):
                 recorder.stream_text(item.text)
+            elif isinstance(item, Usage):
+                usage = TokenUsage(input_tokens=item.input_tokens, output_tokens=item.output_tokens)
             else:
                 calls.append(item)
             if self.clock.now() - checked >= self.settings.cancel_poll_s:
                 checked = self.clock.now()
                 if self.is_cancelled(turn_id):
                     raise TurnCancelled("Stop requested")
-        return calls
+        return calls, usage
 
     def _after_model_error(
         self, recorder: Recorder, error: ModelError, transport_resumes: int
@@ -336,6 +374,10 @@ class AgentLoop:
         if self.settings.journal_note and not self.settings.naive:
             note = journal_note(build_journal(recorder.events))
         recorder.record(Resumed, cause=cause, note=note)
+        self._traced_resume(cause, note)
+
+    def _traced_resume(self, cause: str, note: str | None) -> None:
+        self.tracer.event("dres.resume", {"dres.cause": cause, "dres.note.chars": len(note or "")})
 
     # -- reading the ledger ------------------------------------------------------------------
 

@@ -70,6 +70,8 @@ class RunContext:
     #: the chunk the turn's chunk budget counts from (a Continue grants a fresh budget)
     chunk_base: int = 0
     conversation_id: str = ""
+    #: the turn's trace context ("": untraced), which the run's spans join
+    trace: str = ""
 
     @property
     def turn_id(self) -> str:

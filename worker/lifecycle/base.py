@@ -19,6 +19,8 @@ from worker.base import metrics
 from worker.base.clock import Clock, Ids
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
+from worker.base.tracing import OFF as OFF_TRACER
+from worker.base.tracing import Tracer
 from worker.engine.loop import RunResult
 from worker.engine.recorder import E, RunContext, make_event
 from worker.lifecycle.dispatch import Dispatcher
@@ -52,6 +54,7 @@ class LifecycleBase:
         | None = None,
         failpoints: Failpoints = OFF,
         notify: NotifyApprovals | None = None,
+        tracer: Tracer = OFF_TRACER,
     ) -> None:
         self.ledger = ledger
         self.store = TurnStore(ledger)
@@ -66,6 +69,8 @@ class LifecycleBase:
         self.failpoints = failpoints
         #: none: nobody is told; the requests stand in the ledger and the lists all the same
         self.notify: NotifyApprovals = notify or (lambda requests: None)
+        #: the process's traces (docs/tracing.md)
+        self.tracer = tracer
 
     def ms(self, after_s: float = 0.0) -> int:
         """The clock's now plus ``after_s``, in ms since the epoch (leases, the reaper's index)."""

@@ -20,6 +20,9 @@ from worker.lifecycle.base import LifecycleBase
 
 log = structlog.get_logger("dres.lifecycle")
 
+#: the causes of a run that resumes a turn whose previous run died
+TAKEN_OVER = frozenset({"reaper", "redelivery"})
+
 
 class ChunkPath(LifecycleBase):
     def claim(self, turn_id: str, run_id: str) -> RunContext | None:
@@ -49,6 +52,7 @@ class ChunkPath(LifecycleBase):
             snapshot=cache.absorb(claim) if cache is not None else None,
             chunk_base=meta.chunk_base,
             conversation_id=meta.conversation_id,
+            trace=meta.trace,
         )
 
     def run_chunk(
@@ -80,6 +84,17 @@ class ChunkPath(LifecycleBase):
             return self.not_claimed(turn_id, run_id, redelivered)
         structlog.contextvars.bind_contextvars(chunk=run.chunk, epoch=run.epoch)
         metrics.observe_handoff(run.cause, run.snapshot)
+        traced = self.tracer.run(
+            trace=run.trace, turn_id=turn_id, run_id=run_id, chunk=run.chunk, cause=run.cause
+        )
+        with traced:
+            if run.cause in TAKEN_OVER:
+                self.tracer.event("dres.takeover", {"dres.cause": run.cause})
+            return self._run_claimed(run, loop, hand_over)
+
+    def _run_claimed(
+        self, run: RunContext, loop: AgentLoop, hand_over: tuple[type[BaseException], ...]
+    ) -> str:
         try:
             with loop.guard.running(), self.heartbeat(run, loop.guard.stop):
                 result = loop.run(run)
@@ -198,6 +213,9 @@ class ChunkPath(LifecycleBase):
         except TransitionRefused as e:
             log.info("soft limit after the run's turn moved on; nothing to hand over", why=str(e))
             return "ended"
+        self.tracer.event(
+            "dres.hand_over", {"dres.successor": successor, "dres.reason": detail or "soft_limit"}
+        )
         if sent:
             # chaos only: a crash or a store fault once the step and its message are out
             self.failpoints.hit("chunk.sent")

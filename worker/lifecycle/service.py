@@ -56,8 +56,10 @@ class Lifecycle(ChunkPath, Control, Approvals):
         mode: str = "foreground",
         model: str | None = None,
         turn_id: str | None = None,
+        trace_parent: str | None = None,
     ) -> NewTurn:
         """Record the turn (status queued, first run pending) and dispatch its first chunk.
+        ``trace_parent``: the caller's ``traceparent``, the parent of the turn's trace.
 
         All or nothing, as far as Redis lets it be: when a step fails after the turn may have
         been recorded (Redis out of memory or gone part way, the broker unreachable), the turn is
@@ -90,6 +92,7 @@ class Lifecycle(ChunkPath, Control, Approvals):
                 turn_id=turn_id,
                 prior_turn_note=context.prior_turn_note,
                 earlier_turns=context.earlier_turns,
+                trace_parent=trace_parent,
             )
             self.launch(turn.turn_id, turn.run_id, mode)
         except Exception as e:
@@ -122,6 +125,7 @@ class Lifecycle(ChunkPath, Control, Approvals):
         turn_id: str | None = None,
         prior_turn_note: str | None = None,
         earlier_turns: tuple[EarlierTurn, ...] = (),
+        trace_parent: str | None = None,
     ) -> NewTurn:
         """Record a new turn (``turn_started``, queued, its first run pending); no dispatch."""
         turn_id = turn_id or self.ids.new("turn")
@@ -143,7 +147,13 @@ class Lifecycle(ChunkPath, Control, Approvals):
         )
         fields = {"model": model or ""}
         look_at = self.ms(self.settings.handoff_grace_s)
-        self.store.create(event, first_run=run_id, look_at_ms=look_at, fields=fields)
+        recorded = self.tracer.turn(
+            turn_id=turn_id, conversation_id=conversation_id, mode=mode, parent=trace_parent
+        )
+        with recorded as trace:
+            if trace:
+                fields["trace"] = trace
+            self.store.create(event, first_run=run_id, look_at_ms=look_at, fields=fields)
         return NewTurn(turn_id, conversation_id, run_id)
 
     def withdraw(self, turn_id: str, conversation_id: str) -> bool:

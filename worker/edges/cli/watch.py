@@ -30,6 +30,7 @@ from ledger.events import (
 )
 from ledger.note import shown
 from ledger.turn import TurnMeta
+from ledger.usage import UsageFold
 from worker.edges.client import FOLLOW_OUTAGE_S, STORE_DOWN, follow
 from worker.edges.runtime import Runtime
 
@@ -163,6 +164,13 @@ class PersonView:
         self.settled[event.call_id or event.tool] = event
 
 
+def spent(usage: UsageFold) -> str:
+    """The tokens the turn spent so far, for its status line ("" while none were reported)."""
+    if not usage.input_tokens and not usage.output_tokens:
+        return ""
+    return f" · {usage.input_tokens:,} tokens in, {usage.output_tokens:,} out"
+
+
 def watch(
     runtime: Runtime,
     turn_id: str,
@@ -178,6 +186,7 @@ def watch(
     spin = itertools.cycle(SPINNER)
     spinning = False  # a status line is on screen (a terminal only), to be wiped before output
     meta: TurnMeta | None = None
+    usage = UsageFold()
 
     def outage(error: Exception) -> None:
         err.write(f"Redis is unreachable ({error}); trying again for up to {FOLLOW_OUTAGE_S:g} s\n")
@@ -189,10 +198,12 @@ def watch(
             spinning = False
         for envelope in batch:
             view.show(envelope)
+        usage.feed(envelope.event for envelope in batch)
         with suppress(*STORE_DOWN):  # the status line waits; ``follow`` rides the outage out
             meta = runtime.ledger.meta(turn_id)
         if live and meta is not None and not meta.ended and not view.mid_line:
-            out.write(f"\r\x1b[K{next(spin)} {LABELS.get(meta.status, meta.status)}…")
+            label = LABELS.get(meta.status, meta.status)
+            out.write(f"\r\x1b[K{next(spin)} {label}…{spent(usage)}")
             spinning = True
         out.flush()
     if spinning:
@@ -201,6 +212,6 @@ def watch(
     view.flush_line()
     why = f" ({meta.code})" if meta.code else ""
     auto = f", continued automatically {meta.auto_continues}x" if meta.auto_continues else ""
-    out.write(f"{LABELS.get(meta.status, meta.status)}{why}{auto}\n")
+    out.write(f"{LABELS.get(meta.status, meta.status)}{why}{auto}{spent(usage)}\n")
     out.flush()
     return str(meta.status)

@@ -92,6 +92,7 @@ def load_before_fork(runtime: Runtime) -> None:
     settings = runtime.settings
     preload_sdks([settings.model, *settings.models.split(",")])
     metrics.get()
+    runtime.tracer  # noqa: B018 (OTEL_*: a bad one stops the worker here; the SDK is imported now)
     # DRES_TOOLS's modules, and the MCP servers and OpenAPI documents listed now (a worker's tool
     # list is fixed for its life): a bad one stops the worker here, with one line naming it
     tools = runtime.registry.names()

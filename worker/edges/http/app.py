@@ -60,6 +60,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     check_allow_list(settings)  # a bad DRES_MODELS fails at start
     api.state.settings = settings
     api.state.rt = runtime or Runtime.for_api(settings)
+    api.state.rt.tracer  # noqa: B018 (a bad OTEL_* fails at start)
     api.state.reader = ledger_reader(settings, socket_timeout=API_STORE_TIMEOUT_S)
     # the event streams' XREAD BLOCK waits up to SSE_KEEPALIVE_S for news
     api.state.tail = ledger_reader(settings, socket_timeout=SSE_KEEPALIVE_S + 30)

@@ -94,6 +94,13 @@ class DecisionOut(BaseModel):
     run_id: str | None = None
 
 
+class UsageOut(BaseModel):
+    """Tokens the turn's model calls spent so far, as their providers reported them."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
 class TurnStatus(BaseModel):
     turn_id: str
     conversation_id: str
@@ -107,6 +114,7 @@ class TurnStatus(BaseModel):
     code: str = ""
     #: its approval requests, oldest first, each with its decision
     approvals: list[ApprovalOut] = []
+    usage: UsageOut = UsageOut()
 
 
 class ContinueRequest(BaseModel):

@@ -25,6 +25,7 @@ from ledger.approvals import fold_approvals
 from ledger.codec import text
 from ledger.journal import build_journal
 from ledger.turn import continue_refusal
+from ledger.usage import UsageFold
 from worker.edges.http.deps import RT, Reader, TurnId, authorize, meta_of, runtime_of
 from worker.edges.http.document import STREAM_ID_PATTERN
 from worker.edges.http.fanout import Fanout
@@ -43,6 +44,7 @@ from worker.edges.http.schemas import (
     TurnCreated,
     TurnRequest,
     TurnStatus,
+    UsageOut,
     journal_call,
 )
 from worker.edges.http.sse import LiveStream, event_stream
@@ -76,6 +78,8 @@ def create_turn(
     rt: RT,
     body: TurnRequest,
     idempotency_key: Annotated[str | None, Header(pattern=ID)] = None,
+    # the caller's trace context (W3C): the turn's trace is its child; a malformed one is ignored
+    traceparent: Annotated[str | None, Header()] = None,
 ) -> TurnCreated:
     """Enqueue a turn; a repeated Idempotency-Key with the same body returns the same turn."""
     admit_model(rt, body.model)  # before anything reads a file the spec names
@@ -85,7 +89,11 @@ def create_turn(
         )
     if not idempotency_key:
         turn = rt.lifecycle.enqueue(
-            body.message, conversation_id=body.conversation_id, mode=body.mode, model=body.model
+            body.message,
+            conversation_id=body.conversation_id,
+            mode=body.mode,
+            model=body.model,
+            trace_parent=traceparent,
         )
         return _created(turn.turn_id, turn.conversation_id)
     # The record names the turn and its conversation before the turn exists, so a repeat that
@@ -107,6 +115,7 @@ def create_turn(
             mode=body.mode,
             model=body.model,
             turn_id=turn_id,
+            trace_parent=traceparent,
         )
     except BaseException:
         # No turn was made (or it was taken back): the key must not answer for one. Redis may be
@@ -128,9 +137,11 @@ async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> Turn
         auto=False,
         max_auto=runtime_of(request).settings.max_auto_continue,
     )
+    # The turn's usage is a sum over its model_done events (docs/http-api.md): the status reads
+    # its stream, as the page asks for it only when a run ends or a decision lands.
+    events = await run_in_threadpool(runtime_of(request).ledger.events, turn_id)
     approvals: list[ApprovalOut] = []
-    if meta.approvals:  # only a turn that waited reads its stream for them
-        events = await run_in_threadpool(runtime_of(request).ledger.events, turn_id)
+    if meta.approvals:
         approvals = [ApprovalOut(**entry.as_dict()) for entry in fold_approvals(events)]
     return TurnStatus(
         turn_id=turn_id,
@@ -143,6 +154,7 @@ async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> Turn
         can_continue=refusal is None,
         code=meta.code,
         approvals=approvals,
+        usage=UsageOut(**UsageFold().feed(events).spent().model_dump()),
     )
 
 

@@ -66,7 +66,15 @@ class TextDelta:
     text: str
 
 
-ModelEvent = TextDelta | ToolCall
+@dataclass(frozen=True)
+class Usage:
+    """Tokens the call spent, as the provider reported them (at most one per call, at its end)."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+
+
+ModelEvent = TextDelta | ToolCall | Usage
 
 
 @dataclass(frozen=True)

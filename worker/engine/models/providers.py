@@ -161,6 +161,7 @@ class OpenAIModel(_Adapter):
             "model": self.model,
             "max_completion_tokens": self.max_tokens,
             "messages": openai_messages(request.system, request.messages),
+            "stream_options": {"include_usage": True},
         }
         if request.tools:
             kwargs["tools"] = openai_tools(request.tools)

@@ -20,7 +20,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from worker.base.clock import Clock
 from worker.base.errors import ConfigError, ModelError
-from worker.engine.models.base import ModelEvent, ModelRequest, TextDelta, ToolCall
+from worker.engine.models.base import ModelEvent, ModelRequest, TextDelta, ToolCall, Usage
 
 FAILURES = {
     "gateway_timeout": ("gateway_timeout", "upstream gateway timed out (scripted)"),
@@ -38,6 +38,12 @@ class ScriptedCall(BaseModel):
     input: dict[str, Any] = Field(default_factory=dict)
 
 
+class ScriptedUsage(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    input_tokens: int = Field(0, ge=0)
+    output_tokens: int = Field(0, ge=0)
+
+
 class Step(BaseModel):
     model_config = ConfigDict(extra="forbid")
     text: str = ""
@@ -49,6 +55,8 @@ class Step(BaseModel):
     #: may cut the stream)
     stream_delay_s: float = Field(0.0, ge=0)
     fail: Literal["gateway_timeout", "connection_reset", "rate_limit", "auth"] | None = None
+    #: what the step's call reports as spent (docs/models.md)
+    usage: ScriptedUsage | None = None
 
 
 class Script(BaseModel):
@@ -104,3 +112,5 @@ class ScriptedModel:
             yield TextDelta(step.text[start : start + size])
         for call in step.tool_calls:
             yield ToolCall(call.name, call.input)
+        if step.usage is not None:
+            yield Usage(step.usage.input_tokens, step.usage.output_tokens)

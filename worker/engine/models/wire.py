@@ -20,6 +20,7 @@ from worker.engine.models.base import (
     ToolCall,
     ToolResultMessage,
     ToolSchema,
+    Usage,
     UserMessage,
 )
 
@@ -139,11 +140,18 @@ def parse_input(text: str) -> Any:
 
 
 def anthropic_events(stream: Any) -> Iterator[ModelEvent]:
-    """Raw Messages stream events -> text deltas, and each tool call at its block's stop."""
+    """Raw Messages stream events -> text deltas, each tool call at its block's stop, and the
+    usage at the end: input tokens come on ``message_start``, output tokens (a running count) on
+    each ``message_delta``."""
     calls: dict[int, _PendingCall] = {}
     finished = False
+    spent: dict[str, int] = {}
     for event in stream:
-        if event.type == "content_block_start" and event.content_block.type == "tool_use":
+        if event.type == "message_start":
+            _count(spent, getattr(event.message, "usage", None))
+        elif event.type == "message_delta":
+            _count(spent, getattr(event, "usage", None))
+        elif event.type == "content_block_start" and event.content_block.type == "tool_use":
             block = event.content_block
             calls[event.index] = _PendingCall(block.id, block.name)
         elif event.type == "content_block_delta":
@@ -158,13 +166,29 @@ def anthropic_events(stream: Any) -> Iterator[ModelEvent]:
             finished = True
     if not finished:
         raise ModelError("stream_ended", "the response stream ended before message_stop")
+    if spent:
+        yield Usage(spent.get("input_tokens", 0), spent.get("output_tokens", 0))
+
+
+def _count(spent: dict[str, int], usage: Any) -> None:
+    """Keep the token counts a stream event reports (a later count replaces an earlier one)."""
+    for name in ("input_tokens", "output_tokens"):
+        value = getattr(usage, name, None)
+        if isinstance(value, int) and value > 0:
+            spent[name] = value
 
 
 def openai_events(stream: Any) -> Iterator[ModelEvent]:
-    """Completion chunks -> text deltas; tool calls, assembled by index, once the stream ends."""
+    """Completion chunks -> text deltas; tool calls, assembled by index, once the stream ends;
+    then the usage, which a stream asked for it (``include_usage``) reports in a last chunk with
+    no choices."""
     calls: dict[int, _PendingCall] = {}
     finished = False
+    usage: Usage | None = None
     for chunk in stream:
+        reported = getattr(chunk, "usage", None)
+        if reported is not None:
+            usage = Usage(reported.prompt_tokens or 0, reported.completion_tokens or 0)
         for choice in chunk.choices or ():
             delta = choice.delta
             if delta is not None and delta.content:
@@ -181,3 +205,5 @@ def openai_events(stream: Any) -> Iterator[ModelEvent]:
         raise ModelError("stream_ended", "the completion stream ended without a finish_reason")
     for index in sorted(calls):
         yield calls[index].done()
+    if usage is not None:
+        yield usage

@@ -46,6 +46,8 @@ class ToolOutcome:
     is_error: bool
     #: the call was not run (layer 2)
     blocked: bool = False
+    #: why not (the ``tool_blocked`` reason), when it was not run
+    blocked_reason: str | None = None
     #: the call waits for a person's decision: its request (docs/semantics.md)
     request: ApprovalRequested | None = None
 

@@ -35,6 +35,8 @@ from ledger.signature import input_signature
 from worker.base import metrics
 from worker.base.errors import OutcomeUnknown
 from worker.base.failpoints import OFF, Failpoints
+from worker.base.tracing import OFF as OFF_TRACER
+from worker.base.tracing import ToolSpan, Tracer
 from worker.engine.models.base import ToolCall
 from worker.engine.recorder import Recorder
 from worker.engine.tools.approval import ApprovalPolicy
@@ -72,6 +74,7 @@ class ToolExecutor:
         failpoints: Failpoints = OFF,
         approval: ApprovalPolicy | None = None,
         max_result_bytes: int = MAX_RESULT_BYTES,
+        tracer: Tracer = OFF_TRACER,
     ) -> None:
         self.registry = registry
         #: bytes of a result's JSON stored whole (DRES_MAX_RESULT_BYTES)
@@ -87,9 +90,31 @@ class ToolExecutor:
         self.interrupts = interrupts
         self.redis = redis
         self.failpoints = failpoints
+        #: the process's traces: each call an ``execute_tool`` span (docs/tracing.md)
+        self.tracer = tracer
 
     def execute(self, attempt: Attempt, call: ToolCall) -> ToolOutcome:
         """Decide what to do with ``call`` on this attempt, then record and do it."""
+        with self.tracer.tool(call.name) as span:
+            outcome = self._settled(span, self._execute(attempt, call), call.input)
+        if outcome.request is not None:  # an event of the run, not of the call's span
+            asked = {"dres.approval_id": outcome.request.approval_id, "gen_ai.tool.name": call.name}
+            self.tracer.event("dres.approval.requested", asked)
+        return outcome
+
+    def _settled(self, span: ToolSpan, outcome: ToolOutcome, arguments: Any) -> ToolOutcome:
+        spec = self.registry.get(outcome.tool)
+        span.settled(
+            call_id=outcome.call_id,
+            read_only=None if spec is None else spec.read_only,
+            is_error=outcome.is_error,
+            blocked_reason=outcome.blocked_reason,
+            arguments=arguments,
+            result=outcome.result,
+        )
+        return outcome
+
+    def _execute(self, attempt: Attempt, call: ToolCall) -> ToolOutcome:
         call_id = self.recorder.ids.new("call")
         prepared = prepare(self.registry, call, call_id)
         if isinstance(prepared, str):
@@ -141,6 +166,10 @@ class ToolExecutor:
     def run_approved(self, attempt: Attempt, request: ApprovalRequested) -> ToolOutcome:
         """Run an approved call once, with exactly the approved input: its ``tool_start`` (under
         the call's id) names the approval, in one fenced append, so no other run uses it."""
+        with self.tracer.tool(request.tool) as span:
+            return self._settled(span, self._run_approved(attempt, request), request.input)
+
+    def _run_approved(self, attempt: Attempt, request: ApprovalRequested) -> ToolOutcome:
         call = ToolCall(request.tool, request.input)
         prepared = prepare(self.registry, call, request.call_id)
         if isinstance(prepared, str) or prepared.signature != request.signature:
@@ -151,6 +180,10 @@ class ToolExecutor:
 
     def deny(self, request: ApprovalRequested, reason: str) -> ToolOutcome:
         """A call a person denied: recorded as blocked (``denied``) with the reason; not run."""
+        with self.tracer.tool(request.tool) as span:
+            return self._settled(span, self._deny(request, reason), request.input)
+
+    def _deny(self, request: ApprovalRequested, reason: str) -> ToolOutcome:
         result = error_result(DENIED.format(reason=reason or "no reason given"))
         outcome = self._not_run(
             request.call_id,
@@ -362,4 +395,4 @@ class ToolExecutor:
             result=result,
             is_error=is_error,
         )
-        return ToolOutcome(call_id, tool, result, is_error, blocked=True)
+        return ToolOutcome(call_id, tool, result, is_error, blocked=True, blocked_reason=reason)

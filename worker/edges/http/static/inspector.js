@@ -77,6 +77,21 @@ function journalList(journal) {
       kind === "completed" ? el("div", { class: "muted", text: `→ ${short(e.result, 160)}` }) : null)));
 }
 
+// The tokens the turn's model calls spent, as their providers reported them on model_done.
+function usageLine(events) {
+  let input = 0, output = 0, reported = 0;
+  for (const { event } of events) {
+    if (event.type !== "model_done" || !event.usage) continue;
+    input += event.usage.input_tokens || 0;
+    output += event.usage.output_tokens || 0;
+    reported += 1;
+  }
+  const text = reported
+    ? `${input.toLocaleString()} in · ${output.toLocaleString()} out, over ${reported} model call(s)`
+    : "No model call reported what it spent.";
+  return el("p", { "data-testid": "inspector-usage", text });
+}
+
 function renderInspector() {
   const turn = inspected;
   if (!turn) return;
@@ -86,6 +101,7 @@ function renderInspector() {
   const stopped = calls(state).filter((c) => c.state === "blocked" || c.state === "refused");
   $("inspector-body").replaceChildren(
     section("Runs", runsTimeline(state.runs)),
+    section("Tokens", usageLine(state.events)),
     section("Journal", journalList(turn.journal)),
     section("Notes given to the model on resume", notes.length
       ? el("div", {}, ...notes.map((r) => el("figure", {},
