@@ -1,0 +1,273 @@
+"""``POST /v1/chat`` and ``GET /v1/chat/{id}/stream``: the AI SDK's chat protocol, as its
+``DefaultChatTransport`` sends and reads it (docs/chat.md).
+
+The chat's id is the conversation id; a request whose last message is the user's is a new turn of
+it, one whose last message is the assistant's with tool parts in state ``approval-responded`` is
+the person's decisions on the waiting turn's requests. Either way the answer is the turn's events
+as UI message chunks (``worker.edges.http.uichunks``), read through the same live streams as
+``GET /v1/turns/{id}/events`` (``worker.edges.http.sse``) and counted in DRES_MAX_STREAMS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Annotated, Any, cast
+
+from fastapi import APIRouter, Depends, Header, Path, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+
+from ledger.event_models import ApprovalRequested, RunEnded
+from ledger.turn import TurnStatus
+from worker.base.settings import Settings
+from worker.edges.http.decisions import DECIDED_STATUS
+from worker.edges.http.deps import RT, authorize, decider
+from worker.edges.http.fanout import Fanout
+from worker.edges.http.faults import RETRY_AFTER_S
+from worker.edges.http.models import admit_model
+from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, ID, WRITE_ERRORS
+from worker.edges.http.sse import KEEPALIVE, LiveStream, event_stream
+from worker.edges.http.uichunks import DONE, UIChunks, events_of, sse_data
+from worker.edges.runtime import Runtime
+from worker.lifecycle.approvals import DecidedKind
+
+#: the header that tells the AI SDK the body is its UI message stream
+UI_STREAM_HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
+#: the statuses of a turn whose stream goes on (a waiting turn's has said all it can)
+LIVE = frozenset({TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING})
+
+
+class ChatRequest(BaseModel):
+    """The body ``DefaultChatTransport`` posts: ``{id, messages, trigger, messageId?}``, plus the
+    ``model`` a page may add through its ``body`` option."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(pattern=ID, description="the chat's id: the conversation id")
+    messages: list[dict[str, Any]] = Field(min_length=1)
+    trigger: str = "submit-message"
+    messageId: str | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A person's answer to one approval request, as the client's tool part carries it."""
+
+    approval_id: str
+    approved: bool
+    reason: str
+
+
+def answers_of(message: dict[str, Any]) -> list[Answer]:
+    """The ``approval-responded`` tool parts of an assistant message."""
+    found: list[Answer] = []
+    for part in message.get("parts") or []:
+        kind = str(part.get("type", ""))
+        approval = part.get("approval")
+        if not (kind.startswith("tool-") or kind == "dynamic-tool"):
+            continue
+        if part.get("state") != "approval-responded" or not isinstance(approval, dict):
+            continue
+        found.append(
+            Answer(
+                str(approval.get("id")),
+                approval.get("approved") is True,
+                approval.get("reason") or "",
+            )
+        )
+    return found
+
+
+def text_of(message: dict[str, Any]) -> str:
+    """A UI message's text: its text parts, joined (``content`` for an older client)."""
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        return "".join(str(p.get("text", "")) for p in parts if p.get("type") == "text")
+    return str(message.get("content") or "")
+
+
+async def caller(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> str | None:
+    """The token checks before the body is read: the API token, or an approver's (who may only
+    decide). Which one the request needs is known once its messages are."""
+    settings: Settings = request.app.state.settings
+    if settings.approvers:
+        try:
+            return await decider(request, authorization)
+        except HTTPException as refused:
+            if refused.status_code != 403:
+                raise  # not an approver, nor the API token
+    await authorize(request, authorization)
+    return None
+
+
+router = APIRouter(prefix="/v1/chat", responses=ERRORS)
+
+
+@router.post(
+    "",
+    response_class=StreamingResponse,
+    responses={**WRITE_ERRORS, **CREATE_ERRORS},
+)
+async def chat(
+    request: Request,
+    rt: RT,
+    body: ChatRequest,
+    approver: Annotated[str | None, Depends(caller)],
+) -> Response:
+    """A message (a new turn of the conversation ``id``) or decisions on the waiting turn's
+    requests; the turn streamed as UI message chunks."""
+    streams = _admit(request)
+    try:
+        turn_id, start, announced = await _begin(request, rt, body, approver)
+    except BaseException:
+        streams.release()
+        raise
+    response = LiveStream(ui_stream(streams, request, turn_id, start, announced), streams.release)
+    response.headers.update(UI_STREAM_HEADERS)
+    return response
+
+
+async def _begin(
+    request: Request, rt: Runtime, body: ChatRequest, approver: str | None
+) -> tuple[str, str, list[str]]:
+    last = body.messages[-1]
+    answers = answers_of(last) if last.get("role") == "assistant" else []
+    if answers:
+        turn_id, start, announced = await run_in_threadpool(
+            _decide, rt, request.app.state.settings, body.id, answers, approver
+        )
+    else:
+        if approver is not None:
+            raise HTTPException(
+                403, "an approver's token decides approvals only: a message wants the API token"
+            )
+        message = next((text_of(m) for m in reversed(body.messages) if m.get("role") == "user"), "")
+        turn_id = await run_in_threadpool(_enqueue, rt, body.id, message, body.model)
+        start, announced = "0-0", []
+    return turn_id, start, announced
+
+
+@router.get(
+    "/{chat_id}/stream",
+    response_class=StreamingResponse,
+    responses={204: {"description": "No turn of the conversation is live"}},
+    dependencies=[Depends(authorize)],
+)
+async def reconnect(
+    request: Request,
+    rt: RT,
+    chat_id: Annotated[str, Path(pattern=ID, description="the chat's id: the conversation id")],
+) -> Response:
+    """The conversation's live turn from its start (the AI SDK's reconnect); 204: none is live."""
+    turn_id = await run_in_threadpool(_live_turn, rt, chat_id)
+    if turn_id is None:
+        return Response(status_code=204)
+    streams = _admit(request)
+    response = LiveStream(ui_stream(streams, request, turn_id, "0-0", []), streams.release)
+    response.headers.update(UI_STREAM_HEADERS)
+    return response
+
+
+def _enqueue(rt: Runtime, conversation_id: str, message: str, model: str | None) -> str:
+    admit_model(rt, model)
+    if rt.lifecycle.store.conversations.erased(conversation_id):
+        raise HTTPException(409, f"conversation {conversation_id!r} was deleted: start a new one")
+    return rt.lifecycle.enqueue(message, conversation_id=conversation_id, model=model).turn_id
+
+
+def _live_turn(rt: Runtime, conversation_id: str) -> str | None:
+    newest = rt.lifecycle.store.conversations.newest_turns(conversation_id, 1)
+    if not newest:
+        return None
+    meta = rt.ledger.meta(newest[0])
+    return meta.turn_id if meta.status in LIVE else None
+
+
+def _decide(
+    rt: Runtime,
+    settings: Settings,
+    conversation_id: str,
+    answers: list[Answer],
+    approver: str | None,
+) -> tuple[str, str, list[str]]:
+    """Take each answer once (a repeat decides nothing again) and say where the resumed turn's
+    stream starts: after the run that ended waiting on the requests, whose calls the client
+    already shows."""
+    if settings.approvers and approver is None:
+        raise HTTPException(
+            403, "only an approver's token (DRES_APPROVER_TOKENS) decides approvals"
+        )
+    newest = rt.lifecycle.store.conversations.newest_turns(conversation_id, 1)
+    if not newest:
+        raise HTTPException(404, f"conversation {conversation_id!r} has no turn")
+    turn_id = newest[0]
+    envelopes = rt.ledger.read_turn(turn_id)
+    asked = {
+        e.event.approval_id: e.event for e in envelopes if isinstance(e.event, ApprovalRequested)
+    }
+    for answer in answers:
+        request = asked.get(answer.approval_id)
+        if request is None:
+            raise HTTPException(404, f"turn {turn_id} has no approval request {answer.approval_id}")
+        decided = rt.lifecycle.decide(
+            turn_id,
+            answer.approval_id,
+            "approve" if answer.approved else "deny",
+            request.signature,
+            reason=answer.reason,
+            by=approver or "chat",
+        )
+        if not decided.ok and decided.kind != DecidedKind.ALREADY:
+            raise HTTPException(DECIDED_STATUS[decided.kind], decided.detail)
+    answered = {a.approval_id for a in answers}
+    asked_at = next(
+        i
+        for i, e in enumerate(envelopes)
+        if isinstance(e.event, ApprovalRequested) and e.event.approval_id in answered
+    )
+    waited = next((e for e in envelopes[asked_at:] if isinstance(e.event, RunEnded)), envelopes[-1])
+    return turn_id, waited.stream_id, [r.call_id for r in asked.values()]
+
+
+def _admit(request: Request) -> Fanout:
+    """One of DRES_MAX_STREAMS' slots, taken before anything is written (released by the stream,
+    or by the caller when it fails first)."""
+    streams: Fanout = request.app.state.streams
+    if not streams.admit():
+        raise HTTPException(
+            503,
+            f"this API process serves at most {streams.max_streams} live event streams at once "
+            "(DRES_MAX_STREAMS): try again shortly",
+            {"Retry-After": str(RETRY_AFTER_S)},
+        )
+    return streams
+
+
+async def ui_stream(
+    streams: Fanout, request: Request, turn_id: str, start: str, announced: list[str]
+) -> AsyncIterator[bytes]:
+    """The turn after ``start`` as UI message chunks, ``[DONE]`` once it has said all."""
+    chunks = UIChunks(turn_id, announced=announced)
+    yield sse_data(chunks.opening())
+    # an async generator: closed here, so that the reader is left at once
+    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, start))
+    async with aclosing(follow):
+        async for message in follow:
+            out = []
+            for event in events_of(message):
+                out += chunks.map(event)
+            if out:
+                yield sse_data(out)
+            elif message == KEEPALIVE:
+                yield KEEPALIVE
+            if chunks.done:
+                break
+    if chunks.done:
+        yield DONE
