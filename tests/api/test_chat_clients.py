@@ -13,6 +13,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -191,3 +192,103 @@ def test_an_approval_answered_through_the_transport_sends_once_and_a_repeat_send
         lambda: newest_turn(http, "chat-send")["status"] == "completed", timeout=20, what="done"
     )
     assert len(outbox(rdb)) == 1
+
+
+# -- POST /v1/ag-ui -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def agui(node_clients: Path, api: ApiProcess, redis_url: str) -> Any:
+    """``agui(thread_id, message, model, **command)``: AG-UI's HttpAgent against the open server."""
+
+    def run(thread_id: str, message: str, model: str, **command: Any) -> dict[str, Any]:
+        return run_client(
+            node_clients,
+            "agui_client.mjs",
+            {"url": api.url, "threadId": thread_id, "message": message, "model": model, **command},
+        )
+
+    return run
+
+
+def kinds(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+def test_an_agui_run_with_a_tool_call_streams_its_text_and_tool_events(
+    agui: Any, http: httpx.Client, start_worker: StartWorker, script: Script
+) -> None:
+    start_worker()
+    spec = script([LOOK_STEP, {"text": "Nothing was sent."}])
+
+    (run,) = agui("thread-look", "what was sent?", spec)["runs"]
+
+    assert kinds(run["events"]) == [
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+    ]
+    assert run["outcome"] == {"type": "success"}
+    texts = [e["delta"] for e in run["events"] if e["type"] == "TEXT_MESSAGE_CONTENT"]
+    assert texts == ["Let me look at the outbox.", "Nothing was sent."]
+    assert newest_turn(http, "thread-look")["status"] == "completed"
+
+
+def test_an_agui_write_needing_approval_is_an_interrupt_whose_resume_runs_it_once(
+    agui: Any, http: httpx.Client, start_worker: StartWorker, script: Script, rdb: redis.Redis
+) -> None:
+    start_worker(overrides={"DRES_APPROVAL": "send_email"})
+    spec = script([SEND_STEP, DONE_STEP])
+
+    asked, resumed = agui("thread-send", "send it", spec, approve=True)["runs"]
+
+    outcome = asked["outcome"]
+    assert outcome["type"] == "interrupt"
+    (interrupt,) = outcome["interrupts"]
+    turn = http.get(f"/v1/turns/{newest_turn(http, 'thread-send')['turn_id']}").json()
+    (approval,) = turn["approvals"]
+    assert interrupt["id"] == approval["approval_id"]
+    call = next(e for e in asked["events"] if e["type"] == "TOOL_CALL_START")
+    assert (interrupt["toolCallId"], call["toolCallName"]) == (call["toolCallId"], "send_email")
+    assert interrupt["expiresAt"].endswith("Z")
+    assert kinds(resumed["events"])[0] == "RUN_STARTED"
+    assert "TOOL_CALL_RESULT" in kinds(resumed["events"])
+    assert resumed["outcome"] == {"type": "success"}
+    assert len(outbox(rdb)) == 1
+    assert turn["status"] == "completed"
+
+
+def test_a_raw_agui_stream_passes_ag_ui_validate(
+    http: httpx.Client, start_worker: StartWorker, script: Script, tmp_path: Path
+) -> None:
+    start_worker()
+    body = {
+        "threadId": "thread-raw",
+        "runId": "run-raw",
+        "messages": [{"id": "u1", "role": "user", "content": "what was sent?"}],
+        "forwardedProps": {"model": script([LOOK_STEP, {"text": "Nothing was sent."}])},
+    }
+    with http.stream("POST", "/v1/ag-ui", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        capture = tmp_path / "stream.sse"
+        capture.write_bytes(response.read())
+
+    validator = Path(sys.executable).with_name("ag-ui-validate")
+    done = subprocess.run(
+        [str(validator), str(capture), "--json", "--fail-on", "warning"],
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

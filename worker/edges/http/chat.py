@@ -123,7 +123,7 @@ async def chat(
 ) -> Response:
     """A message (a new turn of the conversation ``id``) or decisions on the waiting turn's
     requests; the turn streamed as UI message chunks."""
-    streams = _admit(request)
+    streams = admit_stream(request)
     try:
         turn_id, start, announced = await _begin(request, rt, body, approver)
     except BaseException:
@@ -141,7 +141,7 @@ async def _begin(
     answers = answers_of(last) if last.get("role") == "assistant" else []
     if answers:
         turn_id, start, announced = await run_in_threadpool(
-            _decide, rt, request.app.state.settings, body.id, answers, approver
+            decide_answers, rt, request.app.state.settings, body.id, answers, approver
         )
     else:
         if approver is not None:
@@ -149,7 +149,7 @@ async def _begin(
                 403, "an approver's token decides approvals only: a message wants the API token"
             )
         message = next((text_of(m) for m in reversed(body.messages) if m.get("role") == "user"), "")
-        turn_id = await run_in_threadpool(_enqueue, rt, body.id, message, body.model)
+        turn_id = await run_in_threadpool(enqueue_message, rt, body.id, message, body.model)
         start, announced = "0-0", []
     return turn_id, start, announced
 
@@ -169,13 +169,13 @@ async def reconnect(
     turn_id = await run_in_threadpool(_live_turn, rt, chat_id)
     if turn_id is None:
         return Response(status_code=204)
-    streams = _admit(request)
+    streams = admit_stream(request)
     response = LiveStream(ui_stream(streams, request, turn_id, "0-0", []), streams.release)
     response.headers.update(UI_STREAM_HEADERS)
     return response
 
 
-def _enqueue(rt: Runtime, conversation_id: str, message: str, model: str | None) -> str:
+def enqueue_message(rt: Runtime, conversation_id: str, message: str, model: str | None) -> str:
     admit_model(rt, model)
     if rt.lifecycle.store.conversations.erased(conversation_id):
         raise HTTPException(409, f"conversation {conversation_id!r} was deleted: start a new one")
@@ -190,7 +190,7 @@ def _live_turn(rt: Runtime, conversation_id: str) -> str | None:
     return meta.turn_id if meta.status in LIVE else None
 
 
-def _decide(
+def decide_answers(
     rt: Runtime,
     settings: Settings,
     conversation_id: str,
@@ -236,7 +236,7 @@ def _decide(
     return turn_id, waited.stream_id, [r.call_id for r in asked.values()]
 
 
-def _admit(request: Request) -> Fanout:
+def admit_stream(request: Request) -> Fanout:
     """One of DRES_MAX_STREAMS' slots, taken before anything is written (released by the stream,
     or by the caller when it fails first)."""
     streams: Fanout = request.app.state.streams
