@@ -6,7 +6,6 @@ decisions on the waiting turn's requests; the answer is the turn as AG-UI events
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Annotated, Any, Literal, cast
@@ -20,7 +19,6 @@ from starlette.exceptions import HTTPException
 from worker.edges.http.aguievents import AguiEvents
 from worker.edges.http.chat import (
     Answer,
-    admit_stream,
     caller,
     decide_answers,
     enqueue_message,
@@ -28,8 +26,8 @@ from worker.edges.http.chat import (
 from worker.edges.http.deps import RT
 from worker.edges.http.fanout import Fanout
 from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, ID, WRITE_ERRORS
-from worker.edges.http.sse import KEEPALIVE, LiveStream, event_stream
-from worker.edges.http.uichunks import events_of
+from worker.edges.http.sse import KEEPALIVE, LiveStream, admit_stream, event_stream
+from worker.edges.http.uichunks import events_of, sse_data
 from worker.edges.runtime import Runtime
 
 
@@ -119,18 +117,14 @@ async def agui_stream(
     streams: Fanout, request: Request, turn_id: str, start: str, events: AguiEvents
 ) -> AsyncIterator[bytes]:
     """The turn after ``start`` as AG-UI events, until the run finishes or fails."""
-    yield _sse(events.opening())
+    yield sse_data(events.opening())
     follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, start))
     async with aclosing(follow):
         async for message in follow:
             out = [m for event in events_of(message) for m in events.map(event)]
             if out:
-                yield _sse(out)
+                yield sse_data(out)
             elif message == KEEPALIVE:
                 yield KEEPALIVE
             if events.done:
                 break
-
-
-def _sse(messages: list[dict[str, Any]]) -> bytes:
-    return b"".join(f"data: {json.dumps(m, separators=(',', ':'))}\n\n".encode() for m in messages)

@@ -27,6 +27,7 @@ from ledger.event_models import (
     ToolStart,
     TurnEnded,
 )
+from worker.edges.http.uichunks import Fold
 
 Message = dict[str, Any]
 
@@ -42,17 +43,15 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
-class AguiEvents:
+class AguiEvents(Fold):
     """The AG-UI events of one run (thread ``thread_id``, run ``run_id``) over a turn's events;
     ``done`` once the run has finished or failed."""
 
     def __init__(self, thread_id: str, run_id: str, *, announced: Iterable[str] = ()) -> None:
+        super().__init__(announced)
         self.thread_id, self.run_id = thread_id, run_id
-        self.announced = set(announced)
-        self.text_id: str | None = None
         #: the approval requests of the turn's current run (its interrupts if it ends waiting)
         self.interrupts: list[Message] = []
-        self.done = False
 
     def opening(self) -> list[Message]:
         return [{"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id}]
@@ -114,9 +113,8 @@ class AguiEvents:
         return out
 
     def _announce(self, call_id: str, tool: str, value: Any) -> list[Message]:
-        if call_id in self.announced:
+        if not self.first_sight(call_id):
             return []
-        self.announced.add(call_id)
         return [
             {"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": tool},
             {"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": json.dumps(value or {})},
@@ -149,7 +147,5 @@ class AguiEvents:
         return {"type": "RUN_ERROR", "message": f"the turn stopped: {detail}", "code": event.code}
 
     def _end_text(self) -> list[Message]:
-        if self.text_id is None:
-            return []
-        text_id, self.text_id = self.text_id, None
-        return [{"type": "TEXT_MESSAGE_END", "messageId": text_id}]
+        text_id = self.close_text()
+        return [] if text_id is None else [{"type": "TEXT_MESSAGE_END", "messageId": text_id}]

@@ -27,10 +27,9 @@ from worker.base.settings import Settings
 from worker.edges.http.decisions import DECIDED_STATUS
 from worker.edges.http.deps import RT, authorize, decider
 from worker.edges.http.fanout import Fanout
-from worker.edges.http.faults import RETRY_AFTER_S
 from worker.edges.http.models import admit_model
 from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, ID, WRITE_ERRORS
-from worker.edges.http.sse import KEEPALIVE, LiveStream, event_stream
+from worker.edges.http.sse import KEEPALIVE, LiveStream, admit_stream, event_stream
 from worker.edges.http.uichunks import DONE, UIChunks, events_of, sse_data
 from worker.edges.runtime import Runtime
 from worker.lifecycle.approvals import DecidedKind
@@ -234,20 +233,6 @@ def decide_answers(
     )
     waited = next((e for e in envelopes[asked_at:] if isinstance(e.event, RunEnded)), envelopes[-1])
     return turn_id, waited.stream_id, [r.call_id for r in asked.values()]
-
-
-def admit_stream(request: Request) -> Fanout:
-    """One of DRES_MAX_STREAMS' slots, taken before anything is written (released by the stream,
-    or by the caller when it fails first)."""
-    streams: Fanout = request.app.state.streams
-    if not streams.admit():
-        raise HTTPException(
-            503,
-            f"this API process serves at most {streams.max_streams} live event streams at once "
-            "(DRES_MAX_STREAMS): try again shortly",
-            {"Retry-After": str(RETRY_AFTER_S)},
-        )
-    return streams
 
 
 async def ui_stream(

@@ -55,18 +55,38 @@ def sse_data(chunks: Iterable[Chunk]) -> bytes:
 DONE = b"data: [DONE]\n\n"
 
 
-class UIChunks:
+class Fold:
+    """What a fold of a turn's events into a protocol keeps, whichever the protocol: the text
+    message open, the calls announced, and whether the stream has said all."""
+
+    def __init__(self, announced: Iterable[str]) -> None:
+        #: calls the client has already (a resumed stream's approved calls)
+        self.announced = set(announced)
+        self.text_id: str | None = None
+        self.done = False
+
+    def first_sight(self, call_id: str) -> bool:
+        """True the first time a call is met: it is announced then, never again."""
+        if call_id in self.announced:
+            return False
+        self.announced.add(call_id)
+        return True
+
+    def close_text(self) -> str | None:
+        """The id of the text message open (now closed), if one was."""
+        text_id, self.text_id = self.text_id, None
+        return text_id
+
+
+class UIChunks(Fold):
     """The chunks of one stream of a turn; ``done`` once the stream has nothing more to say."""
 
     def __init__(self, turn_id: str, *, announced: Iterable[str] = ()) -> None:
+        super().__init__(announced)
         self.turn_id = turn_id
-        #: calls the client has as a tool part already (a resumed stream's approved calls)
-        self.announced = set(announced)
         self.step_open = False
         #: a model call of the open step has begun and not ended
         self.calling = False
-        self.text_id: str | None = None
-        self.done = False
 
     def opening(self) -> list[Chunk]:
         return [{"type": "start", "messageId": self.turn_id}]
@@ -123,9 +143,8 @@ class UIChunks:
         return out
 
     def _announce(self, call_id: str, tool: str, value: Any) -> list[Chunk]:
-        if call_id in self.announced:
+        if not self.first_sight(call_id):
             return []
-        self.announced.add(call_id)
         return [
             {
                 "type": "tool-input-available",
@@ -158,10 +177,8 @@ class UIChunks:
         return {"type": "error", "errorText": f"the turn stopped ({detail})"}
 
     def _end_text(self) -> list[Chunk]:
-        if self.text_id is None:
-            return []
-        text_id, self.text_id = self.text_id, None
-        return [{"type": "text-end", "id": text_id}]
+        text_id = self.close_text()
+        return [] if text_id is None else [{"type": "text-end", "id": text_id}]
 
     def _end_step(self) -> list[Chunk]:
         if not self.step_open:
