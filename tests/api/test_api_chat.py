@@ -14,7 +14,7 @@ from urllib.parse import urlsplit
 import httpx
 import pytest
 import redis
-from api_support import APPROVERS, TOKEN, Approvals, redis_state
+from api_support import APPROVERS, TOKEN, Approvals, StartApi, redis_state
 
 from ledger.events import ApprovalDecided
 from rigs import ApiProcess
@@ -137,3 +137,25 @@ def test_an_agui_resume_that_is_not_approved_denies_with_its_reason(
     assert [(d.decision, d.reason) for d in decided] == [("deny", "not today")]
     unknown = body | {"resume": [{"interruptId": "ap_nope", "status": "cancelled"}]}
     assert http.post("/v1/ag-ui", json=unknown).status_code == 404
+
+
+def test_over_dres_max_streams_a_chat_is_refused_with_503_before_anything_is_written(
+    api_servers: StartApi, rdb: redis.Redis, tmp_path: Path, dres_env: dict[str, str]
+) -> None:
+    server = api_servers(DRES_MAX_STREAMS="1")
+    ap = Approvals(rdb, tmp_path)
+    turn_id, _ = ap.wait()  # a waiting turn: its event stream stays open
+    with (
+        httpx.Client(base_url=server.url, timeout=10) as client,
+        client.stream("GET", f"/v1/turns/{turn_id}/events") as held,
+    ):
+        assert held.status_code == 200
+        before = redis_state(rdb)
+        replies = [
+            client.post("/v1/chat", json=message_body("c-full")),
+            client.post("/v1/ag-ui", json=agui_body("c-full")),
+        ]
+        assert [r.status_code for r in replies] == [503, 503]
+        assert all(r.headers["Retry-After"].isdigit() for r in replies)
+        assert "DRES_MAX_STREAMS" in replies[0].json()["detail"]
+        assert redis_state(rdb) == before

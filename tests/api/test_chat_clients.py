@@ -292,3 +292,46 @@ def test_a_raw_agui_stream_passes_ag_ui_validate(
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_stopped_turn_ends_the_chat_stream_with_abort(
+    node_clients: Path,
+    api: ApiProcess,
+    http: httpx.Client,
+    start_worker: StartWorker,
+    script: Script,
+) -> None:
+    start_worker(overrides={"DRES_SOFT_LIMIT_S": "6", "DRES_HARD_LIMIT_S": "7"})
+    command = {
+        "op": "send",
+        "url": api.url,
+        "chatId": "chat-stop",
+        "messages": [user("talk")],
+        "body": {"model": script([SLOW_STEP])},
+    }
+    with subprocess.Popen(
+        ["node", "chat_client.mjs"],
+        cwd=node_clients,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as client:
+        assert client.stdin is not None
+        client.stdin.write(json.dumps(command))
+        client.stdin.close()
+        turn = wait_until(
+            lambda: (
+                http.get("/v1/conversations/chat-stop").status_code == 200
+                and newest_turn(http, "chat-stop")
+            ),
+            timeout=20,
+            what="the chat's turn",
+        )
+        assert http.post(f"/v1/turns/{turn['turn_id']}/stop").status_code == 202
+        assert client.stdout is not None
+        out = client.stdout.read()  # to its end: the client has read the stream's last chunk
+        assert client.wait(timeout=CLIENT_TIMEOUT_S) == 0
+
+    result = json.loads(out)
+    assert result["chunks"][-1] == "abort"
+    assert len(text_of(result["message"])) < len(SLOW_TEXT)
