@@ -159,3 +159,21 @@ def test_over_dres_max_streams_a_chat_is_refused_with_503_before_anything_is_wri
         assert all(r.headers["Retry-After"].isdigit() for r in replies)
         assert "DRES_MAX_STREAMS" in replies[0].json()["detail"]
         assert redis_state(rdb) == before
+
+
+def test_a_chat_without_text_or_with_parts_of_no_shape_is_a_422_and_writes_nothing(
+    http: httpx.Client, rdb: redis.Redis
+) -> None:
+    before = redis_state(rdb)
+    blank = message_body("c-blank")
+    blank["messages"][0]["parts"] = [7, None, {"type": "text", "text": "  "}]
+    no_user = {"id": "c-blank", "messages": [{"role": "assistant", "parts": "x"}]}
+    agui_blank = agui_body("c-blank") | {"messages": [{"role": "user", "content": [1, {}]}]}
+    replies = [
+        http.post("/v1/chat", json=blank),
+        http.post("/v1/chat", json=no_user),
+        http.post("/v1/ag-ui", json=agui_blank),
+        http.post("/v1/ag-ui", json=agui_body("c-blank") | {"forwardedProps": {"model": 3}}),
+    ]
+    assert [r.status_code for r in replies] == [422, 422, 422, 422], [r.text for r in replies]
+    assert redis_state(rdb) == before

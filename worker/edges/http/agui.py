@@ -62,7 +62,8 @@ def answer_of(entry: ResumeEntry) -> Answer:
 def message_text(message: dict[str, Any]) -> str:
     content = message.get("content")
     if isinstance(content, list):
-        return "".join(str(p.get("text", "")) for p in content if p.get("type") == "text")
+        parts = [p for p in content if isinstance(p, dict)]
+        return "".join(str(p.get("text", "")) for p in parts if p.get("type") == "text")
     return str(content or "")
 
 

@@ -28,14 +28,17 @@ from worker.edges.http.decisions import DECIDED_STATUS
 from worker.edges.http.deps import RT, authorize, decider
 from worker.edges.http.fanout import Fanout
 from worker.edges.http.models import admit_model
-from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, ID, WRITE_ERRORS
+from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, ID, MAX_MESSAGE_CHARS, WRITE_ERRORS
 from worker.edges.http.sse import KEEPALIVE, LiveStream, admit_stream, event_stream
 from worker.edges.http.uichunks import DONE, UIChunks, events_of, sse_data
 from worker.edges.runtime import Runtime
 from worker.lifecycle.approvals import DecidedKind
+from worker.lifecycle.service import is_blank
 
 #: the header that tells the AI SDK the body is its UI message stream
 UI_STREAM_HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
+#: characters of a model spec (as ``POST /v1/turns`` takes it)
+MAX_MODEL_CHARS = 500
 #: the statuses of a turn whose stream goes on (a waiting turn's has said all it can)
 LIVE = frozenset({TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING})
 
@@ -65,7 +68,7 @@ class Answer:
 def answers_of(message: dict[str, Any]) -> list[Answer]:
     """The ``approval-responded`` tool parts of an assistant message."""
     found: list[Answer] = []
-    for part in message.get("parts") or []:
+    for part in _dicts(message.get("parts")):
         kind = str(part.get("type", ""))
         approval = part.get("approval")
         if not (kind.startswith("tool-") or kind == "dynamic-tool"):
@@ -86,8 +89,13 @@ def text_of(message: dict[str, Any]) -> str:
     """A UI message's text: its text parts, joined (``content`` for an older client)."""
     parts = message.get("parts")
     if isinstance(parts, list):
-        return "".join(str(p.get("text", "")) for p in parts if p.get("type") == "text")
+        return "".join(str(p.get("text", "")) for p in _dicts(parts) if p.get("type") == "text")
     return str(message.get("content") or "")
+
+
+def _dicts(values: Any) -> list[dict[str, Any]]:
+    """The objects of a list a client sent (anything else in it is no part of ours)."""
+    return [v for v in values if isinstance(v, dict)] if isinstance(values, list) else []
 
 
 async def caller(
@@ -175,6 +183,15 @@ async def reconnect(
 
 
 def enqueue_message(rt: Runtime, conversation_id: str, message: str, model: str | None) -> str:
+    """A new turn of the conversation; its checks (as ``POST /v1/turns``' body has) come first."""
+    if is_blank(message) or len(message) > MAX_MESSAGE_CHARS:
+        raise HTTPException(
+            422,
+            f"messages: the last user message's text must be 1 to {MAX_MESSAGE_CHARS} "
+            "characters, not blank",
+        )
+    if model is not None and len(model) > MAX_MODEL_CHARS:
+        raise HTTPException(422, f"model: at most {MAX_MODEL_CHARS} characters")
     admit_model(rt, model)
     if rt.lifecycle.store.conversations.erased(conversation_id):
         raise HTTPException(409, f"conversation {conversation_id!r} was deleted: start a new one")
