@@ -335,3 +335,33 @@ def test_a_stopped_turn_ends_the_chat_stream_with_abort(
     result = json.loads(out)
     assert result["chunks"][-1] == "abort"
     assert len(text_of(result["message"])) < len(SLOW_TEXT)
+
+
+def test_a_reconnect_to_a_turn_resumed_by_an_approval_replays_through_its_wait(
+    chat: Any, start_worker: StartWorker, script: Script, rdb: redis.Redis
+) -> None:
+    start_worker(
+        overrides={
+            "DRES_APPROVAL": "send_email",
+            "DRES_SOFT_LIMIT_S": "6",
+            "DRES_HARD_LIMIT_S": "7",
+        }
+    )
+    spec = script([SEND_STEP, SLOW_STEP])
+    message = chat("send", "chat-replay", messages=[user("send it")], body={"model": spec})[
+        "message"
+    ]
+    (part,) = tool_parts(message)
+    part["state"] = "approval-responded"
+    part["approval"] = {"id": part["approval"]["id"], "approved": True}
+    answered = [user("send it"), message]
+    cut = chat("send", "chat-replay", messages=answered, body={"model": spec}, cutAfterChars=20)
+    assert len(text_of(cut["message"])) < len("Sending." + SLOW_TEXT)
+
+    again = chat("reconnect", "chat-replay")
+
+    assert text_of(again["message"]) == "Sending." + SLOW_TEXT
+    (part,) = tool_parts(again["message"])
+    assert part["state"] == "output-available"
+    assert again["chunks"][-1] == "finish"
+    assert len(outbox(rdb)) == 1

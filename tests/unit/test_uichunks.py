@@ -112,6 +112,8 @@ def test_a_run_that_ends_waiting_ends_the_stream_after_the_approval_request() ->
     )
     out = [c for e in [ModelStart(**env(), step=0), request] for c in chunks.map(e)]
     out += chunks.map(RunEnded(**env(), reason="waiting"))
+    assert chunks.paused and not chunks.done
+    out += chunks.finish_waiting()  # the turn still waits
     assert types(out)[-4:] == [
         "tool-input-available",
         "tool-approval-request",
@@ -121,6 +123,22 @@ def test_a_run_that_ends_waiting_ends_the_stream_after_the_approval_request() ->
     assert out[-3] == {"type": "tool-approval-request", "approvalId": "ap_1", "toolCallId": "c1"}
     assert chunks.done
     assert chunks.map(TurnEnded(**env(), status="completed")) == []
+
+
+def test_a_replay_goes_on_through_a_wait_that_was_decided_since() -> None:
+    chunks = UIChunks("turn_1")
+    request = ApprovalRequested(
+        **env(), approval_id="ap_1", call_id="c1", tool="send_email", signature="s", expires_at=9.0
+    )
+    for event in [ModelStart(**env(), step=0), request, RunEnded(**env(), reason="waiting")]:
+        chunks.map(event)
+    out = chunks.map(RunStarted(**env(), cause="approval"))
+    out += chunks.map(
+        ToolStart(**env(), call_id="c1", tool="send_email", signature="s", approval_id="ap_1")
+    )
+    out += chunks.map(ToolDone(**env(), call_id="c1", tool="send_email", result="sent"))
+    assert not chunks.paused
+    assert out == [{"type": "tool-output-available", "toolCallId": "c1", "output": "sent"}]
 
 
 def test_an_approved_call_is_not_announced_again_and_a_denied_one_is_denied() -> None:

@@ -21,6 +21,8 @@ from fastapi.responses import Response, StreamingResponse
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException
 
+from ledger import keys
+from ledger.codec import text
 from ledger.event_models import ApprovalRequested, RunEnded
 from ledger.turn import TurnStatus
 from worker.base.settings import Settings
@@ -252,6 +254,13 @@ def decide_answers(
     return turn_id, waited.stream_id, [r.call_id for r in asked.values()]
 
 
+async def _waits(streams: Fanout, turn_id: str) -> bool:
+    """The turn waits for a decision now (its wait is not one a replay passes through)."""
+    async with streams.reads:
+        status = await streams.reader.hget(keys.turn_meta(turn_id), "status")
+    return status is not None and text(status) == TurnStatus.WAITING.value
+
+
 async def ui_stream(
     streams: Fanout, request: Request, turn_id: str, start: str, announced: list[str]
 ) -> AsyncIterator[bytes]:
@@ -265,6 +274,8 @@ async def ui_stream(
             out = []
             for event in events_of(message):
                 out += chunks.map(event)
+            if chunks.paused and await _waits(streams, turn_id):
+                out += chunks.finish_waiting()
             if out:
                 yield sse_data(out)
             elif message == KEEPALIVE:

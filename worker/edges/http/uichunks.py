@@ -7,7 +7,8 @@ by ``model_done``). A call cut by its run's end is made again by the next run, s
 reset (``reset-step``: the client drops the cut text) rather than followed by another. A tool call
 is one tool part, announced once (``tool-input-available``) and then answered
 (``tool-output-available`` / ``-error`` / ``-denied``). A run that ends waiting closes the
-message: the client answers the approval with a new request.
+message if the turn still waits: the client answers the approval with a new request (a
+replay of a turn that has been decided since goes on through its wait).
 """
 
 from __future__ import annotations
@@ -87,6 +88,9 @@ class UIChunks(Fold):
         self.step_open = False
         #: a model call of the open step has begun and not ended
         self.calling = False
+        #: the last event was a run's end waiting for approval: the stream ends there if the
+        #: turn still waits (``finish_waiting``), and goes on if it was decided since (a replay)
+        self.paused = False
 
     def opening(self) -> list[Chunk]:
         return [{"type": "start", "messageId": self.turn_id}]
@@ -94,6 +98,7 @@ class UIChunks(Fold):
     def map(self, event: Event) -> list[Chunk]:  # noqa: C901 (one branch per event type)
         if self.done:
             return []
+        self.paused = False  # whatever follows a wait is its resumed turn
         out: list[Chunk] = []
         if isinstance(event, ModelStart):
             out += self._end_text()
@@ -132,15 +137,17 @@ class UIChunks(Fold):
             out += self._blocked(event)
         elif isinstance(event, RunEnded):
             out += self._end_text()
-            if event.reason == "waiting":
-                out += self._end_step()
-                out.append({"type": "finish"})
-                self.done = True
+            self.paused = event.reason == "waiting"
         elif isinstance(event, TurnEnded):
             out += self._end_text() + self._end_step()
             out.append(self._ending(event))
             self.done = True
         return out
+
+    def finish_waiting(self) -> list[Chunk]:
+        """The end of a stream whose turn waits (``paused`` on it): the client answers."""
+        self.done = True
+        return [*self._end_step(), {"type": "finish"}]
 
     def _announce(self, call_id: str, tool: str, value: Any) -> list[Chunk]:
         if not self.first_sight(call_id):
