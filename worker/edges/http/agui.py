@@ -18,10 +18,13 @@ from starlette.exceptions import HTTPException
 
 from worker.edges.http.aguievents import AguiEvents
 from worker.edges.http.chat import (
+    TEXT,
     Answer,
     caller,
     decide_answers,
     enqueue_message,
+    last_user_text,
+    user_message_schema,
 )
 from worker.edges.http.deps import RT
 from worker.edges.http.fanout import Fanout
@@ -46,8 +49,15 @@ class RunAgentInput(BaseModel):
 
     threadId: str = Field(pattern=ID, description="the thread's id: the conversation id")
     runId: str = Field(min_length=1, max_length=128)
-    messages: list[dict[str, Any]] = Field(default_factory=list)
-    forwardedProps: Any = None
+    messages: list[dict[str, Any]] = Field(
+        description="the thread's messages; the last user message with text is the turn's",
+        json_schema_extra={
+            "contains": user_message_schema({"content": TEXT}) | {"required": ["role", "content"]}
+        },
+    )
+    forwardedProps: dict[str, Any] | None = Field(
+        None, description="``model``: a model spec (as ``POST /v1/turns`` takes it)"
+    )
     resume: list[ResumeEntry] | None = None
 
 
@@ -101,16 +111,11 @@ async def _begin(
         raise HTTPException(
             403, "an approver's token decides approvals only: a message wants the API token"
         )
-    users = [m for m in body.messages if m.get("role") == "user"]
-    if not users:
-        raise HTTPException(422, "messages: a run wants a user message (or resume entries)")
-    props = body.forwardedProps if isinstance(body.forwardedProps, dict) else {}
-    model = props.get("model")
+    model = (body.forwardedProps or {}).get("model")
     if model is not None and not isinstance(model, str):
         raise HTTPException(422, "forwardedProps.model: a model spec is a string")
-    turn_id = await run_in_threadpool(
-        enqueue_message, rt, body.threadId, message_text(users[-1]), model
-    )
+    message = last_user_text(body.messages, message_text)
+    turn_id = await run_in_threadpool(enqueue_message, rt, body.threadId, message, model)
     return turn_id, "0-0", []
 
 

@@ -10,7 +10,7 @@ as UI message chunks (``worker.edges.http.uichunks``), read through the same liv
 
 from __future__ import annotations
 
-from collections.abc import AsyncGenerator, AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Annotated, Any, cast
@@ -35,7 +35,7 @@ from worker.edges.http.sse import KEEPALIVE, LiveStream, admit_stream, event_str
 from worker.edges.http.uichunks import DONE, UIChunks, events_of, sse_data
 from worker.edges.runtime import Runtime
 from worker.lifecycle.approvals import DecidedKind
-from worker.lifecycle.service import is_blank
+from worker.lifecycle.service import NOT_BLANK, is_blank
 
 #: the header that tells the AI SDK the body is its UI message stream
 UI_STREAM_HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
@@ -45,6 +45,33 @@ MAX_MODEL_CHARS = 500
 LIVE = frozenset({TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING})
 
 
+def user_message_schema(text: dict[str, Any]) -> dict[str, Any]:
+    """A user message with text, in a message schema whose text is ``text``."""
+    return {
+        "type": "object",
+        "required": ["role"],
+        "properties": {"role": {"const": "user"}, **text},
+    }
+
+
+#: a text part's text, as ``POST /v1/turns`` takes a message
+TEXT = {"type": "string", "pattern": NOT_BLANK, "maxLength": MAX_MESSAGE_CHARS}
+#: a UI message of the user's with a text part
+USER_TEXT = user_message_schema(
+    {
+        "parts": {
+            "type": "array",
+            "contains": {
+                "type": "object",
+                "required": ["type", "text"],
+                "properties": {"type": {"const": "text"}, "text": TEXT},
+            },
+        }
+    }
+)
+USER_TEXT["required"] = ["role", "parts"]
+
+
 class ChatRequest(BaseModel):
     """The body ``DefaultChatTransport`` posts: ``{id, messages, trigger, messageId?}``, plus the
     ``model`` a page may add through its ``body`` option."""
@@ -52,7 +79,11 @@ class ChatRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     id: str = Field(pattern=ID, description="the chat's id: the conversation id")
-    messages: list[dict[str, Any]] = Field(min_length=1)
+    messages: list[dict[str, Any]] = Field(
+        min_length=1,
+        description="UI messages; the last user message with text is the turn's message",
+        json_schema_extra={"contains": USER_TEXT},
+    )
     trigger: str = "submit-message"
     messageId: str | None = None
     model: str | None = None
@@ -93,6 +124,12 @@ def text_of(message: dict[str, Any]) -> str:
     if isinstance(parts, list):
         return "".join(str(p.get("text", "")) for p in _dicts(parts) if p.get("type") == "text")
     return str(message.get("content") or "")
+
+
+def last_user_text(messages: list[dict[str, Any]], text: Callable[[dict[str, Any]], str]) -> str:
+    """The text of the last user message that has any (empty when none has)."""
+    said = (text(m) for m in reversed(messages) if m.get("role") == "user")
+    return next((t for t in said if not is_blank(t)), "")
 
 
 def _dicts(values: Any) -> list[dict[str, Any]]:
@@ -157,7 +194,7 @@ async def _begin(
             raise HTTPException(
                 403, "an approver's token decides approvals only: a message wants the API token"
             )
-        message = next((text_of(m) for m in reversed(body.messages) if m.get("role") == "user"), "")
+        message = last_user_text(body.messages, text_of)
         turn_id = await run_in_threadpool(enqueue_message, rt, body.id, message, body.model)
         start, announced = "0-0", []
     return turn_id, start, announced
