@@ -32,9 +32,10 @@ NODE_DIR = Path(__file__).resolve().parents[1] / "node"
 #: seconds one client run may take
 CLIENT_TIMEOUT_S = 60
 LOOK_STEP = {"text": "Let me look at the outbox.", "tool_calls": [{"name": "list_outbox"}]}
-#: an answer streamed slowly enough to cut mid-way: 60 deltas of 5 characters, 50 ms apart
+#: an answer streamed slowly enough to cut mid-way and reconnect to under load: 70 deltas of 5
+#: characters, 80 ms apart (within the 6 s chunk these tests give it)
 SLOW_TEXT = "".join(f"word{n:02d} " for n in range(50))
-SLOW_STEP = {"text": SLOW_TEXT, "chunk_chars": 5, "stream_delay_s": 0.05}
+SLOW_STEP = {"text": SLOW_TEXT, "chunk_chars": 5, "stream_delay_s": 0.08}
 
 
 def _missing(reason: str) -> None:
