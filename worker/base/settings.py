@@ -79,7 +79,10 @@ class Settings(BaseSettings):
         description='JSON: {"NAME": "TOKEN"}; set: only these tokens decide approvals, as NAME',
     )
     max_streams: int = Field(
-        2000, ge=1, description="live event streams one API process serves at once; one more: 503"
+        2000,
+        ge=1,
+        description="live event streams (SSE, chat, AG-UI) one API process serves at once; "
+        "one more: 503",
     )
     finished_ttl_s: int = Field(
         7 * 24 * 3600, gt=0, description="seconds a finished turn's keys are kept"

@@ -112,9 +112,17 @@ def build_document(api: FastAPI, settings: Settings) -> dict[str, Any]:
     for param in paths["/v1/turns/{turn_id}/events"]["get"]["parameters"]:
         if param["name"] in ("after", "last-event-id"):
             param["schema"] = dict(STREAM_ID_SCHEMA)
-    model = document["components"]["schemas"]["TurnRequest"]["properties"]["model"]
-    model["anyOf"] = [*model_forms(settings), {"type": "null"}]
-    model.pop("maxLength", None)
+    schemas = document["components"]["schemas"]
+    for model in (
+        schemas["TurnRequest"]["properties"]["model"],
+        schemas["ChatRequest"]["properties"]["model"],
+    ):
+        model["anyOf"] = [*model_forms(settings), {"type": "null"}]
+        model.pop("maxLength", None)
+    forwarded = schemas["RunAgentInput"]["properties"]["forwardedProps"]
+    forwarded["anyOf"][0]["properties"] = {
+        "model": {"anyOf": [*model_forms(settings), {"type": "null"}]}
+    }
     return document
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import redis
 import structlog
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import StreamingResponse
 from starlette.types import Receive, Scope, Send
@@ -36,6 +37,7 @@ from worker.edges.http.fanout import (
     finished,
     stream_pos,
 )
+from worker.edges.http.faults import RETRY_AFTER_S
 
 log = structlog.get_logger("dres.api")
 
@@ -68,6 +70,21 @@ class LiveStream(StreamingResponse):
             aclose = getattr(self.body_iterator, "aclose", None)
             if aclose is not None:
                 await aclose()
+
+
+def admit_stream(request: Request) -> Fanout:
+    """One of DRES_MAX_STREAMS' slots, taken before anything is read or written (released by the
+    ``LiveStream``, or by the caller when it fails first); 503 with ``Retry-After`` when all are
+    taken."""
+    streams: Fanout = request.app.state.streams
+    if not streams.admit():
+        raise HTTPException(
+            503,
+            f"this API process serves at most {streams.max_streams} live event streams at once "
+            "(DRES_MAX_STREAMS): try again shortly",
+            {"Retry-After": str(RETRY_AFTER_S)},
+        )
+    return streams
 
 
 async def event_stream(

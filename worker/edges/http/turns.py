@@ -28,8 +28,6 @@ from ledger.turn import continue_refusal
 from ledger.usage import UsageFold
 from worker.edges.http.deps import RT, Reader, TurnId, authorize, meta_of, runtime_of
 from worker.edges.http.document import STREAM_ID_PATTERN
-from worker.edges.http.fanout import Fanout
-from worker.edges.http.faults import RETRY_AFTER_S
 from worker.edges.http.models import admit_model
 from worker.edges.http.schemas import (
     CREATE_ERRORS,
@@ -47,7 +45,7 @@ from worker.edges.http.schemas import (
     UsageOut,
     journal_call,
 )
-from worker.edges.http.sse import LiveStream, event_stream
+from worker.edges.http.sse import LiveStream, admit_stream, event_stream
 
 #: a stream id as a client may give it (the OpenAPI document's form)
 STREAM_ID_FORM = re.compile(STREAM_ID_PATTERN)
@@ -190,14 +188,7 @@ async def events(
     start = given[0] if given else "0-0"
     if "-" not in start:
         start += "-0"  # as Redis reads an id without its sequence number
-    streams: Fanout = request.app.state.streams
-    if not streams.admit():
-        raise HTTPException(
-            503,
-            f"this API process serves at most {streams.max_streams} live event streams at once "
-            "(DRES_MAX_STREAMS): try again shortly",
-            {"Retry-After": str(RETRY_AFTER_S)},
-        )
+    streams = admit_stream(request)
     try:
         async with streams.reads:
             await meta_of(reader, turn_id)

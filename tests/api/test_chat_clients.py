@@ -1,0 +1,368 @@
+"""The chat front ends people already use, as real clients (docs/chat.md): the AI SDK's
+``DefaultChatTransport`` and ``readUIMessageStream`` (``tests/node/chat_client.mjs``) against a
+real ``dres api`` and a real ``dres worker``.
+
+The clients are node packages installed into ``tests/node/node_modules`` (gitignored) by the
+``node_clients`` fixture. Without node, or when the packages cannot be installed, these tests skip
+with the reason, except under ``CI=true``, where they fail.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import redis
+from api_support import DONE_STEP, SEND_STEP
+
+from rigs import ApiProcess, Script, wait_until
+from tests.support.fixtures import StartWorker
+from worker.demo_tools import outbox
+
+pytestmark = pytest.mark.redis_server
+
+NODE_DIR = Path(__file__).resolve().parents[1] / "node"
+#: seconds one client run may take
+CLIENT_TIMEOUT_S = 60
+LOOK_STEP = {"text": "Let me look at the outbox.", "tool_calls": [{"name": "list_outbox"}]}
+#: an answer streamed slowly enough to cut mid-way and reconnect to under load: 70 deltas of 5
+#: characters, 80 ms apart (within the 6 s chunk these tests give it)
+SLOW_TEXT = "".join(f"word{n:02d} " for n in range(50))
+SLOW_STEP = {"text": SLOW_TEXT, "chunk_chars": 5, "stream_delay_s": 0.08}
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: the chat clients' tests must run)")
+    pytest.skip(f"SKIPPED LOUDLY: {reason}")
+
+
+@pytest.fixture(scope="session")
+def node_clients() -> Path:
+    """``tests/node`` with its packages installed (``npm ci``, once)."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        _missing("node and npm are needed for the chat clients' tests")
+    if not (NODE_DIR / "node_modules" / "ai").is_dir():
+        done = subprocess.run(
+            [str(npm), "ci", "--no-audit", "--no-fund"],
+            cwd=NODE_DIR,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if done.returncode != 0:
+            _missing(f"npm ci in tests/node failed: {done.stderr[-2000:]}")
+    return NODE_DIR
+
+
+def run_client(nodedir: Path, script: str, command: dict[str, Any]) -> dict[str, Any]:
+    done = subprocess.run(
+        ["node", script],
+        cwd=nodedir,
+        input=json.dumps(command),
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def user(text: str, n: int = 1) -> dict[str, Any]:
+    return {"id": f"u{n}", "role": "user", "parts": [{"type": "text", "text": text}]}
+
+
+def text_of(message: dict[str, Any]) -> str:
+    return "".join(p["text"] for p in message["parts"] if p["type"] == "text")
+
+
+def tool_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in message["parts"] if p["type"].startswith("tool-")]
+
+
+@pytest.fixture
+def chat(node_clients: Path, api: ApiProcess, redis_url: str) -> Any:
+    """``chat(op, chat_id, **command)``: the AI SDK's transport against the open server."""
+
+    def run(op: str, chat_id: str, **command: Any) -> dict[str, Any]:
+        return run_client(
+            node_clients,
+            "chat_client.mjs",
+            {"op": op, "url": api.url, "chatId": chat_id, **command},
+        )
+
+    return run
+
+
+def newest_turn(http: httpx.Client, chat_id: str) -> dict[str, Any]:
+    turns: list[dict[str, Any]] = http.get(f"/v1/conversations/{chat_id}").json()["turns"]
+    return turns[-1]
+
+
+# -- POST /v1/chat --------------------------------------------------------------------------------
+
+
+def test_a_turn_with_a_tool_call_is_one_assistant_message_and_a_listed_conversation(
+    chat: Any, http: httpx.Client, start_worker: StartWorker, script: Script
+) -> None:
+    start_worker()
+    spec = script([LOOK_STEP, {"text": "Nothing was sent."}])
+
+    got = chat("send", "chat-look", messages=[user("what was sent?")], body={"model": spec})
+
+    message = got["message"]
+    turn = newest_turn(http, "chat-look")
+    assert message["id"] == turn["turn_id"]
+    assert message["role"] == "assistant"
+    assert text_of(message) == "Let me look at the outbox.Nothing was sent."
+    (part,) = tool_parts(message)
+    assert (part["type"], part["state"]) == ("tool-list_outbox", "output-available")
+    assert got["chunks"][0] == "start" and got["chunks"][-1] == "finish"
+    assert got["chunks"].count("start-step") == got["chunks"].count("finish-step") == 2
+    listed = http.get("/v1/conversations").json()["items"]
+    assert [c["conversation_id"] for c in listed] == ["chat-look"]
+    assert turn["message"] == "what was sent?" and turn["status"] == "completed"
+
+
+def test_a_reconnect_after_the_request_was_cut_mid_answer_yields_the_whole_text(
+    chat: Any, http: httpx.Client, start_worker: StartWorker, script: Script
+) -> None:
+    # a chunk long enough for the whole answer: the turn is live while the client reconnects
+    start_worker(overrides={"DRES_SOFT_LIMIT_S": "6", "DRES_HARD_LIMIT_S": "7"})
+    spec = script([SLOW_STEP])
+
+    cut = chat("send", "chat-cut", messages=[user("talk")], body={"model": spec}, cutAfterChars=10)
+    assert 10 <= len(text_of(cut["message"])) < len(SLOW_TEXT)
+
+    again = chat("reconnect", "chat-cut")
+
+    assert again["message"]["id"] == cut["message"]["id"]
+    assert text_of(again["message"]) == SLOW_TEXT
+    assert again["chunks"][-1] == "finish"
+
+
+def test_a_reconnect_with_no_live_turn_yields_no_stream(chat: Any, http: httpx.Client) -> None:
+    assert http.get("/v1/chat/chat-none/stream").status_code == 204
+
+    assert chat("reconnect", "chat-none") == {"message": None, "chunks": []}
+
+
+def test_an_approval_answered_through_the_transport_sends_once_and_a_repeat_sends_nothing(
+    chat: Any,
+    http: httpx.Client,
+    start_worker: StartWorker,
+    script: Script,
+    rdb: redis.Redis,
+) -> None:
+    start_worker(overrides={"DRES_APPROVAL": "send_email"})
+    spec = script([SEND_STEP, DONE_STEP])
+    asked = chat("send", "chat-send", messages=[user("send it")], body={"model": spec})
+
+    message = asked["message"]
+    (part,) = tool_parts(message)
+    assert (part["type"], part["state"]) == ("tool-send_email", "approval-requested")
+    assert asked["chunks"][-3:] == ["tool-approval-request", "finish-step", "finish"]
+    assert outbox(rdb) == []
+    part["state"] = "approval-responded"
+    part["approval"] = {"id": part["approval"]["id"], "approved": True}
+    answered = [user("send it"), message]
+
+    resumed = chat("send", "chat-send", messages=answered, body={"model": spec})
+
+    final = resumed["message"]
+    (part,) = tool_parts(final)
+    assert part["state"] == "output-available"
+    assert text_of(final) == "Sending.Done."
+    assert len(outbox(rdb)) == 1
+
+    repeated = chat("send", "chat-send", messages=answered, body={"model": spec})
+
+    assert tool_parts(repeated["message"])[0]["state"] == "output-available"
+    wait_until(
+        lambda: newest_turn(http, "chat-send")["status"] == "completed", timeout=20, what="done"
+    )
+    assert len(outbox(rdb)) == 1
+
+
+# -- POST /v1/ag-ui -------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def agui(node_clients: Path, api: ApiProcess, redis_url: str) -> Any:
+    """``agui(thread_id, message, model, **command)``: AG-UI's HttpAgent against the open server."""
+
+    def run(thread_id: str, message: str, model: str, **command: Any) -> dict[str, Any]:
+        return run_client(
+            node_clients,
+            "agui_client.mjs",
+            {"url": api.url, "threadId": thread_id, "message": message, "model": model, **command},
+        )
+
+    return run
+
+
+def kinds(events: list[dict[str, Any]]) -> list[str]:
+    return [e["type"] for e in events]
+
+
+def test_an_agui_run_with_a_tool_call_streams_its_text_and_tool_events(
+    agui: Any, http: httpx.Client, start_worker: StartWorker, script: Script
+) -> None:
+    start_worker()
+    spec = script([LOOK_STEP, {"text": "Nothing was sent."}])
+
+    (run,) = agui("thread-look", "what was sent?", spec)["runs"]
+
+    assert kinds(run["events"]) == [
+        "RUN_STARTED",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "TOOL_CALL_START",
+        "TOOL_CALL_ARGS",
+        "TOOL_CALL_END",
+        "TOOL_CALL_RESULT",
+        "TEXT_MESSAGE_START",
+        "TEXT_MESSAGE_CONTENT",
+        "TEXT_MESSAGE_END",
+        "RUN_FINISHED",
+    ]
+    assert run["outcome"] == {"type": "success"}
+    texts = [e["delta"] for e in run["events"] if e["type"] == "TEXT_MESSAGE_CONTENT"]
+    assert texts == ["Let me look at the outbox.", "Nothing was sent."]
+    assert newest_turn(http, "thread-look")["status"] == "completed"
+
+
+def test_an_agui_write_needing_approval_is_an_interrupt_whose_resume_runs_it_once(
+    agui: Any, http: httpx.Client, start_worker: StartWorker, script: Script, rdb: redis.Redis
+) -> None:
+    start_worker(overrides={"DRES_APPROVAL": "send_email"})
+    spec = script([SEND_STEP, DONE_STEP])
+
+    asked, resumed = agui("thread-send", "send it", spec, approve=True)["runs"]
+
+    outcome = asked["outcome"]
+    assert outcome["type"] == "interrupt"
+    (interrupt,) = outcome["interrupts"]
+    turn = http.get(f"/v1/turns/{newest_turn(http, 'thread-send')['turn_id']}").json()
+    (approval,) = turn["approvals"]
+    assert interrupt["id"] == approval["approval_id"]
+    call = next(e for e in asked["events"] if e["type"] == "TOOL_CALL_START")
+    assert (interrupt["toolCallId"], call["toolCallName"]) == (call["toolCallId"], "send_email")
+    assert interrupt["expiresAt"].endswith("Z")
+    assert kinds(resumed["events"])[0] == "RUN_STARTED"
+    assert "TOOL_CALL_RESULT" in kinds(resumed["events"])
+    assert resumed["outcome"] == {"type": "success"}
+    assert len(outbox(rdb)) == 1
+    assert turn["status"] == "completed"
+
+
+def test_a_raw_agui_stream_passes_ag_ui_validate(
+    http: httpx.Client, start_worker: StartWorker, script: Script, tmp_path: Path
+) -> None:
+    start_worker()
+    body = {
+        "threadId": "thread-raw",
+        "runId": "run-raw",
+        "messages": [{"id": "u1", "role": "user", "content": "what was sent?"}],
+        "forwardedProps": {"model": script([LOOK_STEP, {"text": "Nothing was sent."}])},
+    }
+    with http.stream("POST", "/v1/ag-ui", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        capture = tmp_path / "stream.sse"
+        capture.write_bytes(response.read())
+
+    validator = Path(sys.executable).with_name("ag-ui-validate")
+    done = subprocess.run(
+        [str(validator), str(capture), "--json", "--fail-on", "warning"],
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_a_stopped_turn_ends_the_chat_stream_with_abort(
+    node_clients: Path,
+    api: ApiProcess,
+    http: httpx.Client,
+    start_worker: StartWorker,
+    script: Script,
+) -> None:
+    start_worker(overrides={"DRES_SOFT_LIMIT_S": "6", "DRES_HARD_LIMIT_S": "7"})
+    command = {
+        "op": "send",
+        "url": api.url,
+        "chatId": "chat-stop",
+        "messages": [user("talk")],
+        "body": {"model": script([SLOW_STEP])},
+    }
+    with subprocess.Popen(
+        ["node", "chat_client.mjs"],
+        cwd=node_clients,
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as client:
+        assert client.stdin is not None
+        client.stdin.write(json.dumps(command))
+        client.stdin.close()
+        turn = wait_until(
+            lambda: (
+                http.get("/v1/conversations/chat-stop").status_code == 200
+                and newest_turn(http, "chat-stop")
+            ),
+            timeout=20,
+            what="the chat's turn",
+        )
+        assert http.post(f"/v1/turns/{turn['turn_id']}/stop").status_code == 202
+        assert client.stdout is not None
+        out = client.stdout.read()  # to its end: the client has read the stream's last chunk
+        assert client.wait(timeout=CLIENT_TIMEOUT_S) == 0
+
+    result = json.loads(out)
+    assert result["chunks"][-1] == "abort"
+    assert len(text_of(result["message"])) < len(SLOW_TEXT)
+
+
+def test_a_reconnect_to_a_turn_resumed_by_an_approval_replays_through_its_wait(
+    chat: Any, start_worker: StartWorker, script: Script, rdb: redis.Redis
+) -> None:
+    start_worker(
+        overrides={
+            "DRES_APPROVAL": "send_email",
+            "DRES_SOFT_LIMIT_S": "6",
+            "DRES_HARD_LIMIT_S": "7",
+        }
+    )
+    spec = script([SEND_STEP, SLOW_STEP])
+    message = chat("send", "chat-replay", messages=[user("send it")], body={"model": spec})[
+        "message"
+    ]
+    (part,) = tool_parts(message)
+    part["state"] = "approval-responded"
+    part["approval"] = {"id": part["approval"]["id"], "approved": True}
+    answered = [user("send it"), message]
+    cut = chat("send", "chat-replay", messages=answered, body={"model": spec}, cutAfterChars=20)
+    assert len(text_of(cut["message"])) < len("Sending." + SLOW_TEXT)
+
+    again = chat("reconnect", "chat-replay")
+
+    assert text_of(again["message"]) == "Sending." + SLOW_TEXT
+    (part,) = tool_parts(again["message"])
+    assert part["state"] == "output-available"
+    assert again["chunks"][-1] == "finish"
+    assert len(outbox(rdb)) == 1

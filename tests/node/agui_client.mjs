@@ -1,0 +1,41 @@
+// AG-UI's own HttpAgent against a dres api, for tests/api/test_chat_clients.py.
+// Reads one JSON command on stdin, prints one JSON result on stdout:
+//   {url, threadId, message, model, token?, approve?: boolean}
+//     -> {runs: [{events: [...], outcome}], messages}: one run; with `approve` set, a run whose
+//        outcome is an interrupt is followed by a second run resuming every interrupt with
+//        {approved: approve}
+import { HttpAgent } from "@ag-ui/client";
+
+const input = JSON.parse(await new Promise((resolve) => {
+  let data = "";
+  process.stdin.on("data", (c) => (data += c));
+  process.stdin.on("end", () => resolve(data));
+}));
+
+const agent = new HttpAgent({
+  url: `${input.url}/v1/ag-ui`,
+  headers: input.token ? { Authorization: `Bearer ${input.token}` } : {},
+  threadId: input.threadId,
+  initialMessages: [{ id: "u1", role: "user", content: input.message }],
+});
+
+async function run(params) {
+  const events = [];
+  await agent.runAgent(
+    { forwardedProps: { model: input.model }, ...params },
+    { onEvent: ({ event }) => { events.push(event); } },
+  );
+  const finished = events.find((e) => e.type === "RUN_FINISHED");
+  return { events, outcome: finished?.outcome ?? null };
+}
+
+const runs = [await run({})];
+if (input.approve !== undefined && runs[0].outcome?.type === "interrupt") {
+  const resume = runs[0].outcome.interrupts.map((i) => ({
+    interruptId: i.id,
+    status: "resolved",
+    payload: { approved: input.approve },
+  }));
+  runs.push(await run({ resume }));
+}
+process.stdout.write(JSON.stringify({ runs, messages: agent.messages }));

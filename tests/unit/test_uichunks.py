@@ -1,0 +1,170 @@
+"""A turn's events as the AI SDK's UI message chunks (docs/chat.md), as a pure fold."""
+
+from __future__ import annotations
+
+from itertools import count
+from typing import Any
+
+from ledger.event_models import (
+    ApprovalRequested,
+    Event,
+    ModelDone,
+    ModelStart,
+    RunEnded,
+    RunStarted,
+    Text,
+    ToolBlocked,
+    ToolDone,
+    ToolStart,
+    TurnEnded,
+)
+from worker.edges.http.uichunks import UIChunks, events_of
+
+_ids = count()
+
+
+def env() -> dict[str, Any]:
+    return {
+        "event_id": f"e{next(_ids)}",
+        "turn_id": "turn_1",
+        "run_id": "run_1",
+        "chunk": 0,
+        "ts": 1.0,
+    }
+
+
+def fold(events: list[Event], **kw: Any) -> list[dict[str, Any]]:
+    chunks = UIChunks("turn_1", **kw)
+    out = chunks.opening()
+    for event in events:
+        out += chunks.map(event)
+    return out
+
+
+def types(chunks: list[dict[str, Any]]) -> list[str]:
+    return [c["type"] for c in chunks]
+
+
+def test_a_model_call_with_text_and_a_tool_call_is_one_step() -> None:
+    out = fold(
+        [
+            ModelStart(**env(), step=0),
+            Text(**env(), text="Look"),
+            Text(**env(), text="ing."),
+            ModelDone(**env(), tool_calls=1),
+            ToolStart(**env(), call_id="c1", tool="list_outbox", input={}, signature="s"),
+            ToolDone(**env(), call_id="c1", tool="list_outbox", result=[]),
+            ModelStart(**env(), step=1),
+            ModelDone(**env()),
+            TurnEnded(**env(), status="completed"),
+        ]
+    )
+    assert types(out) == [
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-delta",
+        "text-end",
+        "tool-input-available",
+        "tool-output-available",
+        "finish-step",
+        "start-step",
+        "finish-step",
+        "finish",
+    ]
+    assert out[0] == {"type": "start", "messageId": "turn_1"}
+    assert {c["id"] for c in out if c["type"].startswith("text-")} == {out[2]["id"]}
+
+
+def test_a_model_call_cut_by_its_runs_end_is_reset_when_it_is_made_again() -> None:
+    out = fold(
+        [
+            ModelStart(**env(), step=0),
+            Text(**env(), text="half"),
+            RunEnded(**env(), reason="soft_limit"),
+            RunStarted(**env(), cause="next_chunk"),
+            ModelStart(**env(), step=0),
+            Text(**env(), text="whole"),
+            ModelDone(**env()),
+            TurnEnded(**env(), status="completed"),
+        ]
+    )
+    assert types(out) == [
+        "start",
+        "start-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "reset-step",
+        "text-start",
+        "text-delta",
+        "text-end",
+        "finish-step",
+        "finish",
+    ]
+
+
+def test_a_run_that_ends_waiting_ends_the_stream_after_the_approval_request() -> None:
+    chunks = UIChunks("turn_1")
+    request = ApprovalRequested(
+        **env(), approval_id="ap_1", call_id="c1", tool="send_email", signature="s", expires_at=9.0
+    )
+    out = [c for e in [ModelStart(**env(), step=0), request] for c in chunks.map(e)]
+    out += chunks.map(RunEnded(**env(), reason="waiting"))
+    assert chunks.paused and not chunks.done
+    out += chunks.finish_waiting()  # the turn still waits
+    assert types(out)[-4:] == [
+        "tool-input-available",
+        "tool-approval-request",
+        "finish-step",
+        "finish",
+    ]
+    assert out[-3] == {"type": "tool-approval-request", "approvalId": "ap_1", "toolCallId": "c1"}
+    assert chunks.done
+    assert chunks.map(TurnEnded(**env(), status="completed")) == []
+
+
+def test_a_replay_goes_on_through_a_wait_that_was_decided_since() -> None:
+    chunks = UIChunks("turn_1")
+    request = ApprovalRequested(
+        **env(), approval_id="ap_1", call_id="c1", tool="send_email", signature="s", expires_at=9.0
+    )
+    for event in [ModelStart(**env(), step=0), request, RunEnded(**env(), reason="waiting")]:
+        chunks.map(event)
+    out = chunks.map(RunStarted(**env(), cause="approval"))
+    out += chunks.map(
+        ToolStart(**env(), call_id="c1", tool="send_email", signature="s", approval_id="ap_1")
+    )
+    out += chunks.map(ToolDone(**env(), call_id="c1", tool="send_email", result="sent"))
+    assert not chunks.paused
+    assert out == [{"type": "tool-output-available", "toolCallId": "c1", "output": "sent"}]
+
+
+def test_an_approved_call_is_not_announced_again_and_a_denied_one_is_denied() -> None:
+    out = fold(
+        [
+            ToolStart(**env(), call_id="c1", tool="send_email", signature="s", approval_id="ap_1"),
+            ToolDone(**env(), call_id="c1", tool="send_email", result="sent"),
+            ToolBlocked(**env(), call_id="c2", tool="send_email", signature="t", reason="denied"),
+        ],
+        announced=["c1", "c2"],
+    )
+    assert out[1:] == [
+        {"type": "tool-output-available", "toolCallId": "c1", "output": "sent"},
+        {"type": "tool-output-denied", "toolCallId": "c2"},
+    ]
+
+
+def test_a_stop_is_an_abort_and_any_other_stop_an_error() -> None:
+    stop = fold([TurnEnded(**env(), status="stopped", code="cancelled", detail="Stop requested")])
+    assert stop[-1] == {"type": "abort", "reason": "Stop requested"}
+    failed = fold([TurnEnded(**env(), status="stopped", code="rate_limit", detail="429")])
+    assert failed[-1] == {"type": "error", "errorText": "the turn stopped (rate_limit: 429)"}
+
+
+def test_sse_messages_read_back_as_their_events() -> None:
+    text = Text(**env(), text="hi")
+    message = f"id: 1-0\nevent: text\ndata: {text.model_dump_json()}\n\n".encode()
+    assert events_of(message * 2) == [text, text]
+    assert events_of(b": keepalive\n\n") == []

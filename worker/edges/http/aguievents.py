@@ -1,0 +1,151 @@
+"""A turn's ledger events as AG-UI events (docs/chat.md): a pure fold, one ``AguiEvents`` per
+run of the protocol (one request), as ``worker.edges.http.uichunks`` is for the AI SDK.
+
+A model call's text is one assistant text message (its id: the first text event's id); a tool
+call is announced once (``TOOL_CALL_START``/``ARGS``/``END``, the input as JSON) and answered by
+``TOOL_CALL_RESULT``. The run finishes when the turn ends, or when a run of the turn ends waiting
+for approval: then with the ``interrupt`` outcome, one interrupt per request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from datetime import UTC, datetime
+from typing import Any
+
+from ledger.event_models import (
+    ApprovalRequested,
+    Event,
+    ModelDone,
+    ModelStart,
+    RunEnded,
+    RunStarted,
+    Text,
+    ToolBlocked,
+    ToolDone,
+    ToolStart,
+    TurnEnded,
+)
+from worker.edges.http.uichunks import Fold
+
+Message = dict[str, Any]
+
+#: an interrupt's ``reason``: a tool call waits for a person's approval
+APPROVAL_REASON = "tool_approval"
+
+
+def as_content(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value)
+
+
+def iso(ts: float) -> str:
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+class AguiEvents(Fold):
+    """The AG-UI events of one run (thread ``thread_id``, run ``run_id``) over a turn's events;
+    ``done`` once the run has finished or failed."""
+
+    def __init__(self, thread_id: str, run_id: str, *, announced: Iterable[str] = ()) -> None:
+        super().__init__(announced)
+        self.thread_id, self.run_id = thread_id, run_id
+        #: the approval requests of the turn's current run (its interrupts if it ends waiting)
+        self.interrupts: list[Message] = []
+
+    def opening(self) -> list[Message]:
+        return [{"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id}]
+
+    def map(self, event: Event) -> list[Message]:  # noqa: C901 (one branch per event type)
+        if self.done:
+            return []
+        out: list[Message] = []
+        if isinstance(event, Text):
+            if self.text_id is None:
+                self.text_id = event.event_id
+                out.append(
+                    {"type": "TEXT_MESSAGE_START", "messageId": self.text_id, "role": "assistant"}
+                )
+            out.append(
+                {"type": "TEXT_MESSAGE_CONTENT", "messageId": self.text_id, "delta": event.text}
+            )
+        elif isinstance(event, (ModelStart, ModelDone)):
+            out += self._end_text()
+        elif isinstance(event, RunStarted):
+            self.interrupts = []
+        elif isinstance(event, ApprovalRequested):
+            out += self._end_text() + self._announce(event.call_id, event.tool, event.input)
+            self.interrupts.append(
+                {
+                    "id": event.approval_id,
+                    "reason": APPROVAL_REASON,
+                    "message": f"{event.tool} waits for approval",
+                    "toolCallId": event.call_id,
+                    "expiresAt": iso(event.expires_at),
+                    "metadata": {
+                        "tool": event.tool,
+                        "input": event.input,
+                        "signature": event.signature,
+                    },
+                }
+            )
+        elif isinstance(event, ToolStart):
+            out += self._end_text()
+            if event.approval_id is None:  # an approved call was announced with its request
+                out += self._announce(event.call_id or event.event_id, event.tool, event.input)
+        elif isinstance(event, ToolDone):
+            out += self._end_text() + self._result(
+                event.event_id, event.call_id or "", event.result
+            )
+        elif isinstance(event, ToolBlocked):
+            call_id = event.call_id or event.event_id
+            out += self._end_text() + self._announce(call_id, event.tool, event.input)
+            out += self._result(event.event_id, call_id, event.result)
+        elif isinstance(event, RunEnded):
+            out += self._end_text()
+            if event.reason == "waiting" and self.interrupts:
+                out.append(self._finished({"type": "interrupt", "interrupts": self.interrupts}))
+                self.done = True
+        elif isinstance(event, TurnEnded):
+            out += self._end_text()
+            out.append(self._ending(event))
+            self.done = True
+        return out
+
+    def _announce(self, call_id: str, tool: str, value: Any) -> list[Message]:
+        if not self.first_sight(call_id):
+            return []
+        return [
+            {"type": "TOOL_CALL_START", "toolCallId": call_id, "toolCallName": tool},
+            {"type": "TOOL_CALL_ARGS", "toolCallId": call_id, "delta": json.dumps(value or {})},
+            {"type": "TOOL_CALL_END", "toolCallId": call_id},
+        ]
+
+    def _result(self, message_id: str, call_id: str, result: Any) -> list[Message]:
+        return [
+            {
+                "type": "TOOL_CALL_RESULT",
+                "messageId": message_id,
+                "toolCallId": call_id,
+                "content": as_content(result),
+                "role": "tool",
+            }
+        ]
+
+    def _finished(self, outcome: Message) -> Message:
+        return {
+            "type": "RUN_FINISHED",
+            "threadId": self.thread_id,
+            "runId": self.run_id,
+            "outcome": outcome,
+        }
+
+    def _ending(self, event: TurnEnded) -> Message:
+        if event.status == "completed":
+            return self._finished({"type": "success"})
+        detail = event.detail or event.code
+        return {"type": "RUN_ERROR", "message": f"the turn stopped: {detail}", "code": event.code}
+
+    def _end_text(self) -> list[Message]:
+        text_id = self.close_text()
+        return [] if text_id is None else [{"type": "TEXT_MESSAGE_END", "messageId": text_id}]

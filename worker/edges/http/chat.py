@@ -1,0 +1,323 @@
+"""``POST /v1/chat`` and ``GET /v1/chat/{id}/stream``: the AI SDK's chat protocol, as its
+``DefaultChatTransport`` sends and reads it (docs/chat.md).
+
+The chat's id is the conversation id; a request whose last message is the user's is a new turn of
+it, one whose last message is the assistant's with tool parts in state ``approval-responded`` is
+the person's decisions on the waiting turn's requests. Either way the answer is the turn's events
+as UI message chunks (``worker.edges.http.uichunks``), read through the same live streams as
+``GET /v1/turns/{id}/events`` (``worker.edges.http.sse``) and counted in DRES_MAX_STREAMS.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
+from contextlib import aclosing
+from dataclasses import dataclass
+from typing import Annotated, Any, cast
+
+from fastapi import APIRouter, Depends, Header, Path, Request
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import Response, StreamingResponse
+from pydantic import BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException
+
+from ledger import keys
+from ledger.codec import text
+from ledger.event_models import ApprovalRequested, RunEnded
+from ledger.turn import TurnStatus
+from worker.base.settings import Settings
+from worker.edges.http.decisions import DECIDED_STATUS
+from worker.edges.http.deps import RT, authorize, decider
+from worker.edges.http.fanout import Fanout
+from worker.edges.http.models import admit_model
+from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, ID, MAX_MESSAGE_CHARS, WRITE_ERRORS
+from worker.edges.http.sse import KEEPALIVE, LiveStream, admit_stream, event_stream
+from worker.edges.http.uichunks import DONE, UIChunks, events_of, sse_data
+from worker.edges.runtime import Runtime
+from worker.lifecycle.approvals import DecidedKind
+from worker.lifecycle.service import NOT_BLANK, is_blank
+
+#: the header that tells the AI SDK the body is its UI message stream
+UI_STREAM_HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
+#: characters of a model spec (as ``POST /v1/turns`` takes it)
+MAX_MODEL_CHARS = 500
+#: the statuses of a turn whose stream goes on (a waiting turn's has said all it can)
+LIVE = frozenset({TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING})
+
+
+def user_message_schema(text: dict[str, Any]) -> dict[str, Any]:
+    """A user message with text, in a message schema whose text is ``text``."""
+    return {
+        "type": "object",
+        "required": ["role"],
+        "properties": {"role": {"const": "user"}, **text},
+    }
+
+
+#: a text part's text, as ``POST /v1/turns`` takes a message
+TEXT = {"type": "string", "pattern": NOT_BLANK, "maxLength": MAX_MESSAGE_CHARS}
+#: a UI message of the user's with a text part
+USER_TEXT = user_message_schema(
+    {
+        "parts": {
+            "type": "array",
+            "contains": {
+                "type": "object",
+                "required": ["type", "text"],
+                "properties": {"type": {"const": "text"}, "text": TEXT},
+            },
+        }
+    }
+)
+USER_TEXT["required"] = ["role", "parts"]
+
+
+class ChatRequest(BaseModel):
+    """The body ``DefaultChatTransport`` posts: ``{id, messages, trigger, messageId?}``, plus the
+    ``model`` a page may add through its ``body`` option."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    id: str = Field(pattern=ID, description="the chat's id: the conversation id")
+    messages: list[dict[str, Any]] = Field(
+        min_length=1,
+        description="UI messages; the last user message with text is the turn's message",
+        json_schema_extra={"contains": USER_TEXT},
+    )
+    trigger: str = "submit-message"
+    messageId: str | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class Answer:
+    """A person's answer to one approval request, as the client's tool part carries it."""
+
+    approval_id: str
+    approved: bool
+    reason: str
+
+
+def answers_of(message: dict[str, Any]) -> list[Answer]:
+    """The ``approval-responded`` tool parts of an assistant message."""
+    found: list[Answer] = []
+    for part in _dicts(message.get("parts")):
+        kind = str(part.get("type", ""))
+        approval = part.get("approval")
+        if not (kind.startswith("tool-") or kind == "dynamic-tool"):
+            continue
+        if part.get("state") != "approval-responded" or not isinstance(approval, dict):
+            continue
+        found.append(
+            Answer(
+                str(approval.get("id")),
+                approval.get("approved") is True,
+                approval.get("reason") or "",
+            )
+        )
+    return found
+
+
+def text_of(message: dict[str, Any]) -> str:
+    """A UI message's text: its text parts, joined (``content`` for an older client)."""
+    parts = message.get("parts")
+    if isinstance(parts, list):
+        return "".join(str(p.get("text", "")) for p in _dicts(parts) if p.get("type") == "text")
+    return str(message.get("content") or "")
+
+
+def last_user_text(messages: list[dict[str, Any]], text: Callable[[dict[str, Any]], str]) -> str:
+    """The text of the last user message that has any (empty when none has)."""
+    said = (text(m) for m in reversed(messages) if m.get("role") == "user")
+    return next((t for t in said if not is_blank(t)), "")
+
+
+def _dicts(values: Any) -> list[dict[str, Any]]:
+    """The objects of a list a client sent (anything else in it is no part of ours)."""
+    return [v for v in values if isinstance(v, dict)] if isinstance(values, list) else []
+
+
+async def caller(
+    request: Request, authorization: Annotated[str | None, Header()] = None
+) -> str | None:
+    """The token checks before the body is read: the API token, or an approver's (who may only
+    decide). Which one the request needs is known once its messages are."""
+    settings: Settings = request.app.state.settings
+    if settings.approvers:
+        try:
+            return await decider(request, authorization)
+        except HTTPException as refused:
+            if refused.status_code != 403:
+                raise  # not an approver, nor the API token
+    await authorize(request, authorization)
+    return None
+
+
+router = APIRouter(prefix="/v1/chat", responses=ERRORS)
+
+
+@router.post(
+    "",
+    response_class=StreamingResponse,
+    responses={**WRITE_ERRORS, **CREATE_ERRORS},
+)
+async def chat(
+    request: Request,
+    rt: RT,
+    body: ChatRequest,
+    approver: Annotated[str | None, Depends(caller)],
+) -> Response:
+    """A message (a new turn of the conversation ``id``) or decisions on the waiting turn's
+    requests; the turn streamed as UI message chunks."""
+    streams = admit_stream(request)
+    try:
+        turn_id, start, announced = await _begin(request, rt, body, approver)
+    except BaseException:
+        streams.release()
+        raise
+    response = LiveStream(ui_stream(streams, request, turn_id, start, announced), streams.release)
+    response.headers.update(UI_STREAM_HEADERS)
+    return response
+
+
+async def _begin(
+    request: Request, rt: Runtime, body: ChatRequest, approver: str | None
+) -> tuple[str, str, list[str]]:
+    last = body.messages[-1]
+    answers = answers_of(last) if last.get("role") == "assistant" else []
+    if answers:
+        turn_id, start, announced = await run_in_threadpool(
+            decide_answers, rt, request.app.state.settings, body.id, answers, approver
+        )
+    else:
+        if approver is not None:
+            raise HTTPException(
+                403, "an approver's token decides approvals only: a message wants the API token"
+            )
+        message = last_user_text(body.messages, text_of)
+        turn_id = await run_in_threadpool(enqueue_message, rt, body.id, message, body.model)
+        start, announced = "0-0", []
+    return turn_id, start, announced
+
+
+@router.get(
+    "/{chat_id}/stream",
+    response_class=StreamingResponse,
+    responses={204: {"description": "No turn of the conversation is live"}},
+    dependencies=[Depends(authorize)],
+)
+async def reconnect(
+    request: Request,
+    rt: RT,
+    chat_id: Annotated[str, Path(pattern=ID, description="the chat's id: the conversation id")],
+) -> Response:
+    """The conversation's live turn from its start (the AI SDK's reconnect); 204: none is live."""
+    turn_id = await run_in_threadpool(_live_turn, rt, chat_id)
+    if turn_id is None:
+        return Response(status_code=204)
+    streams = admit_stream(request)
+    response = LiveStream(ui_stream(streams, request, turn_id, "0-0", []), streams.release)
+    response.headers.update(UI_STREAM_HEADERS)
+    return response
+
+
+def enqueue_message(rt: Runtime, conversation_id: str, message: str, model: str | None) -> str:
+    """A new turn of the conversation; its checks (as ``POST /v1/turns``' body has) come first."""
+    if is_blank(message) or len(message) > MAX_MESSAGE_CHARS:
+        raise HTTPException(
+            422,
+            f"messages: the last user message's text must be 1 to {MAX_MESSAGE_CHARS} "
+            "characters, not blank",
+        )
+    if model is not None and len(model) > MAX_MODEL_CHARS:
+        raise HTTPException(422, f"model: at most {MAX_MODEL_CHARS} characters")
+    admit_model(rt, model)
+    if rt.lifecycle.store.conversations.erased(conversation_id):
+        raise HTTPException(409, f"conversation {conversation_id!r} was deleted: start a new one")
+    return rt.lifecycle.enqueue(message, conversation_id=conversation_id, model=model).turn_id
+
+
+def _live_turn(rt: Runtime, conversation_id: str) -> str | None:
+    newest = rt.lifecycle.store.conversations.newest_turns(conversation_id, 1)
+    if not newest:
+        return None
+    meta = rt.ledger.meta(newest[0])
+    return meta.turn_id if meta.status in LIVE else None
+
+
+def decide_answers(
+    rt: Runtime,
+    settings: Settings,
+    conversation_id: str,
+    answers: list[Answer],
+    approver: str | None,
+) -> tuple[str, str, list[str]]:
+    """Take each answer once (a repeat decides nothing again) and say where the resumed turn's
+    stream starts: after the run that ended waiting on the requests, whose calls the client
+    already shows."""
+    if settings.approvers and approver is None:
+        raise HTTPException(
+            403, "only an approver's token (DRES_APPROVER_TOKENS) decides approvals"
+        )
+    newest = rt.lifecycle.store.conversations.newest_turns(conversation_id, 1)
+    if not newest:
+        raise HTTPException(404, f"conversation {conversation_id!r} has no turn")
+    turn_id = newest[0]
+    envelopes = rt.ledger.read_turn(turn_id)
+    asked = {
+        e.event.approval_id: e.event for e in envelopes if isinstance(e.event, ApprovalRequested)
+    }
+    for answer in answers:
+        request = asked.get(answer.approval_id)
+        if request is None:
+            raise HTTPException(404, f"turn {turn_id} has no approval request {answer.approval_id}")
+        decided = rt.lifecycle.decide(
+            turn_id,
+            answer.approval_id,
+            "approve" if answer.approved else "deny",
+            request.signature,
+            reason=answer.reason,
+            by=approver or "chat",
+        )
+        if not decided.ok and decided.kind != DecidedKind.ALREADY:
+            raise HTTPException(DECIDED_STATUS[decided.kind], decided.detail)
+    answered = {a.approval_id for a in answers}
+    asked_at = next(
+        i
+        for i, e in enumerate(envelopes)
+        if isinstance(e.event, ApprovalRequested) and e.event.approval_id in answered
+    )
+    waited = next((e for e in envelopes[asked_at:] if isinstance(e.event, RunEnded)), envelopes[-1])
+    return turn_id, waited.stream_id, [r.call_id for r in asked.values()]
+
+
+async def _waits(streams: Fanout, turn_id: str) -> bool:
+    """The turn waits for a decision now (its wait is not one a replay passes through)."""
+    async with streams.reads:
+        status = await streams.reader.hget(keys.turn_meta(turn_id), "status")
+    return status is not None and text(status) == TurnStatus.WAITING.value
+
+
+async def ui_stream(
+    streams: Fanout, request: Request, turn_id: str, start: str, announced: list[str]
+) -> AsyncIterator[bytes]:
+    """The turn after ``start`` as UI message chunks, ``[DONE]`` once it has said all."""
+    chunks = UIChunks(turn_id, announced=announced)
+    yield sse_data(chunks.opening())
+    # an async generator: closed here, so that the reader is left at once
+    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, start))
+    async with aclosing(follow):
+        async for message in follow:
+            out = []
+            for event in events_of(message):
+                out += chunks.map(event)
+            if chunks.paused and await _waits(streams, turn_id):
+                out += chunks.finish_waiting()
+            if out:
+                yield sse_data(out)
+            elif message == KEEPALIVE:
+                yield KEEPALIVE
+            if chunks.done:
+                break
+    if chunks.done:
+        yield DONE

@@ -1,0 +1,194 @@
+"""A turn's ledger events as the AI SDK's UI message chunks (docs/chat.md): a pure fold, one
+``UIChunks`` per stream, so every stream of a turn, first or reconnected, says the same.
+
+The stream is one assistant message whose id is the turn id. A model call is a step (opened by
+its ``model_start``, closed by the next one or by the run's end), its text one text part (ended
+by ``model_done``). A call cut by its run's end is made again by the next run, so its step is
+reset (``reset-step``: the client drops the cut text) rather than followed by another. A tool call
+is one tool part, announced once (``tool-input-available``) and then answered
+(``tool-output-available`` / ``-error`` / ``-denied``). A run that ends waiting closes the
+message if the turn still waits: the client answers the approval with a new request (a
+replay of a turn that has been decided since goes on through its wait).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+from typing import Any
+
+from ledger.event_models import (
+    ApprovalRequested,
+    Event,
+    ModelDone,
+    ModelStart,
+    RunEnded,
+    Text,
+    ToolBlocked,
+    ToolDone,
+    ToolStart,
+    TurnEnded,
+)
+from ledger.events import parse_event
+
+Chunk = dict[str, Any]
+
+#: the stop code of a person's Stop: the protocol's ``abort``, every other stop its ``error``
+CANCELLED = "cancelled"
+
+
+def events_of(message: bytes) -> list[Event]:
+    """The events of SSE messages as ``worker.edges.http.sse`` writes them (a keepalive holds
+    none)."""
+    found: list[Event] = []
+    for block in message.split(b"\n\n"):
+        for line in block.split(b"\n"):
+            if line.startswith(b"data: "):
+                found.append(parse_event(json.loads(line[6:])))
+    return found
+
+
+def sse_data(chunks: Iterable[Chunk]) -> bytes:
+    return b"".join(f"data: {json.dumps(c, separators=(',', ':'))}\n\n".encode() for c in chunks)
+
+
+#: the protocol's end of a stream
+DONE = b"data: [DONE]\n\n"
+
+
+class Fold:
+    """What a fold of a turn's events into a protocol keeps, whichever the protocol: the text
+    message open, the calls announced, and whether the stream has said all."""
+
+    def __init__(self, announced: Iterable[str]) -> None:
+        #: calls the client has already (a resumed stream's approved calls)
+        self.announced = set(announced)
+        self.text_id: str | None = None
+        self.done = False
+
+    def first_sight(self, call_id: str) -> bool:
+        """True the first time a call is met: it is announced then, never again."""
+        if call_id in self.announced:
+            return False
+        self.announced.add(call_id)
+        return True
+
+    def close_text(self) -> str | None:
+        """The id of the text message open (now closed), if one was."""
+        text_id, self.text_id = self.text_id, None
+        return text_id
+
+
+class UIChunks(Fold):
+    """The chunks of one stream of a turn; ``done`` once the stream has nothing more to say."""
+
+    def __init__(self, turn_id: str, *, announced: Iterable[str] = ()) -> None:
+        super().__init__(announced)
+        self.turn_id = turn_id
+        self.step_open = False
+        #: a model call of the open step has begun and not ended
+        self.calling = False
+        #: the last event was a run's end waiting for approval: the stream ends there if the
+        #: turn still waits (``finish_waiting``), and goes on if it was decided since (a replay)
+        self.paused = False
+
+    def opening(self) -> list[Chunk]:
+        return [{"type": "start", "messageId": self.turn_id}]
+
+    def map(self, event: Event) -> list[Chunk]:  # noqa: C901 (one branch per event type)
+        if self.done:
+            return []
+        self.paused = False  # whatever follows a wait is its resumed turn
+        out: list[Chunk] = []
+        if isinstance(event, ModelStart):
+            out += self._end_text()
+            if self.step_open and self.calling:
+                # the call before was cut by its run's end and is made again: its text goes
+                out.append({"type": "reset-step"})
+            else:
+                out += self._end_step()
+                out.append({"type": "start-step"})
+            self.step_open = self.calling = True
+        elif isinstance(event, Text):
+            if self.text_id is None:
+                self.text_id = event.event_id
+                out.append({"type": "text-start", "id": self.text_id})
+            out.append({"type": "text-delta", "id": self.text_id, "delta": event.text})
+        elif isinstance(event, ModelDone):
+            out += self._end_text()
+            self.calling = False
+        elif isinstance(event, ApprovalRequested):
+            out += self._end_text()
+            out += self._announce(event.call_id, event.tool, event.input)
+            out.append(
+                {
+                    "type": "tool-approval-request",
+                    "approvalId": event.approval_id,
+                    "toolCallId": event.call_id,
+                }
+            )
+        elif isinstance(event, ToolStart):
+            out += self._end_text()
+            if event.approval_id is None:  # an approved call was announced with its request
+                out += self._announce(event.call_id or event.event_id, event.tool, event.input)
+        elif isinstance(event, ToolDone):
+            out += self._output(event.call_id or "", event.result, event.is_error)
+        elif isinstance(event, ToolBlocked):
+            out += self._blocked(event)
+        elif isinstance(event, RunEnded):
+            out += self._end_text()
+            self.paused = event.reason == "waiting"
+        elif isinstance(event, TurnEnded):
+            out += self._end_text() + self._end_step()
+            out.append(self._ending(event))
+            self.done = True
+        return out
+
+    def finish_waiting(self) -> list[Chunk]:
+        """The end of a stream whose turn waits (``paused`` on it): the client answers."""
+        self.done = True
+        return [*self._end_step(), {"type": "finish"}]
+
+    def _announce(self, call_id: str, tool: str, value: Any) -> list[Chunk]:
+        if not self.first_sight(call_id):
+            return []
+        return [
+            {
+                "type": "tool-input-available",
+                "toolCallId": call_id,
+                "toolName": tool,
+                "input": value,
+            }
+        ]
+
+    def _output(self, call_id: str, result: Any, is_error: bool) -> list[Chunk]:
+        if is_error:
+            error = result if isinstance(result, str) else json.dumps(result)
+            return [{"type": "tool-output-error", "toolCallId": call_id, "errorText": error}]
+        return [{"type": "tool-output-available", "toolCallId": call_id, "output": result}]
+
+    def _blocked(self, event: ToolBlocked) -> list[Chunk]:
+        """A call not run: denied by a person, or answered from the journal (its result)."""
+        call_id = event.call_id or event.event_id
+        out = self._end_text() + self._announce(call_id, event.tool, event.input)
+        if event.reason == "denied":
+            return [*out, {"type": "tool-output-denied", "toolCallId": call_id}]
+        return out + self._output(call_id, event.result, event.is_error)
+
+    def _ending(self, event: TurnEnded) -> Chunk:
+        if event.status == "completed":
+            return {"type": "finish"}
+        if event.code == CANCELLED:
+            return {"type": "abort", "reason": event.detail or "stopped"}
+        detail = f"{event.code}: {event.detail}" if event.detail else event.code
+        return {"type": "error", "errorText": f"the turn stopped ({detail})"}
+
+    def _end_text(self) -> list[Chunk]:
+        text_id = self.close_text()
+        return [] if text_id is None else [{"type": "text-end", "id": text_id}]
+
+    def _end_step(self) -> list[Chunk]:
+        if not self.step_open:
+            return []
+        self.step_open = False
+        return [{"type": "finish-step"}]
