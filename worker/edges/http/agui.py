@@ -91,7 +91,9 @@ async def run_agent(
     the turn streamed as AG-UI events."""
     streams = admit_stream(request)
     try:
-        turn_id, start, announced = await _begin(rt, body, approver)
+        turn_id, start, announced = await _begin(
+            rt, body, approver, request.headers.get("traceparent")
+        )
     except BaseException:
         streams.release()
         raise
@@ -100,7 +102,7 @@ async def run_agent(
 
 
 async def _begin(
-    rt: Runtime, body: RunAgentInput, approver: str | None
+    rt: Runtime, body: RunAgentInput, approver: str | None, trace_parent: str | None
 ) -> tuple[str, str, list[str]]:
     if body.resume:
         answers = [answer_of(entry) for entry in body.resume]
@@ -115,7 +117,9 @@ async def _begin(
     if model is not None and not isinstance(model, str):
         raise HTTPException(422, "forwardedProps.model: a model spec is a string")
     message = last_user_text(body.messages, message_text)
-    turn_id = await run_in_threadpool(enqueue_message, rt, body.threadId, message, model)
+    turn_id = await run_in_threadpool(
+        enqueue_message, rt, body.threadId, message, model, trace_parent
+    )
     return turn_id, "0-0", []
 
 

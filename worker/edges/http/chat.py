@@ -195,7 +195,9 @@ async def _begin(
                 403, "an approver's token decides approvals only: a message wants the API token"
             )
         message = last_user_text(body.messages, text_of)
-        turn_id = await run_in_threadpool(enqueue_message, rt, body.id, message, body.model)
+        turn_id = await run_in_threadpool(
+            enqueue_message, rt, body.id, message, body.model, request.headers.get("traceparent")
+        )
         start, announced = "0-0", []
     return turn_id, start, announced
 
@@ -221,8 +223,15 @@ async def reconnect(
     return response
 
 
-def enqueue_message(rt: Runtime, conversation_id: str, message: str, model: str | None) -> str:
-    """A new turn of the conversation; its checks (as ``POST /v1/turns``' body has) come first."""
+def enqueue_message(
+    rt: Runtime,
+    conversation_id: str,
+    message: str,
+    model: str | None,
+    trace_parent: str | None = None,
+) -> str:
+    """A new turn of the conversation; its checks (as ``POST /v1/turns``' body has) come first.
+    ``trace_parent``: the request's ``traceparent``, the parent of the turn's trace."""
     if is_blank(message) or len(message) > MAX_MESSAGE_CHARS:
         raise HTTPException(
             422,
@@ -234,7 +243,10 @@ def enqueue_message(rt: Runtime, conversation_id: str, message: str, model: str 
     admit_model(rt, model)
     if rt.lifecycle.store.conversations.erased(conversation_id):
         raise HTTPException(409, f"conversation {conversation_id!r} was deleted: start a new one")
-    return rt.lifecycle.enqueue(message, conversation_id=conversation_id, model=model).turn_id
+    turn = rt.lifecycle.enqueue(
+        message, conversation_id=conversation_id, model=model, trace_parent=trace_parent
+    )
+    return turn.turn_id
 
 
 def _live_turn(rt: Runtime, conversation_id: str) -> str | None:
