@@ -261,7 +261,7 @@ class TurnStore:
     def transition(
         self,
         turn_id: str,
-        step: Step,
+        step: Step | None,
         *,
         expect: Mapping[str, MetaValue],
         events: Sequence[Event] = (),
@@ -273,7 +273,8 @@ class TurnStore:
     ) -> int:
         """Carry out ``step`` if the table allows it from the turn's status and every ``expect``
         field holds its value (``""``: unset); write ``events`` under a new epoch and set
-        ``fields``, atomically. Returns the turn's epoch after the step.
+        ``fields``, atomically. Returns the turn's epoch after the step. ``step`` None is a
+        mark: any status, the status kept.
 
         ``outgoing``: a message sent with the step, in the same atomic step (one server only:
         ``sends_with_steps``), with the reaper's look at the turn at ``look_at_ms`` unless one is
@@ -285,52 +286,6 @@ class TurnStore:
         ``TransitionRefused`` (the turn is in another status, or changed since it was read),
         ``UnknownTurn`` and ``StoreFull``.
         """
-        return self._step(
-            turn_id, step, expect, events, fields, expiry, allow_oom, outgoing, look_at_ms
-        )
-
-    @property
-    def sends_with_steps(self) -> bool:
-        """Can a step carry an ``Outgoing`` message? Not on a Redis Cluster, whose scripts
-        touch one slot (and whose broker is another server anyway)."""
-        return not isinstance(self.client, RedisCluster)
-
-    def mark(self, turn_id: str, **fields: MetaValue) -> None:
-        """Set bookkeeping fields (not the status) of an existing turn, whatever its status."""
-        with suppress(UnknownTurn):  # expired meanwhile: nothing left to mark
-            self._step(turn_id, None, {}, (), fields, KEEP)
-
-    def renew(self, lease: Lease, until_ms: int) -> bool:
-        """The run's heartbeat: extend its lease; False when the run no longer holds the turn."""
-        try:
-            self.transition(
-                lease.turn_id,
-                Step.RENEW,
-                expect=self.holder(lease),
-                fields={"lease_until": until_ms},
-            )
-        except (TransitionRefused, UnknownTurn):
-            return False
-        return True
-
-    @staticmethod
-    def holder(lease: Lease) -> dict[str, MetaValue]:
-        """The conditions of a step the lease holder takes: its epoch and its run."""
-        return {"epoch": lease.epoch, "run_id": lease.run_id}
-
-    def _step(
-        self,
-        turn_id: str,
-        step: Step | None,
-        expect: Mapping[str, MetaValue],
-        events: Sequence[Event],
-        fields: Mapping[str, MetaValue] | None,
-        expiry: str,
-        allow_oom: bool = False,
-        outgoing: Outgoing | None = None,
-        look_at_ms: int = 0,
-    ) -> int:
-        """A step of the table (``step``), or a mark (None: any status, the status kept)."""
         turn_keys, args = self.step_args(
             turn_id, step, expect, events, fields, expiry, outgoing, look_at_ms
         )
@@ -349,6 +304,35 @@ class TurnStore:
             if refused is e:
                 raise
             raise refused from e
+
+    @property
+    def sends_with_steps(self) -> bool:
+        """Can a step carry an ``Outgoing`` message? Not on a Redis Cluster, whose scripts
+        touch one slot (and whose broker is another server anyway)."""
+        return not isinstance(self.client, RedisCluster)
+
+    def mark(self, turn_id: str, **fields: MetaValue) -> None:
+        """Set bookkeeping fields (not the status) of an existing turn, whatever its status."""
+        with suppress(UnknownTurn):  # expired meanwhile: nothing left to mark
+            self.transition(turn_id, None, expect={}, fields=fields)
+
+    def renew(self, lease: Lease, until_ms: int) -> bool:
+        """The run's heartbeat: extend its lease; False when the run no longer holds the turn."""
+        try:
+            self.transition(
+                lease.turn_id,
+                Step.RENEW,
+                expect=self.holder(lease),
+                fields={"lease_until": until_ms},
+            )
+        except (TransitionRefused, UnknownTurn):
+            return False
+        return True
+
+    @staticmethod
+    def holder(lease: Lease) -> dict[str, MetaValue]:
+        """The conditions of a step the lease holder takes: its epoch and its run."""
+        return {"epoch": lease.epoch, "run_id": lease.run_id}
 
     def step_args(
         self,

@@ -11,7 +11,7 @@ import pytest
 
 from rigs import ROOT
 from worker.base.errors import ConfigError, ModelError
-from worker.base.tracing import OFF
+from worker.base.tracing import OFF, Settled
 from worker.edges.tracing import OtelTracer, from_environment
 
 ENDPOINT = {"OTEL_EXPORTER_OTLP_ENDPOINT": "http://127.0.0.1:4318"}
@@ -47,6 +47,7 @@ def test_off_a_worker_process_never_imports_the_sdks_tracing_or_exporter() -> No
 import sys
 from worker.base.settings import load_settings
 from worker.edges.runtime import Runtime
+from worker.base.tracing import Settled
 rt = Runtime.from_settings(load_settings())
 tracer = rt.tracer
 with tracer.turn(turn_id="t", conversation_id="c", mode="foreground", parent=None) as trace:
@@ -55,7 +56,7 @@ with tracer.run(trace="", turn_id="t", run_id="r", chunk=0, cause="first"):
     with tracer.chat("scripted:x") as chat:
         chat.answered(None, "stop")
     with tracer.tool("send_email") as span:
-        span.settled(call_id="c", read_only=False, is_error=False, blocked_reason=None)
+        span.settled(Settled(call_id="c", read_only=False, is_error=False, blocked_reason=None))
 prefixes = ("opentelemetry.sdk.trace", "opentelemetry.exporter")
 print(sorted(m for m in sys.modules if m.startswith(prefixes)))
 """
@@ -87,12 +88,14 @@ def test_tool_content_goes_on_a_span_only_when_capture_is_asked_for(capture: boo
         tracer.tool("send_email") as span,
     ):
         span.settled(
-            call_id="call_1",
-            read_only=False,
-            is_error=False,
-            blocked_reason=None,
-            arguments=arguments,
-            result={"sent": True},
+            Settled(
+                call_id="call_1",
+                read_only=False,
+                is_error=False,
+                blocked_reason=None,
+                arguments=arguments,
+                result={"sent": True},
+            )
         )
     [tool] = [s for s in exporter.get_finished_spans() if s.name == "execute_tool send_email"]
     attributes = dict(tool.attributes or {})

@@ -13,12 +13,26 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from contextlib import AbstractContextManager, nullcontext
+from dataclasses import dataclass
 from typing import Any, Protocol
 
 from ledger.events import TokenUsage
 
 #: span attribute values: what OpenTelemetry accepts
 Value = str | int | float | bool
+
+
+@dataclass(frozen=True, slots=True)
+class Settled:
+    """How a tool call ended: run (an error result or not), or not run (``blocked_reason``).
+    ``arguments`` and ``result`` go on a span only where content capture is on."""
+
+    call_id: str
+    read_only: bool | None
+    is_error: bool
+    blocked_reason: str | None
+    arguments: Any = None
+    result: Any = None
 
 
 class ChatSpan(Protocol):
@@ -28,18 +42,8 @@ class ChatSpan(Protocol):
 
 
 class ToolSpan(Protocol):
-    def settled(
-        self,
-        *,
-        call_id: str,
-        read_only: bool | None,
-        is_error: bool,
-        blocked_reason: str | None,
-        arguments: Any = None,
-        result: Any = None,
-    ) -> None:
-        """How the call ended: run (an error result or not), or not run (``blocked_reason``).
-        ``arguments`` and ``result`` are kept only where content capture is on."""
+    def settled(self, call: Settled) -> None:
+        """How the call ended (``Settled``)."""
 
 
 class Tracer(Protocol):
@@ -70,16 +74,7 @@ class _Quiet:
     def answered(self, usage: TokenUsage | None, finish_reason: str) -> None:
         pass
 
-    def settled(
-        self,
-        *,
-        call_id: str,
-        read_only: bool | None,
-        is_error: bool,
-        blocked_reason: str | None,
-        arguments: Any = None,
-        result: Any = None,
-    ) -> None:
+    def settled(self, call: Settled) -> None:
         pass
 
 

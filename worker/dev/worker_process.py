@@ -29,6 +29,26 @@ POLL_S = 0.02
 ROOT = Path(__file__).resolve().parents[2]
 
 
+#: fields of ``/proc/PID/stat`` after the command name: its state, its parent, its process group
+PPID, PGRP = 1, 2
+
+
+def processes_whose(field: int, value: int) -> list[int]:
+    """PIDs of the processes whose ``/proc/PID/stat`` field (``PPID``, ``PGRP``) is ``value``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        # The command name may hold spaces and parentheses: the fields follow the last ")".
+        if int(stat.rsplit(")", 1)[1].split()[field]) == value:
+            found.append(int(entry.name))
+    return found
+
+
 @dataclass
 class DresProcess:
     """A ``dres`` subprocess in its own session (its PID is its group's), its output in a log."""
@@ -78,18 +98,7 @@ class DresProcess:
 
     def group(self) -> list[int]:
         """PIDs of every process of its process group (itself and all it started)."""
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            # after the command name's last ")": state, ppid, then the process group
-            if int(stat.rsplit(")", 1)[1].split()[2]) == self.pid:
-                found.append(int(entry.name))
-        return found
+        return processes_whose(PGRP, self.pid)
 
     def pss_bytes(self) -> int:
         """The memory its process group holds: the sum of each process's proportional set size
@@ -151,18 +160,7 @@ class WorkerProcess(DresProcess):
 
     def children(self) -> list[int]:
         """PIDs of the worker's pool processes (a /proc scan for its children)."""
-        found = []
-        for entry in Path("/proc").iterdir():
-            if not entry.name.isdigit():
-                continue
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            # The command name may hold spaces and parentheses: the fields follow the last ")".
-            if int(stat.rsplit(")", 1)[1].split()[1]) == self.pid:
-                found.append(int(entry.name))
-        return found
+        return processes_whose(PPID, self.pid)
 
     def running_chunks(self) -> int:
         """PID of the process that runs its chunks: its one pool process (prefork), or itself

@@ -21,7 +21,7 @@ from typing import Any
 
 from ledger.events import TokenUsage
 from worker.base.errors import ConfigError
-from worker.base.tracing import OFF, ChatSpan, ToolSpan, Tracer, Value
+from worker.base.tracing import OFF, ChatSpan, Settled, ToolSpan, Tracer, Value
 
 #: either names where traces go; neither: tracing is off
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -201,30 +201,21 @@ class _Tool:
         self.span = span
         self.capture = capture
 
-    def settled(
-        self,
-        *,
-        call_id: str,
-        read_only: bool | None,
-        is_error: bool,
-        blocked_reason: str | None,
-        arguments: Any = None,
-        result: Any = None,
-    ) -> None:
+    def settled(self, call: Settled) -> None:
         from opentelemetry.trace import Status, StatusCode
 
         span = self.span
-        span.set_attribute("gen_ai.tool.call.id", call_id)
-        if read_only is not None:
-            span.set_attribute("dres.tool.read_only", read_only)
-        if blocked_reason is not None:
-            span.set_attribute("dres.tool.blocked_reason", blocked_reason)
-        elif is_error:
+        span.set_attribute("gen_ai.tool.call.id", call.call_id)
+        if call.read_only is not None:
+            span.set_attribute("dres.tool.read_only", call.read_only)
+        if call.blocked_reason is not None:
+            span.set_attribute("dres.tool.blocked_reason", call.blocked_reason)
+        elif call.is_error:
             span.set_attribute("error.type", "tool_error")
             span.set_status(Status(StatusCode.ERROR, "the tool's result is an error"))
         if self.capture:
-            span.set_attribute("gen_ai.tool.call.arguments", _shown(arguments))
-            span.set_attribute("gen_ai.tool.call.result", _shown(result))
+            span.set_attribute("gen_ai.tool.call.arguments", _shown(call.arguments))
+            span.set_attribute("gen_ai.tool.call.result", _shown(call.result))
 
 
 def _shown(value: Any) -> str:

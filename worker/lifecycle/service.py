@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import TypedDict, Unpack
 
 import redis
 import structlog
 
 from ledger.errors import LedgerError
-from ledger.events import EarlierTurn, TurnStarted
+from ledger.events import TurnStarted
 from worker.base.errors import InvalidInput
 from worker.engine.models import make_model
 from worker.engine.recorder import make_event
@@ -40,6 +41,19 @@ def is_blank(message: str) -> bool:
     return re.search(NOT_BLANK, message) is None
 
 
+class TurnOptions(TypedDict, total=False):
+    """What a caller may say of a new turn besides its message (``enqueue``, ``create``)."""
+
+    conversation_id: str | None
+    #: ``foreground`` (the default) or ``background``
+    mode: str
+    #: a model spec; None: ``DRES_MODEL``
+    model: str | None
+    turn_id: str | None
+    #: the caller's ``traceparent``: the parent of the turn's trace
+    trace_parent: str | None
+
+
 @dataclass(frozen=True)
 class NewTurn:
     turn_id: str
@@ -48,18 +62,8 @@ class NewTurn:
 
 
 class Lifecycle(ChunkPath, Control, Approvals):
-    def enqueue(
-        self,
-        message: str,
-        *,
-        conversation_id: str | None = None,
-        mode: str = "foreground",
-        model: str | None = None,
-        turn_id: str | None = None,
-        trace_parent: str | None = None,
-    ) -> NewTurn:
+    def enqueue(self, message: str, **options: Unpack[TurnOptions]) -> NewTurn:
         """Record the turn (status queued, first run pending) and dispatch its first chunk.
-        ``trace_parent``: the caller's ``traceparent``, the parent of the turn's trace.
 
         All or nothing, as far as Redis lets it be: when a step fails after the turn may have
         been recorded (Redis out of memory or gone part way, the broker unreachable), the turn is
@@ -68,6 +72,8 @@ class Lifecycle(ChunkPath, Control, Approvals):
         chunk, as after a crash between the two steps; a repeat with the API's Idempotency-Key
         finds it.
         """
+        mode, model = options.get("mode", "foreground"), options.get("model")
+        conversation_id = options.get("conversation_id")
         if mode not in MODES:
             raise InvalidInput(f"mode must be foreground or background, not {mode!r}")
         if is_blank(message):
@@ -81,19 +87,11 @@ class Lifecycle(ChunkPath, Control, Approvals):
             context = conversation_context(
                 self.ledger, conversation_id, self.settings.history_chars
             )
-        turn_id = turn_id or self.ids.new("turn")
+        turn_id = options.get("turn_id") or self.ids.new("turn")
         conversation_id = conversation_id or self.ids.new("conv")
+        named: TurnOptions = {**options, "turn_id": turn_id, "conversation_id": conversation_id}
         try:
-            turn = self.create(
-                message,
-                conversation_id=conversation_id,
-                mode=mode,
-                model=model,
-                turn_id=turn_id,
-                prior_turn_note=context.prior_turn_note,
-                earlier_turns=context.earlier_turns,
-                trace_parent=trace_parent,
-            )
+            turn = self.create(message, context, **named)
             self.launch(turn.turn_id, turn.run_id, mode)
         except Exception as e:
             self._take_back(turn_id, conversation_id, e)
@@ -116,20 +114,14 @@ class Lifecycle(ChunkPath, Control, Approvals):
             log.warning("a turn whose creation failed went on", turn_id=turn_id, error=repr(error))
 
     def create(
-        self,
-        message: str,
-        *,
-        conversation_id: str | None = None,
-        mode: str = "foreground",
-        model: str | None = None,
-        turn_id: str | None = None,
-        prior_turn_note: str | None = None,
-        earlier_turns: tuple[EarlierTurn, ...] = (),
-        trace_parent: str | None = None,
+        self, message: str, context: Context | None = None, **options: Unpack[TurnOptions]
     ) -> NewTurn:
-        """Record a new turn (``turn_started``, queued, its first run pending); no dispatch."""
-        turn_id = turn_id or self.ids.new("turn")
-        conversation_id = conversation_id or self.ids.new("conv")
+        """Record a new turn (``turn_started``, queued, its first run pending); no dispatch.
+        ``context``: what it knows of its conversation (none: nothing)."""
+        context = context or Context()
+        turn_id = options.get("turn_id") or self.ids.new("turn")
+        conversation_id = options.get("conversation_id") or self.ids.new("conv")
+        mode, model = options.get("mode", "foreground"), options.get("model")
         run_id = self.ids.new("run")
         event = make_event(
             TurnStarted,
@@ -142,13 +134,16 @@ class Lifecycle(ChunkPath, Control, Approvals):
             message=message,
             mode=mode,
             model=model,
-            prior_turn_note=prior_turn_note,
-            earlier_turns=earlier_turns,
+            prior_turn_note=context.prior_turn_note,
+            earlier_turns=context.earlier_turns,
         )
         fields = {"model": model or ""}
         look_at = self.ms(self.settings.handoff_grace_s)
         recorded = self.tracer.turn(
-            turn_id=turn_id, conversation_id=conversation_id, mode=mode, parent=trace_parent
+            turn_id=turn_id,
+            conversation_id=conversation_id,
+            mode=mode,
+            parent=options.get("trace_parent"),
         )
         with recorded as trace:
             if trace:

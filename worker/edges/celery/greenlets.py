@@ -39,7 +39,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import TracebackType
 from typing import ClassVar
 
 import gevent
@@ -47,9 +46,10 @@ from celery.concurrency import gevent as celery_gevent
 from greenlet import greenlet
 
 from worker.base.errors import Interrupt, Shutdown, SoftLimit, TurnCancelled
+from worker.engine.tools.guard import CriticalSections
 
 
-class GreenletInterrupts:
+class GreenletInterrupts(CriticalSections):
     """One run's interrupts, raised into its greenlet (``worker.engine.tools.guard.Interrupts``)."""
 
     #: the runs of this process inside their running window (a shutdown interrupts each)
@@ -172,42 +172,11 @@ class GreenletInterrupts:
 
     # -- critical sections ---------------------------------------------------------------------
 
-    @contextmanager
-    def lifted(self) -> Iterator[None]:
-        if not self._here():
-            yield
-            return
-        depth, self.depth = self.depth, 0
-        try:
-            self._release()
-            yield
-        finally:
-            self.depth = depth
-
     def _release(self) -> None:
         if self.depth == 0 and self.pending is not None:
             pending, self.pending = self.pending, None
             if self._lands(pending) and not self.answering_now:
                 raise pending
-
-    def __enter__(self) -> GreenletInterrupts:
-        active = self._here()
-        self._active.append(active)
-        if active:
-            self.depth += 1
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if not self._active.pop():
-            return
-        self.depth -= 1
-        if exc is None:
-            self._release()
 
 
 class TaskPool(celery_gevent.TaskPool):  # type: ignore[misc]  # celery ships no types

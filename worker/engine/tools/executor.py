@@ -36,7 +36,7 @@ from worker.base import metrics
 from worker.base.errors import OutcomeUnknown
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.tracing import OFF as OFF_TRACER
-from worker.base.tracing import ToolSpan, Tracer
+from worker.base.tracing import Settled, ToolSpan, Tracer
 from worker.engine.models.base import ToolCall
 from worker.engine.recorder import Recorder
 from worker.engine.tools.approval import ApprovalPolicy
@@ -104,13 +104,16 @@ class ToolExecutor:
 
     def _settled(self, span: ToolSpan, outcome: ToolOutcome, arguments: Any) -> ToolOutcome:
         spec = self.registry.get(outcome.tool)
+        read_only = None if spec is None else spec.read_only
         span.settled(
-            call_id=outcome.call_id,
-            read_only=None if spec is None else spec.read_only,
-            is_error=outcome.is_error,
-            blocked_reason=outcome.blocked_reason,
-            arguments=arguments,
-            result=outcome.result,
+            Settled(
+                outcome.call_id,
+                read_only,
+                outcome.is_error,
+                outcome.blocked_reason,
+                arguments,
+                outcome.result,
+            )
         )
         return outcome
 

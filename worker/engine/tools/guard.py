@@ -36,7 +36,7 @@ import time
 from collections.abc import Iterable, Iterator
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from types import FrameType, TracebackType
-from typing import Any, Protocol
+from typing import Any, Protocol, Self
 
 from worker.base.errors import Interrupt, Shutdown, SoftLimit, TurnCancelled
 
@@ -192,7 +192,57 @@ class _Trap:
 _TRAP = _Trap()
 
 
-class DeferSignals:
+class CriticalSections:
+    """The critical sections of a run's interrupts, alike for every way to interrupt it:
+    ``with guard:`` defers what lands until the outermost section exits, ``lifted`` lets it in
+    again for a wait with no effect. A way says whether the caller is its run (``_here``: its
+    thread, its greenlet), where the sections' depth lives (``depth``) and what their end
+    raises (``_release``)."""
+
+    depth: int
+    _active: list[bool]
+
+    def _here(self) -> bool:
+        raise NotImplementedError
+
+    def _release(self) -> None:
+        raise NotImplementedError
+
+    @contextmanager
+    def lifted(self) -> Iterator[None]:
+        """Inside a critical section: let interrupts through again, for a wait with no effect of
+        its own. What was noted is raised on entry; the section's deferral resumes on exit."""
+        if not self._here():
+            yield
+            return
+        depth, self.depth = self.depth, 0
+        try:
+            self._release()
+            yield
+        finally:
+            self.depth = depth
+
+    def __enter__(self) -> Self:
+        active = self._here()
+        self._active.append(active)
+        if active:
+            self.depth += 1
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if not self._active.pop():
+            return
+        self.depth -= 1
+        if exc is None:
+            self._release()
+
+
+class DeferSignals(CriticalSections):
     """A run's interrupts: its running window, and the critical sections in which they wait.
 
     ``with guard.running():`` around a run in the main thread arms them; elsewhere (a run in
@@ -298,38 +348,19 @@ class DeferSignals:
         if main is not None:
             signal.pthread_kill(main, NUDGE)
 
-    @contextmanager
-    def lifted(self) -> Iterator[None]:
-        """Inside a critical section: let interrupts through again, for a wait with no effect of
-        its own. What was noted is raised on entry; the section's deferral resumes on exit."""
-        if not (self._armed and threading.current_thread() is threading.main_thread()):
-            yield
-            return
-        depth, _TRAP.depth = _TRAP.depth, 0
-        try:
-            _TRAP.release()
-            yield
-        finally:
-            _TRAP.depth = depth
+    def _here(self) -> bool:
+        return self._armed and threading.current_thread() is threading.main_thread()
 
-    def __enter__(self) -> DeferSignals:
-        active = self._armed and threading.current_thread() is threading.main_thread()
-        self._active.append(active)
-        if active:
-            _TRAP.depth += 1
-        return self
+    @property  # the trap's: signals are per process
+    def depth(self) -> int:
+        return _TRAP.depth
 
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        if not self._active.pop():
-            return
-        _TRAP.depth -= 1
-        if exc is None:
-            _TRAP.release()
+    @depth.setter
+    def depth(self, value: int) -> None:
+        _TRAP.depth = value
+
+    def _release(self) -> None:
+        _TRAP.release()
 
 
 #: this process's way to interrupt a run (``use``)
