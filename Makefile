@@ -119,11 +119,14 @@ clean:
 # servers that hang or die mid-write (chaos/elsewhere.py); KINDS=approval (alone, never drawn
 # otherwise) has every write wait for a person the runner plays, faults around a decision.
 # HOG=N runs N busy loops beside the worker (a host at load) and counts false takeovers.
+# POOL=gevent runs them on `dres worker -P gevent` workers, 50 more turns in flight per trial.
 TRIALS ?= 200
 SEED ?= 1
 NAIVE ?= 0
 KINDS ?=
 HOG ?= 0
+POOL ?= prefork
 chaos: install redis-server
 	$(PY) -m chaos --trials $(TRIALS) --seed $(SEED) $(if $(filter 1,$(NAIVE)),--naive) \
-		$(if $(strip $(KINDS)),--only $(KINDS)) $(if $(filter-out 0,$(HOG)),--hog $(HOG))
+		$(if $(strip $(KINDS)),--only $(KINDS)) $(if $(filter-out 0,$(HOG)),--hog $(HOG)) \
+		--pool $(POOL)

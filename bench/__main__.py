@@ -30,6 +30,11 @@ D5-D6 (issue 23, ``bench.failover_bench``): a Sentinel failover (``SENTINEL FAIL
 M3 (issue 37, ``bench.fanout_bench``): 1,000 SSE watchers of 100 streaming turns on one API
    process: last token -> watcher p99 (target <= 100 ms) and the Redis connections the API holds
    (target <= 20). ``--only fanout`` runs it alone.
+M1-M2 (issue 37, ``bench.many_turns_bench``): 1,000 turns each waiting 5 s on its model then
+   streaming 2 s, on one ``dres worker -P gevent`` per core: wall time / the ideal 7 s (target
+   <= 1.5), prefork ``-c 2`` and ``-c 16`` beside it on smaller batches (extrapolated); the
+   workers' PSS per turn in flight at the peak (target <= 1 MiB). ``--only many-turns`` runs
+   them alone.
 
 Rows 1-3 run in this process (``bench.ledger_bench``), rows 4-5 against a real dres worker
 subprocess (``bench.celery_bench``), row 7 against two (``bench.pickup_bench``), each group on a
@@ -62,6 +67,7 @@ from bench import (
     failover_bench,
     fanout_bench,
     ledger_bench,
+    many_turns_bench,
     pickup_bench,
     scale_bench,
 )
@@ -91,6 +97,7 @@ GROUPS: tuple[Group, ...] = (
     failover_bench.GROUP,
     cost_bench.GROUP,
     fanout_bench.GROUP,
+    many_turns_bench.GROUP,
 )
 #: groups of rows ``--only`` runs alone
 ONLY = {group.name: group.about for group in GROUPS}

@@ -81,6 +81,16 @@ METHOD = [
     "`time.time()` just before its write, p99 over the 1,000 watchers per trial; and the most "
     "TCP connections from the API process to the redis-server, read from `/proc` every 250 ms. "
     "Paces alternate; three trials each, no baseline.",
+    "**M1–M2** `bench.many_turns_bench`: a private redis-server; a scripted model whose one step "
+    "waits 5 s (`delay_s`) and then streams 100 deltas of 4 characters 20 ms apart (2 s). "
+    "1,000 turns (background mode) enqueued as fast as the bench can to one `dres worker -P "
+    "gevent -c 500` per core, each worker warmed up by short turns first; M1 = (last "
+    "`turn_ended` `ts` − the time before the first enqueue) / 7 s. Then, on the same server, one "
+    "prefork `dres worker -c 2` and one of `-c 16`, each on a batch of 8 turns per process (8 "
+    "waves of 7 s): its turns/s, and 1,000 turns at that rate / 7 s (extrapolated). M2: every "
+    "0.5 s the sum of `Pss` in `/proc/PID/smaps_rollup` over each worker's process group and "
+    "the batch's turns whose status is `running`; the figure is PSS / turns running at the "
+    "sample with the most running. One trial per case, no baseline.",
 ]
 
 NOISE = [

@@ -32,15 +32,25 @@ class ScalePlan:
 
 
 @contextlib.contextmanager
-def workers(rt: Runtime, count: int, env: dict[str, str], tmp: Path) -> Iterator[None]:
-    """``count`` workers of one pool process each, ready when each answers a ping."""
+def workers(
+    rt: Runtime,
+    count: int,
+    env: dict[str, str],
+    tmp: Path,
+    concurrency: int = 1,
+    pool: tuple[str, ...] = (),
+) -> Iterator[list[WorkerProcess]]:
+    """``count`` workers of ``concurrency`` pool slots each (``pool``: more worker options,
+    ``("-P", "gevent")``), ready when each answers a ping."""
     names = [f"scale{i}-{os.getpid()}@bench" for i in range(count)]
     started: list[WorkerProcess] = []
     try:
         for name in names:
             log = tmp / f"{name}-{time.monotonic_ns()}.log"
-            extra = (*WORKER_ARGS, "-n", name)
-            started.append(WorkerProcess.start(env, log, concurrency=1, extra=extra, ready=False))
+            extra = (*WORKER_ARGS, *pool, "-n", name)
+            started.append(
+                WorkerProcess.start(env, log, concurrency=concurrency, extra=extra, ready=False)
+            )
         deadline = time.monotonic() + 90
         while True:
             replies = rt.app.control.ping(timeout=0.5) or []
@@ -49,7 +59,7 @@ def workers(rt: Runtime, count: int, env: dict[str, str], tmp: Path) -> Iterator
             if time.monotonic() > deadline:
                 logs = "\n".join(w.log()[-2000:] for w in started)
                 raise TimeoutError(f"workers {names} did not answer a ping:\n{logs}")
-        yield
+        yield started
     finally:
         for worker in started:
             worker.stop()

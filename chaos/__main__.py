@@ -1,4 +1,5 @@
-"""``python -m chaos [--trials N] [--seed S] [--naive] [--only ACTION ...] [--hog N]``: run the
+"""``python -m chaos [--trials N] [--seed S] [--naive] [--only ACTION ...] [--hog N]
+[--pool prefork|gevent]``: run the
 chaos trials; exit 1 on any violation (with ``--naive``: on any but the duplicate effects naive
 resume is there to count)."""
 
@@ -7,6 +8,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from chaos.cluster import POOLS
 from chaos.runner import main
 
 if __name__ == "__main__":
@@ -36,9 +38,18 @@ if __name__ == "__main__":
         help="run N busy loops beside the worker for the whole run (a host at load: no live "
         "run's late heartbeat may look dead; false takeovers are counted)",
     )
+    parser.add_argument(
+        "--pool",
+        choices=POOLS,
+        default="prefork",
+        help="the workers' pool; gevent: 50 more turns in flight in each trial, on "
+        "`dres worker -P gevent` (kill_child and soft_limit are not drawn: chaos.trial)",
+    )
     args = parser.parse_args()
     if "elsewhere" in args.only:  # tools from MCP servers and HTTP APIs: servers of their own
         from chaos.elsewhere import main as elsewhere
 
         sys.exit(elsewhere(args.trials, args.seed, naive=args.naive))
-    sys.exit(main(args.trials, args.seed, naive=args.naive, only=args.only, hog=args.hog))
+    sys.exit(
+        main(args.trials, args.seed, naive=args.naive, only=args.only, hog=args.hog, pool=args.pool)
+    )

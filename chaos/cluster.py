@@ -1,5 +1,6 @@
 """The chaos runner's machines: a redis-server it can kill, restart and pause, a restartable
-prefork worker, and a look into the broker that counts its messages per run."""
+worker (prefork, or ``-P gevent`` with ``pool="gevent"``), and a look into the broker that counts
+its messages per run."""
 
 from __future__ import annotations
 
@@ -45,6 +46,8 @@ class Profile:
 
     concurrency: int = 2
     env: tuple[tuple[str, str], ...] = ()
+    #: Celery's pool: ``prefork``, or ``gevent`` (many turns' chunks as greenlets of one process)
+    pool: str = "prefork"
 
 
 DEFAULT = Profile()
@@ -64,6 +67,28 @@ STORE = Profile(
     )
 )
 
+#: the pools a chaos run's workers may run
+GEVENT = "gevent"
+POOLS = ("prefork", GEVENT)
+#: turns a gevent trial runs beside the one its fault aims at: many turns in flight in the one
+#: process a fault strikes (docs/deploy.md)
+FLIGHT = 50
+#: a gevent worker's greenlets: room for every turn of a trial at once
+GEVENT_CONCURRENCY = 64
+#: a gevent backlog worker's: far fewer than the trial's turns, so that their next chunks wait
+#: in the queue well past the handoff grace, as prefork's one process makes them wait
+GEVENT_BACKLOG_CONCURRENCY = 8
+
+
+def under(pool: str, profile: Profile) -> Profile:
+    """``profile`` as ``pool`` runs it: a gevent worker holds a trial's every turn at once, or,
+    in place of prefork's one process (the backlog's), a few greenlets for its many turns."""
+    if pool != GEVENT:
+        return profile
+    small = profile.concurrency == 1
+    concurrency = GEVENT_BACKLOG_CONCURRENCY if small else GEVENT_CONCURRENCY
+    return Profile(concurrency, profile.env, GEVENT)
+
 
 @dataclass
 class Cluster:
@@ -72,6 +97,8 @@ class Cluster:
     tmp: Path
     #: the worker resumes naively (``DRES_NAIVE=1``): no note, no hard-block, no guard
     naive: bool = False
+    #: the workers' pool (``POOLS``): every profile is run under it
+    pool: str = "prefork"
     server: RedisServer = field(init=False)
     worker: WorkerProcess | None = None
     profile: Profile = DEFAULT
@@ -107,7 +134,7 @@ class Cluster:
     def ensure_worker(self, profile: Profile | None = None) -> None:
         """A live worker of ``profile`` (default: the one running): a dead one is started again,
         one of another profile is stopped first."""
-        wanted = profile or self.profile
+        wanted = under(self.pool, profile or self.profile)
         if self.worker is not None and self.worker.alive() and wanted == self.profile:
             return
         if self.worker is not None:
@@ -119,7 +146,10 @@ class Cluster:
         self.profile = wanted
         log = self.tmp / f"worker-{self.restarts}-{self.switches}.log"
         env = {**self.env, **dict(wanted.env)}
-        self.worker = WorkerProcess.start(env, log, concurrency=wanted.concurrency, ready=False)
+        extra = ("-P", GEVENT) if wanted.pool == GEVENT else ()
+        self.worker = WorkerProcess.start(
+            env, log, concurrency=wanted.concurrency, extra=extra, ready=False
+        )
         self.worker.wait_ready(timeout=30)
 
     def worker_alive(self) -> bool:

@@ -1,4 +1,5 @@
-"""Chaos trials on a real prefork worker and a real redis-server (``make chaos``).
+"""Chaos trials on a real prefork worker and a real redis-server (``make chaos``), or on a
+``dres worker -P gevent`` (``make chaos POOL=gevent``: see below).
 
 Each trial runs one turn of several write tools (one idempotent, one with ``identity``) under a
 ``restart``-mode model, and injects one fault at a random point: SIGKILL of the pool child or of
@@ -28,6 +29,13 @@ write waiting for approval and a fault around a decision (``chaos.approvals``); 
 invariants are checked, and no write ran without an ``approve`` for its signature, none twice
 on one approval.
 
+``pool="gevent"`` runs the same trials on ``dres worker -P gevent`` workers (``-c 64``; the
+backlog's ``-c 8``), each trial with ``FLIGHT`` (50) more turns enqueued beside the one its fault
+aims at, so that a fault strikes a process with many turns in flight; the invariants are checked
+on every turn. A fault that kills a process running a turn explains one takeover of each of the
+trial's turns (they all ran in it). ``chaos.trial.NOT_UNDER_GEVENT`` lists the faults such a run
+does not draw, and why.
+
 ``naive=True`` runs the same trials on a worker started with ``DRES_NAIVE=1`` (no journal note,
 no hard-block, no interrupted-write guard) and counts the duplicate effects that causes.
 """
@@ -40,18 +48,26 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
 from chaos import invariants
 from chaos.approvals import APPROVAL_FAULTS, DECISION_POINTS, Decider
-from chaos.cluster import BrokerCensus, Cluster
+from chaos.cluster import FLIGHT, GEVENT, BrokerCensus, Cluster
 from chaos.failover import SentinelCluster
 from chaos.report import Outcome, TurnResult, naive_table, table
 from chaos.takeovers import WorkerLogs, count, cpu_hog, taken_over
 from chaos.tools import read_effects
-from chaos.trial import APPROVAL, FAILOVER, FAILOVER_FAULTS, FAULTS, RUNNER_FAULTS, Trial
+from chaos.trial import (
+    APPROVAL,
+    FAILOVER,
+    FAILOVER_FAULTS,
+    FAULTS,
+    NOT_UNDER_GEVENT,
+    RUNNER_FAULTS,
+    Trial,
+)
 from ledger import keys
 from ledger.errors import LedgerUnavailable
 from ledger.store import STORE_ERRORS
@@ -62,6 +78,8 @@ from worker.base.logging import configure_logging
 BOUND_S = 40.0
 #: the same for an approval trial's turn, which also waits for three decisions or more
 APPROVAL_BOUND_S = 60.0
+#: the same for a gevent trial's many turns, which share the one process a fault restarts
+FLIGHT_BOUND_S = 60.0
 #: seconds the runner's own reads wait for a Redis that does not answer before the trial fails
 ANSWER_S = 60.0
 #: seconds between looks at the turns (and the broker) while a trial runs
@@ -117,6 +135,8 @@ class Watch:
 
     def run(self) -> None:
         bound = APPROVAL_BOUND_S if self.trial.approval else BOUND_S
+        if self.trial.flight:
+            bound = max(bound, FLIGHT_BOUND_S)
         deadline = time.monotonic() + bound
         # the runner's own faults' time (``faults_s``) is not the turns'
         while len(self.done) < len(self.turn_ids) and time.monotonic() < deadline + self.faults_s:
@@ -233,7 +253,10 @@ def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
     if trial.store:
         exits = cluster.restarts - restarts + (not cluster.worker_alive())
         outcome.violations += invariants.worker_stayed(exits)
-    outcome.takeovers = count(outcome.taken, trial.action, fired, logs.since())
+    # under gevent one process death ends every run of the trial: each turn's takeover is its
+    outcome.takeovers = count(
+        outcome.taken, trial.action, fired, logs.since(), runs=trial.turns if trial.flight else 1
+    )
     outcome.seconds = time.monotonic() - started
     cluster.recover()  # for the next trial, out of this one's time
     return outcome
@@ -276,8 +299,16 @@ def judge(
     )
 
 
-def drawn(only: Collection[str]) -> list[tuple[str, str]]:
-    """The faults a run draws from, given ``only`` (the actions wanted; all when empty)."""
+def drawn(only: Collection[str], pool: str = "prefork") -> list[tuple[str, str]]:
+    """The faults a run draws from, given ``only`` (the actions wanted; all when empty) and the
+    workers' ``pool`` (a gevent run draws none of ``NOT_UNDER_GEVENT``)."""
+    if pool == GEVENT:
+        if APPROVAL in only or FAILOVER in only:
+            raise ValueError("gevent runs draw the default faults (store faults included)")
+        faults = [f for f in drawn(only) if f[0] not in NOT_UNDER_GEVENT]
+        if not faults:
+            raise ValueError(f"{sorted(only)}: not drawn under gevent ({NOT_UNDER_GEVENT})")
+        return faults
     if APPROVAL in only:
         if set(only) != {APPROVAL}:
             raise ValueError(
@@ -298,12 +329,18 @@ def drawn(only: Collection[str]) -> list[tuple[str, str]]:
 
 
 def run(
-    trials: int, seed: int, naive: bool = False, only: Collection[str] = (), hog: int = 0
+    trials: int,
+    seed: int,
+    naive: bool = False,
+    only: Collection[str] = (),
+    hog: int = 0,
+    pool: str = "prefork",
 ) -> tuple[list[Outcome], Cluster]:
     """Run the trials; ``only``: draw just the faults of these actions (all but ``failover``
     and ``approval`` when empty; ``failover`` alone, on a Sentinel set-up; ``approval`` alone,
-    on a worker where writes wait for a person); ``hog``: busy loops beside the worker."""
-    faults = drawn(only)
+    on a worker where writes wait for a person); ``hog``: busy loops beside the worker;
+    ``pool``: the workers' (gevent: ``FLIGHT`` more turns in each trial)."""
+    faults = drawn(only, pool)
     approval = faults == APPROVAL_FAULTS
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="dres-chaos-"))
@@ -311,7 +348,9 @@ def run(
     sentinel = faults == FAILOVER_FAULTS
     if approval:
         configure_logging("WARNING")  # the person's decisions: the trials' lines say enough
-    cluster = SentinelCluster(tmp, naive=naive) if sentinel else Cluster(tmp, naive=naive)
+    cluster = (
+        SentinelCluster(tmp, naive=naive) if sentinel else Cluster(tmp, naive=naive, pool=pool)
+    )
     outcomes: list[Outcome] = []
     try:
         with cpu_hog(hog):
@@ -331,8 +370,10 @@ def trial_loop(
 ) -> None:
     """Draw and run each trial into ``outcomes``, printing its line as it ends."""
     naive, approval = cluster.naive, faults == APPROVAL_FAULTS
+    flight = FLIGHT if cluster.pool == GEVENT else 0
     for index in range(trials):
-        outcome = run_trial(cluster, Trial.draw(rng, naive, faults, approval), script)
+        trial = replace(Trial.draw(rng, naive, faults, approval), flight=flight)
+        outcome = run_trial(cluster, trial, script)
         outcomes.append(outcome)
         mark = "VIOLATION" if outcome.violations else "ok"
         if approval:
@@ -354,13 +395,18 @@ def trial_loop(
 
 
 def main(
-    trials: int, seed: int, naive: bool = False, only: Collection[str] = (), hog: int = 0
+    trials: int,
+    seed: int,
+    naive: bool = False,
+    only: Collection[str] = (),
+    hog: int = 0,
+    pool: str = "prefork",
 ) -> int:
     """Run the trials and print the tables; 1 if any invariant broke (in a naive run: any but
     the duplicate-effect ones, which naive resume is expected to break). ``hog``: busy loops
-    beside the worker for the whole run."""
+    beside the worker for the whole run; ``pool``: the workers'."""
     started = time.monotonic()
-    outcomes, cluster = run(trials, seed, naive, only, hog)
+    outcomes, cluster = run(trials, seed, naive, only, hog, pool)
     print()
     print(table(outcomes))
     if naive:
@@ -368,8 +414,10 @@ def main(
         print(naive_table(outcomes))
     violations = sum(bool(o.violations) for o in outcomes)
     mode = "naive resume" if naive else "dres"
+    turns = sum(len(o.turns) for o in outcomes)
     print(
-        f"\n{len(outcomes)} trials ({mode}), seed {seed}, {violations} with violations, "
+        f"\n{len(outcomes)} trials ({mode}, {pool} workers, {turns} turns), seed {seed}, "
+        f"{violations} with violations, "
         f"{sum(o.duplicates for o in outcomes)} duplicate effects, {cluster.restarts} worker "
         f"restarts, {cluster.switches} worker switches, {time.monotonic() - started:.0f} s"
     )

@@ -61,9 +61,10 @@ def taken_over(events: Sequence[Any]) -> int:
     return sum(1 for e in events if isinstance(e, RunStarted) and e.cause in TAKEOVER_CAUSES)
 
 
-def count(taken: int, action: str, fired: bool, logs: str) -> Takeovers:
-    """``taken``: takeovers in the trial's turns; ``logs``: what the workers logged in it."""
-    deaths = int(fired and action in KILLS) + logs.count(HARD_LIMIT)
+def count(taken: int, action: str, fired: bool, logs: str, runs: int = 1) -> Takeovers:
+    """``taken``: takeovers in the trial's turns; ``logs``: what the workers logged in it;
+    ``runs``: the runs one killed process held (a gevent worker holds every turn's)."""
+    deaths = int(fired and action in KILLS) * runs + logs.count(HARD_LIMIT)
     zombies = sum(logs.count(line) for line in ZOMBIE_LINES)
     return Takeovers(taken, deaths, zombies)
 

@@ -50,6 +50,20 @@ FAULTS: list[tuple[str, str]] = [
     ("backlog", "-"),
     *[(action, point) for action in STORE_FAULTS for point in STORE_POINTS],
 ]
+#: faults a gevent run does not draw, and why: each means something else, or nothing, where a
+#: turn's chunks are greenlets of the worker's one process (docs/deploy.md)
+NOT_UNDER_GEVENT = {
+    # the failpoint SIGKILLs its own process: under gevent that is the whole worker, with every
+    # turn of the trial in it, which is ``kill_worker`` at the same five points (drawn anyway)
+    "kill_child": "SIGKILL of the process running the chunk is kill_worker there: no pool child",
+    # the failpoint sends the process SIGUSR1, prefork's soft limit; a gevent worker's main
+    # process takes SIGUSR1 as Celery's stack dump, and its soft limit is dres's timer in each
+    # greenlet instead, which cuts every turn of every gevent trial anyway (the third step
+    # waits 1 s on the model, the limit is 0.5 s) wherever its many turns are; one landing
+    # inside a write is tests/integration/test_gevent_pool.py's
+    "soft_limit": "its failpoint is SIGUSR1, prefork's soft limit; gevent's is dres's own timer,"
+    " which cuts every turn of every trial",
+}
 #: faults the runner makes itself, given the trial: at point ``-`` once the (first) turn's
 #: stream holds a random number of events, else once the failpoint fired
 RUNNER_FAULTS: dict[str, Callable[[Cluster, Trial], None]] = {
@@ -122,6 +136,9 @@ class Trial:
     #: an approval trial (``chaos.approvals``): every write waits for ``person``'s decisions
     approval: bool = False
     person: Person = field(default_factory=Person)
+    #: turns enqueued beside the one the fault aims at (a gevent run's many turns in flight;
+    #: set after the draw, which it never changes)
+    flight: int = 0
 
     @classmethod
     def draw(
@@ -161,11 +178,15 @@ class Trial:
 
     @property
     def turns(self) -> int:
+        if self.flight:
+            return 1 + self.flight
         return BACKLOG_TURNS if self.backlog else 1
 
     @property
     def fault(self) -> str:
         label = f"backlog x{self.turns}" if self.backlog else self.action
+        if self.flight and not self.backlog:
+            label += f" x{self.turns}"
         if self.approval:
             label = f"{APPROVAL}/{label}"
         if self.how:

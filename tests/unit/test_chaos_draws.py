@@ -4,13 +4,23 @@ own set-ups."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 
 from chaos.approvals import APPROVAL_FAULTS, DECISION_POINTS
+from chaos.cluster import FLIGHT, GEVENT, under
 from chaos.failover import HOWS
 from chaos.runner import drawn
-from chaos.trial import APPROVAL, FAILOVER, FAILOVER_FAULTS, FAULTS, NTH, Trial
+from chaos.trial import (
+    APPROVAL,
+    FAILOVER,
+    FAILOVER_FAULTS,
+    FAULTS,
+    NOT_UNDER_GEVENT,
+    NTH,
+    Trial,
+)
 
 
 def test_a_default_run_draws_every_fault_but_failover_and_approval() -> None:
@@ -78,3 +88,25 @@ def test_an_approval_trials_person_mostly_approves_and_strikes_at_an_early_decis
     assert {t.person.nth for t in trials} == set(range(NTH))
     assert {t.point for t in trials} >= set(DECISION_POINTS)
     assert trials[0].person.decision(100) == ("approve", 0.0)  # past the drawn ones
+
+
+def test_a_gevent_run_draws_the_default_faults_but_those_meaning_another_under_gevent() -> None:
+    """No pool child to kill and no SIGUSR1 soft limit under gevent (``NOT_UNDER_GEVENT`` says
+    why); every other default fault, the store faults included, is drawn."""
+    faults = drawn((), GEVENT)
+    assert {action for action, _ in faults} == {a for a, _ in FAULTS} - set(NOT_UNDER_GEVENT)
+    assert {"kill_worker", "redis_restart", "redis_pause", "backlog"} <= {a for a, _ in faults}
+    with pytest.raises(ValueError, match="gevent"):
+        drawn([FAILOVER], GEVENT)
+
+
+def test_a_gevent_trial_runs_many_turns_on_a_gevent_worker_with_room_for_them() -> None:
+    rng = random.Random(1)
+    trials = [replace(Trial.draw(rng, naive=False), flight=FLIGHT) for _ in range(40)]
+    assert all(t.turns == FLIGHT + 1 for t in trials)
+    for t in trials:
+        profile = under(GEVENT, t.profile)
+        assert profile.pool == GEVENT and profile.env == t.profile.env
+        # a backlog's turns wait in the queue; every other trial's run at once
+        assert (profile.concurrency < t.turns) == t.backlog, t.fault
+    assert under("prefork", trials[0].profile) == trials[0].profile

@@ -16,6 +16,12 @@ def test_only_a_takeover_no_death_explains_is_false() -> None:
     assert (zombie.taken, zombie.deaths, zombie.false) == (1, 1, 1), "a live run said so"
 
 
+def test_one_gevent_worker_killed_explains_a_takeover_of_each_run_it_held() -> None:
+    assert count(51, "kill_worker", True, "", runs=51).false == 0
+    assert count(52, "kill_worker", True, "", runs=51).false == 1
+    assert count(3, "redis_pause", True, "", runs=51).false == 3, "no death: every one is false"
+
+
 def test_takeovers_are_the_runs_started_by_the_reaper_or_a_redelivery() -> None:
     causes = ["first", "reaper", "next_chunk", "redelivery", "continue"]
     events = [RunStarted(**base(run_id=f"r{n}"), cause=cause) for n, cause in enumerate(causes)]

@@ -40,6 +40,11 @@ from worker.edges.redis.sentinel import SENTINEL_TIMEOUT_S, sentinel_options
 
 #: seconds between sweeps that restore a dead worker's unacknowledged messages
 UNACKED_RESTORE_INTERVAL_S = 5
+#: seconds kombu's restore mutex outlives a worker that died holding it (kombu's default: 300):
+#: a gevent worker restores while its greenlets run, so a SIGKILL lands inside a restore often
+#: enough to stall every restore for 5 minutes (``make chaos POOL=gevent``); two restores at once
+#: are safe, each message moves in a transaction that watches the unacked hash
+UNACKED_MUTEX_EXPIRE_S = 2 * UNACKED_RESTORE_INTERVAL_S
 
 
 #: how often a process that fails fast (the API) sends a chunk message again after a failed
@@ -76,6 +81,7 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
         "visibility_timeout": vt,
         "unacked_restore_interval": UNACKED_RESTORE_INTERVAL_S,
         "unacked_restore_throttle": 1,
+        "unacked_mutex_expire": UNACKED_MUTEX_EXPIRE_S,
     }
     fail_fast: dict[str, Any] = {}
     if publish_timeout_s is not None:

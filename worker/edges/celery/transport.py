@@ -48,10 +48,21 @@ of the master in a row while chunks run).
 
 Both channels also mark each chunk message's presence in the broker
 (``worker.edges.celery.marks``), so the reaper asks about a due run without reading the queues.
+
+And both restore the unacknowledged messages of dead workers on their own clock
+(``_RestoresOnItsOwn``). kombu restores them from a timer of the worker's event loop, which only a
+prefork worker runs (seen with kombu 5.7.0, Celery 5.7.0). A gevent worker consumes in Celery's
+``synloop``: ``drain_events(timeout=2.0)``, whose poll only reaches ``maybe_restore_messages``
+when it sees no event at all, but the pending BRPOP answers within its own 1 s timeout (an event,
+read as ``Empty``) first; so unless every greenlet slot is busy (no BRPOP pending), it never
+restores. A gevent worker SIGKILLed with chunk messages received but not started left their turns
+``queued`` for good in a gevent-only deployment (``make chaos POOL=gevent``, ``kill_worker``).
 """
 
 from __future__ import annotations
 
+import time
+from queue import Empty
 from typing import Any
 
 import redis
@@ -77,11 +88,35 @@ class _ClosedConnectionGuard(kombu_redis.Channel):
         return super()._connparams(asynchronous=asynchronous)
 
 
-class Channel(MarkingChannel, _ClosedConnectionGuard):
+class _RestoresOnItsOwn(kombu_redis.Channel):
+    #: monotonic time of this channel's last restore of expired unacknowledged messages
+    _restored_at = 0.0
+
+    def _brpop_read(self, **options: Any) -> Any:
+        try:
+            delivered = super()._brpop_read(**options)
+        except Empty:  # the BRPOP timed out: the queues are idle
+            self._restore_if_due()
+            raise
+        self._restore_if_due()
+        return delivered
+
+    def _restore_if_due(self) -> None:
+        """kombu's restore (mutex-guarded across workers, connection errors swallowed) once per
+        ``unacked_restore_interval``, whichever loop consumes."""
+        now = time.monotonic()
+        if now - self._restored_at >= self.unacked_restore_interval:
+            self._restored_at = now
+            self.connection.cycle.maybe_restore_messages()
+
+
+class Channel(MarkingChannel, _RestoresOnItsOwn, _ClosedConnectionGuard):
     pass
 
 
-class SentinelChannel(MarkingChannel, _ClosedConnectionGuard, kombu_redis.SentinelChannel):
+class SentinelChannel(
+    MarkingChannel, _RestoresOnItsOwn, _ClosedConnectionGuard, kombu_redis.SentinelChannel
+):
     pass
 
 
