@@ -8,7 +8,6 @@ import threading
 from collections.abc import Iterator
 
 import pytest
-import redis
 from test_turns import claim, conditions, create, step_events
 
 from ledger.beats import Heartbeats
@@ -76,11 +75,11 @@ def test_a_turn_gone_is_no_longer_held_and_the_others_renew(
     assert beat.stopped == []
 
 
+# one server only: a cluster's renewals go one by one, through the turn store's own scripts
+@pytest.mark.parametrize("backend", ["fakeredis", "redis-server"], indirect=True)
 def test_a_beat_after_redis_lost_its_scripts_loads_them_again(
     store: TurnStore, leases: dict[str, Lease], client: Client
 ) -> None:
-    if not isinstance(client, redis.Redis):
-        pytest.skip("a cluster's renewals go one by one, through the turn store's own scripts")
     client.script_flush()
 
     beat = Heartbeats(store).beat([(leases["t0"], 8000)], ["t0"])
