@@ -35,6 +35,9 @@ M1-M2 (issue 37, ``bench.many_turns_bench``): 1,000 turns each waiting 5 s on it
    <= 1.5), prefork ``-c 2`` and ``-c 16`` beside it on smaller batches (extrapolated); the
    workers' PSS per turn in flight at the peak (target <= 1 MiB). ``--only many-turns`` runs
    them alone.
+T1 (issue 39, ``bench.tracing_bench``): row 2's tool call inside the executor's tracing hooks,
+   tracing on (the SDK exporting over OTLP/HTTP to a local receiver) beside it off.
+   ``--only tracing`` runs it alone.
 
 Rows 1-3 run in this process (``bench.ledger_bench``), rows 4-5 against a real dres worker
 subprocess (``bench.celery_bench``), row 7 against two (``bench.pickup_bench``), each group on a
@@ -70,6 +73,7 @@ from bench import (
     many_turns_bench,
     pickup_bench,
     scale_bench,
+    tracing_bench,
 )
 from bench.harness import (
     HERE,
@@ -98,6 +102,7 @@ GROUPS: tuple[Group, ...] = (
     cost_bench.GROUP,
     fanout_bench.GROUP,
     many_turns_bench.GROUP,
+    tracing_bench.GROUP,
 )
 #: groups of rows ``--only`` runs alone
 ONLY = {group.name: group.about for group in GROUPS}

@@ -91,6 +91,11 @@ METHOD = [
     "0.5 s the sum of `Pss` in `/proc/PID/smaps_rollup` over each worker's process group and "
     "the batch's turns whose status is `running`; the figure is PSS / turns running at the "
     "sample with the most running. One trial per case, no baseline.",
+    "**T1** `bench.tracing_bench`: a private redis-server; row 2's recorded tool call inside the "
+    "executor's hooks (`Tracer.tool`, `settled`) within a run's span, with the tracer a worker "
+    "builds from `OTEL_EXPORTER_OTLP_ENDPOINT` (the SDK, a batch processor, OTLP/HTTP to a "
+    "receiver on loopback that decodes every span) beside `OFF`, the tracer without an "
+    "endpoint; alternating blocks, ratio on / off.",
 ]
 
 NOISE = [

@@ -32,4 +32,12 @@ def test_every_query_of_the_dashboard_reads_a_series_dres_serves() -> None:
 
     assert queries and dashboard["uid"] and dashboard["title"]
     assert read <= served_names(), sorted(read - served_names())
-    assert {"dres_duplicates_prevented_total", "dres_tool_calls_total"} <= read
+    assert {"dres_duplicates_prevented_total", "dres_tool_calls_total", "dres_tokens_total"} <= read
+
+
+def test_the_dashboard_links_to_the_turns_traces_in_a_traces_data_source() -> None:
+    """Tokens per model beside a link to the traces (docs/tracing.md): a turn is one trace."""
+    dashboard = json.loads(DASHBOARD.read_text())
+    sources = {v["name"]: v for v in dashboard["templating"]["list"] if v["type"] == "datasource"}
+    [link] = dashboard["links"]
+    assert "${traces}" in link["url"] and sources["traces"]["query"] == "tempo"
