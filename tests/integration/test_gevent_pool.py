@@ -262,10 +262,13 @@ def test_sigterm_hands_every_running_turn_to_another_worker(
         wait_for(runtime.ledger, turn_id, ended(), timeout=30, what="the turn's end")
         events = sound(runtime, turn_id)
         assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
-        first, successor = of(events, "run_started")
-        [handed] = of(events, "run_ended", run_id=first.run_id)
-        assert handed.reason == "soft_limit" and "shutting down" in handed.detail, show(events)
-        assert successor.ts - signalled < 5, show(events)
+        # the running chunk hands over at once; a successor the leaving worker had already
+        # taken (its message received before it stopped consuming) hands over as it starts
+        first, *successors, last = of(events, "run_started")
+        for run in (first, *successors):
+            [handed] = of(events, "run_ended", run_id=run.run_id)
+            assert handed.reason == "soft_limit" and "shutting down" in handed.detail, show(events)
+        assert last.ts - signalled < 5, show(events)
         assert [e.reason for e in of(events, "tool_blocked")] == ["completed"], show(events)
     assert emailed(runtime) == Counter(dict.fromkeys(names, 1))
     assert leaving.process.wait(timeout=15) == 0, "the worker's warm shutdown failed"
