@@ -15,16 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from gevent_support import LONG, STOP_WITHIN_S, StartWorker, emailed, greenlets, sound
 from sample_tools import effects
 
-from chaos.invariants import each_run_started_once, nothing_after_turn_ended, runs_closed
-from ledger.events import Event
 from rigs import (
     DIALECTS,
     DONE,
     FakeProvider,
     Reply,
-    WorkerProcess,
     ended,
     fake_provider,
     having,
@@ -39,49 +37,14 @@ from rigs import (
 from rigs.mcp_servers import calls, stdio_entry
 from rigs.openapi_app import ApiServer, requests
 from tests.support.suite import require_sdk
-from worker.demo_tools import outbox
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
 
-StartWorker = Callable[..., WorkerProcess]
-
-#: chunks far longer than any test here: only what a test does ends one early
-LONG = {
-    "DRES_SOFT_LIMIT_S": "30",
-    "DRES_HARD_LIMIT_S": "40",
-    "DRES_BG_SOFT_LIMIT_S": "30",
-    "DRES_BG_HARD_LIMIT_S": "40",
-    "DRES_VISIBILITY_TIMEOUT_S": "90",
-}
 #: the turns of one process at once
 MANY = 50
 #: seconds each of the many turns waits on its model before it streams
 WAIT_S = 2.0
-#: seconds: the contract's "Stop within 2 s even while the provider is silent"
-STOP_WITHIN_S = 2.0
-
-
-def greenlets(start_worker: StartWorker, turns: int = MANY, **overrides: str) -> WorkerProcess:
-    """A ``dres worker -P gevent -c TURNS``."""
-    return start_worker(concurrency=turns, extra=("-P", "gevent"), overrides=overrides)
-
-
-def sound(runtime: Runtime, turn_id: str) -> list[Event]:
-    """The ended turn's events, once its ledger passed the chaos runner's invariants."""
-    envelopes = runtime.ledger.read_turn(turn_id)
-    events = [e.event for e in envelopes]
-    problems = [
-        *nothing_after_turn_ended(envelopes),
-        *runs_closed(envelopes, ended=True),
-        *each_run_started_once(events),
-    ]
-    assert not problems, (problems, show(events))
-    return events
-
-
-def emailed(runtime: Runtime) -> Counter[str]:
-    return Counter(mail["to"] for mail in outbox(runtime.redis))
 
 
 def streaming(to: str) -> dict[str, Any]:

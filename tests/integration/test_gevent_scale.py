@@ -10,16 +10,15 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from gevent_support import LONG, STOP_WITHIN_S, StartWorker, emailed, greenlets, sound
 from sample_tools import effects
 
-from chaos.invariants import each_run_started_once, nothing_after_turn_ended, runs_closed
 from ledger.events import Event
 from rigs import (
     DIALECTS,
     DONE,
     FakeProvider,
     Reply,
-    WorkerProcess,
     ended,
     fake_provider,
     having,
@@ -32,21 +31,10 @@ from rigs import (
     wait_until,
 )
 from tests.support.suite import require_sdk
-from worker.demo_tools import outbox
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
 
-StartWorker = Callable[..., WorkerProcess]
-
-#: chunks far longer than any test here: only what a test does ends one early
-LONG = {
-    "DRES_SOFT_LIMIT_S": "30",
-    "DRES_HARD_LIMIT_S": "40",
-    "DRES_BG_SOFT_LIMIT_S": "30",
-    "DRES_BG_HARD_LIMIT_S": "40",
-    "DRES_VISIBILITY_TIMEOUT_S": "90",
-}
 #: the issue's acceptance figures
 GREENLETS = 500
 TURNS = 200
@@ -56,28 +44,6 @@ WAIT_S, STREAM_S = 4.0, 1.0
 WITHIN_S = 45.0
 #: bytes of the worker's process group (PSS), at most
 PSS_MAX = 1 << 30
-#: seconds: Stop lands within them even while the provider is silent
-STOP_WITHIN_S = 2.0
-
-
-def greenlets(start_worker: StartWorker, n: int, **overrides: str) -> WorkerProcess:
-    """A ``dres worker -P gevent -c N``: one process."""
-    worker = start_worker(concurrency=n, extra=("-P", "gevent"), overrides=overrides)
-    assert worker.children() == [], "one process: no pool children"
-    return worker
-
-
-def sound(runtime: Runtime, turn_id: str) -> list[Event]:
-    """The ended turn's events, once its ledger passed the chaos runner's invariants."""
-    envelopes = runtime.ledger.read_turn(turn_id)
-    events = [e.event for e in envelopes]
-    problems = [
-        *nothing_after_turn_ended(envelopes),
-        *runs_closed(envelopes, ended=True),
-        *each_run_started_once(events),
-    ]
-    assert not problems, (problems, show(events))
-    return events
 
 
 def all_ended(
@@ -91,10 +57,6 @@ def all_ended(
         return not left
 
     wait_until(done, timeout=timeout, what=f"the turns' ends ({len(left)} left)", interval=0.25)
-
-
-def emailed(runtime: Runtime) -> Counter[str]:
-    return Counter(mail["to"] for mail in outbox(runtime.redis))
 
 
 def test_two_hundred_turns_on_one_process_end_within_45_s_each_write_once_under_1_gib(
