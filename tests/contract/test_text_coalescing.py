@@ -1,12 +1,15 @@
 """Coalesced streaming: the recorder writes a window's text deltas as one ``text`` event, before
 anything else of the run, and an interrupt never leaves streamed text unwritten.
 
-Each test runs on fakeredis and on a real redis-server (the ``client`` fixture).
+Each test runs on fakeredis and on a real redis-server (the ``client`` fixture), with the run's
+own flusher thread (a prefork process's) and the process's shared one (a gevent worker's,
+``worker.engine.flushes``).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from sample_tools import SimulatedSoftLimit
 from ledger.events import Event, ModelDone, ModelStart, Resumed, RunEnded, Text, ToolStart
 from rigs import poll
 from worker.base.settings import load_settings
+from worker.engine import flushes
 from worker.engine.history import Conversation
 from worker.engine.loop import AgentLoop
 from worker.engine.models import make_model
@@ -26,6 +30,14 @@ from worker.engine.recorder import Recorder
 #: a window no test waits out: text reaches the ledger only by size or before another event
 NEVER_MS = 600_000
 LONG = "".join(f"{i:04d}" for i in range(60))  # 240 characters, 60 deltas of 4
+
+
+@pytest.fixture(autouse=True, params=["own", "shared"])
+def flusher(request: pytest.FixtureRequest) -> Iterator[str]:
+    """Who writes a window's text: the run's own flusher thread, or the process's shared one."""
+    flushes.use(request.param == "shared")
+    yield request.param
+    flushes.use(False)
 
 
 @pytest.fixture

@@ -170,10 +170,8 @@ class Runtime:
         return Reaper(self.lifecycle)
 
     def loop(self, turn_id: str, interrupts: tuple[type[BaseException], ...]) -> AgentLoop:
-        cancelled = self.lifecycle.is_cancelled
-        clock = CancellableClock(
-            self.clock, lambda: cancelled(turn_id), self.settings.cancel_poll_s
-        )
+        polled = self.lifecycle.stop_polled
+        clock = CancellableClock(self.clock, lambda: polled(turn_id), self.settings.cancel_poll_s)
         return AgentLoop(
             ledger=self.ledger,
             registry=self.registry,
@@ -182,7 +180,8 @@ class Runtime:
             clock=clock,
             ids=self.ids,
             interrupts=interrupts,
-            is_cancelled=cancelled,
+            is_cancelled=self.lifecycle.is_cancelled,
+            stop_polled=polled,
             tool_redis=self.redis,
             failpoints=self.failpoints,
             cache=self.events,

@@ -105,6 +105,7 @@ class AgentLoop:
         ids: Ids,
         interrupts: tuple[type[BaseException], ...] = (),
         is_cancelled: Callable[[str], bool] = lambda turn_id: False,
+        stop_polled: Callable[[str], bool] | None = None,
         guard: Interrupts | None = None,
         tool_redis: Any = None,
         failpoints: Failpoints = OFF,
@@ -122,7 +123,10 @@ class AgentLoop:
         self.clock = clock
         self.ids = ids
         self.interrupts = interrupts
+        #: Stop requested? Redis asked at each safe point; as the heartbeat last read it, while
+        #: a model streams
         self.is_cancelled = is_cancelled
+        self.stop_polled = stop_polled or is_cancelled
         #: the run's interrupts, this process's way (prefork's signals, gevent's greenlets)
         self.guard = guard or for_a_run()
         self.tool_redis = tool_redis
@@ -335,7 +339,7 @@ class AgentLoop:
                 calls.append(item)
             if self.clock.now() - checked >= self.settings.cancel_poll_s:
                 checked = self.clock.now()
-                if self.is_cancelled(turn_id):
+                if self.stop_polled(turn_id):
                     raise TurnCancelled("Stop requested")
         return calls, usage
 

@@ -6,8 +6,9 @@ the loop rebuilds its prompt without reading Redis again.
 
 Streamed text is coalesced (``stream_text``): the deltas of a window (``flush_s``) or of a size
 bound (``flush_chars``) become one ``text`` event. Whatever else the run records writes the
-buffered text first, in the same append; a flusher thread of the run's own writes it when the
-window ends while the model pauses, so a watcher still sees it within the window. A stream that
+buffered text first, in the same append; a flusher thread of the run's own (or, in a process
+of many runs, the process's: ``worker.engine.flushes``) writes it when the window ends while
+the model pauses, so a watcher still sees it within the window. A stream that
 goes quiet ends its window early: when no delta came for ``QUIET_GAPS`` times the stream's own
 pace (its recent gap between deltas; never less than ``1 / QUIET_FLOOR`` of the window), the text
 is written then. A steady stream still fills whole windows — its gaps never reach that — while the
@@ -39,6 +40,8 @@ from ledger.lease import Lease
 from ledger.store import Ledger
 from worker.base import metrics
 from worker.base.clock import Clock, Ids
+from worker.engine import flushes
+from worker.engine.flushes import Pending
 from worker.engine.tools.guard import keep_signals_off_this_thread
 
 E = TypeVar("E", bound=Event)
@@ -171,6 +174,10 @@ class Recorder:
         #: a gap as long as the window is a pause, not the pace, and is left out
         self._pace: float | None = None
         self._flusher: threading.Thread | None = None
+        #: the process's flusher of every run's text (a gevent worker's), else None: our own
+        self._shared = flushes.shared()
+        #: the text the shared flusher is writing (``take_due`` .. ``written``)
+        self._writing: Text | None = None
         #: monotonic seconds the flusher sleeps until (inf: until text comes)
         self._wake_at = math.inf
         self._closed = False
@@ -257,6 +264,11 @@ class Recorder:
             if self.flush_s <= 0 or self._pending_chars >= self.flush_chars:
                 with self.guard:
                     self._write(())
+            elif self._shared is not None:
+                due = self._due()
+                if first or due < self._wake_at:
+                    self._wake_at = due
+                    self._shared.schedule(self, due)
             elif self._flusher is None:
                 self._flusher = threading.Thread(
                     target=self._flush_when_due, name=f"dres-text-{self.run.run_id}", daemon=True
@@ -284,6 +296,42 @@ class Recorder:
             self._closed = True
             self._wake.notify()
         metrics.flush_appends()
+
+    # -- the process's shared flusher (``worker.engine.flushes``) ---------------------------
+
+    def take_due(self, by: float) -> Pending | None:
+        """The buffered text as one event when its window ends by ``by``, this run's lock then
+        held until ``written``; None when nothing is due: the run is writing (which takes the
+        text), it ended, or its window ends later (looked at again then)."""
+        assert self._shared is not None
+        if not self._lock.acquire(blocking=False):
+            self._shared.schedule(self, by + flushes.SLACK_S)
+            return None
+        if not self._closed and self._pending:
+            due = self._due()
+            if due <= by:
+                self._wake_at = math.inf
+                self._writing = self._take_text()
+                if self._writing is not None:
+                    return Pending(self._writing, self.run.lease, self.ledger)
+            else:
+                self._wake_at = due
+                self._shared.schedule(self, due)
+        self._lock.release()
+        return None
+
+    def written(self, made: str | Exception) -> None:
+        """The shared flusher wrote the text ``take_due`` took (``made``: its stream id), or could
+        not (the run meets the error at its next write); the run's lock released."""
+        try:
+            if isinstance(made, Exception):
+                log.warning("streamed text could not be written", error=repr(made))
+                self._failed = made
+            elif self._writing is not None:
+                self.events.append(self._writing)
+        finally:
+            self._writing = None
+            self._lock.release()
 
     # -- inside the lock -------------------------------------------------------------------
 

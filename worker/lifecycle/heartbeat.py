@@ -20,6 +20,10 @@ A process that runs many chunks at once (``dres worker -P gevent -c N``, docs/de
 "thread" is a greenlet, chooses ``BatchedBeats`` instead (``use``, from its pool): one tick for
 every run, at which every held turn's Stop flag is read and every due lease renewed in one round
 trip (``ledger.beats``), with the same lease and Stop semantics as a run's own beats.
+
+What a heartbeat last read of its turn's Stop flag is the answer of ``stop_seen``: the run's
+frequent looks (between two deltas of a stream, in a sleep) read it instead of asking Redis, so a
+process of many runs asks once per tick for all of them, not once per look per run.
 """
 
 from __future__ import annotations
@@ -79,6 +83,11 @@ class Heartbeat:
         self.stop_seen = False
         #: monotonic seconds of the next tick (the process's heartbeat thread keeps it)
         self.next_tick = 0.0
+
+    @property
+    def watches(self) -> bool:
+        """Does this heartbeat read its turn's Stop flag (and so know it)?"""
+        return self.on_stop is not None
 
     def __enter__(self) -> Heartbeat:
         self.renew_at = self.clock.now() + self.interval_s
@@ -174,12 +183,16 @@ class Beats:
         self.pid = os.getpid()
         self._wake = threading.Condition()
         self._runs: list[Heartbeat] = []
+        #: the heartbeats that read their turn's Stop flag, by turn (``stop_seen``)
+        self.watching: dict[str, Heartbeat] = {}
         self._thread: threading.Thread | None = None
 
     def join(self, beat: Heartbeat) -> None:
         with self._wake:
             beat.next_tick = time.monotonic() + beat.tick_s
             self._runs.append(beat)
+            if beat.watches:
+                self.watching[beat.run.turn_id] = beat
             if self._thread is None:
                 self._thread = threading.Thread(
                     target=self._loop, name="dres-heartbeat", daemon=True
@@ -191,6 +204,8 @@ class Beats:
         with self._wake:
             if beat in self._runs:
                 self._runs.remove(beat)
+            if self.watching.get(beat.run.turn_id) is beat:
+                del self.watching[beat.run.turn_id]
 
     def _loop(self) -> None:
         # The soft limit (SIGUSR1) and shutdown signals must reach the run's thread: delivered to
@@ -283,6 +298,19 @@ def use(kind: type[Beats]) -> None:
     """Choose this process's heartbeat, once, at its start (from its pool)."""
     global _kind
     _kind = kind
+
+
+def stop_seen(turn_id: str) -> bool | None:
+    """What this process's heartbeat of ``turn_id`` last read of its Stop flag (at most a
+    ``DRES_CANCEL_POLL_S`` tick old; True once seen); None when no heartbeat of this process
+    reads it (the caller asks Redis)."""
+    beats = _process_beats
+    if beats is None or beats.pid != os.getpid():
+        return None
+    beat = beats.watching.get(turn_id)
+    if beat is None or beat.stopping.is_set():
+        return None
+    return beat.stop_seen
 
 
 def _beats() -> Beats:

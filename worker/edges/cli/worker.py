@@ -29,6 +29,7 @@ from worker.edges.redis.clients import expect_chunks
 from worker.edges.redis.durability import check_durability
 from worker.edges.redis.policy import check_stores
 from worker.edges.runtime import Runtime
+from worker.engine import flushes
 from worker.engine.models import preload_sdks
 from worker.engine.tools import guard
 from worker.engine.tools.approval import ApprovalPolicy
@@ -55,7 +56,8 @@ class Pool:
     #: the process's heartbeat (``worker.lifecycle.heartbeat.use``)
     heartbeats: type[Beats] = Beats
     #: whether one process runs all ``--concurrency`` chunks (else one each): its ledger
-    #: client's connection pool is sized for them
+    #: client's connection pool is sized for them, and one flusher writes every run's streamed
+    #: text (``worker.engine.flushes.use``)
     chunks_share_a_process: bool = False
 
 
@@ -126,6 +128,7 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     start = celery_worker(app, argv, quiet=settings.log_format == "json", pool=pool.celery_pool)
     guard.use(pool.interrupts)
     heartbeat.use(pool.heartbeats)
+    flushes.use(pool.chunks_share_a_process)
     pool.hand_over()
     load_before_fork(runtime)
     check_stores(settings)  # after the checks that need no Redis; its gauge after prepare()

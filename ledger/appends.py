@@ -1,0 +1,56 @@
+"""One event appended to each of many turns in one round trip (``append_each``).
+
+A process running many chunks at once (a gevent worker, docs/deploy.md) writes the buffered
+text of every run whose window ended together instead of a round trip per run: each append is
+the same fenced XADD as ``Ledger.append`` (the run's next stream id, NOMKSTREAM), sent in one
+pipeline. Only the appends the pipeline made are taken as made; any other (refused, the stream
+gone, Redis away, the reply lost) is left for ``Ledger.append`` to make alone: it sends the same
+stream id, so an append that landed unseen is found there, never repeated.
+
+On a Redis Cluster the turns' streams live on different nodes; there each is appended alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from redis.cluster import RedisCluster
+
+from ledger.codec import FIELD, encode, text
+from ledger.events import Event
+from ledger.lease import Lease
+from ledger.store import STORE_ERRORS, Ledger
+
+#: an append's outcome: its stream id, or why the pipeline did not make it (None: not tried)
+Made = str | Exception | None
+
+
+def append_each(ledger: Ledger, items: Sequence[tuple[Event, Lease]]) -> list[Made]:
+    """Append each ``(event, lease)`` (one per turn) in one round trip: for each, its stream id
+    (the lease moved on, as ``Ledger.append`` moves it) or what kept it from being made, which
+    the caller hands to ``Ledger.append``."""
+    if not items:
+        return []
+    if isinstance(ledger.client, RedisCluster):
+        return [None] * len(items)
+    pipe = ledger.client.pipeline(transaction=False)
+    for event, lease in items:
+        payload = encode(event, lease.opened)
+        pipe.execute_command(  # type: ignore[no-untyped-call]
+            "XADD", lease.stream, "NOMKSTREAM", lease.next_id(), FIELD, payload
+        )
+    try:
+        replies: list[Any] = pipe.execute(raise_on_error=False)
+    except STORE_ERRORS as e:  # some may have landed: each is sent again alone, at its id
+        return [e] * len(items)
+    made: list[Made] = []
+    for (event, lease), reply in zip(items, replies, strict=True):
+        sid = lease.next_id()
+        if isinstance(reply, Exception) or reply is None or text(reply) != sid:
+            made.append(reply if isinstance(reply, Exception) else None)
+            continue
+        lease.seq += 1
+        lease.last = (event.event_id, sid)
+        made.append(sid)
+    return made
