@@ -123,8 +123,7 @@ class AgentLoop:
         self.clock = clock
         self.ids = ids
         self.interrupts = interrupts
-        #: Stop requested? Redis asked at each safe point; as the heartbeat last read it, while
-        #: a model streams
+        #: Stop requested? Redis asked at safe points; the heartbeat's last read while streaming
         self.is_cancelled = is_cancelled
         self.stop_polled = stop_polled or is_cancelled
         #: the run's interrupts, this process's way (prefork's signals, gevent's greenlets)
