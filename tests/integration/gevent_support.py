@@ -1,5 +1,6 @@
-"""What the gevent pool's suites share (``test_gevent_pool``, ``test_gevent_scale``): the worker,
-its settings, and the checks a turn's ledger must pass once it ended."""
+"""What the gevent pool's suites share (``test_gevent_pool``, ``test_gevent_scale``,
+``test_gevent_restore``): the worker, its settings, and the checks a turn's ledger must pass once
+it ended."""
 
 from __future__ import annotations
 

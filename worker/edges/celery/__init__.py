@@ -6,8 +6,13 @@ tripwire test that fails if the workaround goes while the bug stays:
 - ``transport``: kombu's Redis transport restores unacknowledged messages through a connection
   Celery already collected after a broker restart (``'NoneType' object has no attribute
   'hostname'``, celery/kombu#970, celery/celery#10205, #10302) -- tripwire
-  ``tests/integration/test_broker_transport_kombu.py``; and a Sentinel connection that moves to the
-  next Sentinel's URL drops dres's transport -- ``tests/unit/test_broker_transport.py``.
+  ``tests/integration/test_broker_transport_kombu.py``; a Sentinel connection that moves to the
+  next Sentinel's URL drops dres's transport -- ``tests/unit/test_broker_transport.py``; and
+  kombu restores a dead worker's unacknowledged messages only from prefork's event loop, never
+  under the gevent pool (celery/celery#4976) -- ``tests/integration/test_gevent_restore.py``.
+- ``app``: kombu's restore mutex, left held by a worker killed inside a restore, blocks every
+  restore for 300 s (kombu's ``unacked_mutex_expire``); dres's expires after 10 s --
+  ``tests/integration/test_gevent_restore.py``.
 - ``pool``: the prefork pool re-registers a dead child's ``None`` sentinel (celery/kombu#2623) and a
   dead child's recycled result pipe (celery/celery#4185) after a consumer restart --
   ``tests/integration/test_worker_pool.py``.

@@ -43,7 +43,8 @@ UNACKED_RESTORE_INTERVAL_S = 5
 #: seconds kombu's restore mutex outlives a worker that died holding it (kombu's default: 300):
 #: a gevent worker restores while its greenlets run, so a SIGKILL lands inside a restore often
 #: enough to stall every restore for 5 minutes (``make chaos POOL=gevent``); two restores at once
-#: are safe, each message moves in a transaction that watches the unacked hash
+#: are safe, each message moves in a transaction that watches the unacked hash. Tripwire:
+#: ``tests/integration/test_gevent_restore.py`` (a mutex left held delays the restore briefly)
 UNACKED_MUTEX_EXPIRE_S = 2 * UNACKED_RESTORE_INTERVAL_S
 
 

@@ -56,7 +56,10 @@ prefork worker runs (seen with kombu 5.7.0, Celery 5.7.0). A gevent worker consu
 when it sees no event at all, but the pending BRPOP answers within its own 1 s timeout (an event,
 read as ``Empty``) first; so unless every greenlet slot is busy (no BRPOP pending), it never
 restores. A gevent worker SIGKILLed with chunk messages received but not started left their turns
-``queued`` for good in a gevent-only deployment (``make chaos POOL=gevent``, ``kill_worker``).
+``queued`` for good in a gevent-only deployment (``make chaos POOL=gevent``, ``kill_worker``);
+celery/celery#4976 reports the gevent pool's missing restore since Celery 4.2. Test:
+``tests/integration/test_gevent_restore.py`` (a killed gevent worker's unstarted chunk is restored
+by a gevent worker) fails without it.
 """
 
 from __future__ import annotations
