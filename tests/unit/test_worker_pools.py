@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from worker.base.settings import Settings
+from worker.edges.celery.app import create_app
 from worker.edges.cli.pools import concurrency_option, patch_for, pool_option
 from worker.edges.cli.worker import POOLS
 from worker.edges.redis import clients
@@ -75,3 +76,16 @@ def test_a_gevent_worker_beats_all_its_runs_together_and_prefork_each_run_alone(
         True,
         False,
     )
+
+
+def test_a_gevent_workers_broker_channel_may_open_a_connection_for_each_chunk(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kombu's channel refuses an 11th Redis connection by default: 500 chunks acking together
+    (after a broker restart) would see "Couldn't ack" and their messages delivered again."""
+    monkeypatch.setattr(clients, "_chunks", 1)
+    settings = Settings(redis_url="redis://127.0.0.1:1/0")
+    assert create_app(settings).conf.broker_transport_options["max_connections"] == REDIS_PY_POOL
+    clients.expect_chunks(500)
+    options = create_app(settings).conf.broker_transport_options
+    assert options["max_connections"] == pool_size(500) > 500

@@ -36,6 +36,7 @@ from worker.base.settings import Settings
 from worker.edges.celery import pool as prefork
 from worker.edges.celery import transport as broker
 from worker.edges.celery.names import CHUNK_TASK, CHUNK_TASK_BACKGROUND, CHUNK_TASKS
+from worker.edges.redis.clients import chunks_expected, pool_size
 from worker.edges.redis.sentinel import SENTINEL_TIMEOUT_S, sentinel_options
 
 #: seconds between sweeps that restore a dead worker's unacknowledged messages
@@ -83,6 +84,11 @@ def create_app(settings: Settings, *, publish_timeout_s: float | None = None) ->
         "unacked_restore_interval": UNACKED_RESTORE_INTERVAL_S,
         "unacked_restore_throttle": 1,
         "unacked_mutex_expire": UNACKED_MUTEX_EXPIRE_S,
+        # kombu's channel opens at most 10 Redis connections and refuses an 11th at once
+        # (MaxConnectionsError): a gevent worker's chunks ack together, all of them after a
+        # broker restart, and a refused ack ("Couldn't ack") leaves the message to be delivered
+        # again after the visibility timeout (``make chaos POOL=gevent``); sized as the ledger's
+        "max_connections": pool_size(chunks_expected()),
     }
     fail_fast: dict[str, Any] = {}
     if publish_timeout_s is not None:

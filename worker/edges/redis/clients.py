@@ -50,6 +50,11 @@ def expect_chunks(chunks: int) -> None:
     _chunks = max(1, chunks)
 
 
+def chunks_expected() -> int:
+    """Chunks this process runs at once (1 unless ``expect_chunks`` said otherwise)."""
+    return _chunks
+
+
 def pool_size(chunks: int) -> int:
     """Connections a worker's ledger pool may open for ``chunks`` chunks at once: two each (a
     run's commands and its text flusher's may overlap), beyond a command that would find none
