@@ -6,12 +6,14 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Callable
+from typing import Any
 
 from chaos.invariants import each_run_started_once, nothing_after_turn_ended, runs_closed
 from ledger.events import Event
 from rigs import WorkerProcess, show
 from worker.demo_tools import outbox
 from worker.edges.runtime import Runtime
+from worker.lifecycle.dispatch import run_ids
 
 StartWorker = Callable[..., WorkerProcess]
 
@@ -45,6 +47,13 @@ def sound(runtime: Runtime, turn_id: str) -> list[Event]:
     ]
     assert not problems, (problems, show(events))
     return events
+
+
+def held_by_broker(runtime: Runtime) -> set[str]:
+    """Run ids of the chunk messages held unacknowledged in kombu's Redis transport."""
+    with runtime.app.connection_for_read() as connection:
+        channel: Any = connection.default_channel
+        return run_ids(channel.client.hvals(channel.unacked_key))
 
 
 def emailed(runtime: Runtime) -> Counter[str]:

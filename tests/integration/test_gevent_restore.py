@@ -15,12 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from gevent_support import StartWorker, emailed, sound
+from gevent_support import StartWorker, emailed, held_by_broker, sound
 
 from rigs import DONE, WorkerProcess, of, send, show, think, wait_until
 from worker.edges.celery.app import UNACKED_MUTEX_EXPIRE_S, UNACKED_RESTORE_INTERVAL_S
 from worker.edges.runtime import Runtime
-from worker.lifecycle.dispatch import run_ids
 
 pytestmark = pytest.mark.redis_server
 
@@ -35,13 +34,6 @@ TURNS = 4
 DYING_C, PREFETCH = 2, 4
 #: seconds of slack for a loaded machine (worker start, the chunk's own steps)
 SLACK_S = 8.0
-
-
-def held_by_broker(runtime: Runtime) -> set[str]:
-    """Run ids of the chunk messages held unacknowledged in kombu's Redis transport."""
-    with runtime.app.connection_for_read() as connection:
-        channel: Any = connection.default_channel
-        return run_ids(channel.client.hvals(channel.unacked_key))
 
 
 def started(runtime: Runtime, turn_id: str) -> bool:
