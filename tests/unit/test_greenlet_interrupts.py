@@ -22,6 +22,7 @@ def no_shutdown() -> Iterator[None]:
     yield
     GreenletInterrupts.draining = False
     GreenletInterrupts.running_now.clear()
+    GreenletInterrupts.tasks_now.clear()
 
 
 def run(
@@ -117,3 +118,29 @@ def test_nothing_lands_once_the_task_is_over() -> None:
     guard.stop()
     gevent.sleep(0.05)
     assert notes == ["done"] and g.successful()
+
+
+def test_a_chunk_celery_ends_before_its_run_began_hands_over_as_it_begins() -> None:
+    """Celery ends a chunk whose claim waits on a Redis that went away (its broker connection
+    lost): the greenlet is not killed there, after the claim and before the run, where it would
+    leave its turn held until the lease ran out; its run hands over as it begins."""
+    guard, notes = GreenletInterrupts(), []
+
+    def chunk() -> None:
+        with guard.limited(None):
+            gevent.sleep(0.1)  # the claim's round trips
+            notes.append("claimed")
+            try:
+                with guard.running():
+                    notes.append("ran")
+            except Shutdown:
+                notes.append("Shutdown")
+
+    g = gevent.spawn(chunk)
+    gevent.sleep(0.02)
+    found = GreenletInterrupts.of(g)
+    assert found is guard
+    found.terminate()
+    g.join(2)
+    assert notes == ["claimed", "Shutdown"] and g.successful()
+    assert GreenletInterrupts.of(g) is None  # its task is over

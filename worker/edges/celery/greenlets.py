@@ -54,6 +54,8 @@ class GreenletInterrupts(CriticalSections):
 
     #: the runs of this process inside their running window (a shutdown interrupts each)
     running_now: ClassVar[set[GreenletInterrupts]] = set()
+    #: the runs of this process inside their chunk's task (Celery may end any: ``terminate``)
+    tasks_now: ClassVar[set[GreenletInterrupts]] = set()
     #: the worker's shutdown began: a run that starts now hands over at once
     draining: ClassVar[bool] = False
 
@@ -67,6 +69,8 @@ class GreenletInterrupts(CriticalSections):
         self.in_run = False
         self.answering_now = False
         self.stop_sent = False
+        #: Celery ended the chunk before its run began: the run hands over as it begins
+        self.terminated = False
         self._active: list[bool] = []
 
     @property
@@ -117,10 +121,12 @@ class GreenletInterrupts(CriticalSections):
             timer = gevent.get_hub().loop.timer(soft_limit_s)
             timer.start(self._deliver, SoftLimit("the chunk's soft time limit"))
         self.in_task = True
+        self.tasks_now.add(self)
         try:
             yield
         finally:
             self.in_task = False
+            self.tasks_now.discard(self)
             if timer is not None:
                 timer.close()
 
@@ -130,7 +136,7 @@ class GreenletInterrupts(CriticalSections):
         self.in_run, self.pending, self.stop_sent = True, None, False
         self.running_now.add(self)
         try:
-            if self.draining:
+            if self.draining or self.terminated:
                 raise Shutdown("the worker is shutting down")
             yield
         finally:
@@ -157,10 +163,18 @@ class GreenletInterrupts(CriticalSections):
             self.stop_sent = True
             self._send(TurnCancelled("Stop requested"))
 
+    def terminate(self) -> None:
+        """Celery ends the chunk (``TaskPool.terminate_job``): a running run hands over at its
+        next safe point; one not running yet (its claim under way, on a Redis that went away)
+        as it begins; one past its run ends as it would."""
+        self.terminated = True
+        if self.in_run:
+            self._send(Shutdown("the worker is shutting down"))
+
     @classmethod
     def of(cls, task: greenlet) -> GreenletInterrupts | None:
-        """The run that runs in ``task``'s greenlet now, if one does."""
-        return next((run for run in cls.running_now if run.greenlet is task), None)
+        """The run whose chunk's task runs in ``task``'s greenlet now, if one does."""
+        return next((run for run in cls.tasks_now if run.greenlet is task), None)
 
     @classmethod
     def shut_down(cls) -> None:
@@ -181,11 +195,13 @@ class GreenletInterrupts(CriticalSections):
 
 class TaskPool(celery_gevent.TaskPool):  # type: ignore[misc]  # celery ships no types
     """Celery's gevent pool, whose ``terminate_job`` hands a dres run ``Shutdown`` at its next
-    safe point instead of killing its greenlet wherever it is."""
+    safe point instead of killing its greenlet wherever it is: between a tool's effect and its
+    record, or after its claim and before its run began (a run killed there leaves its turn
+    held until its lease runs out: a takeover with no death to explain it)."""
 
     def terminate_job(self, pid: int, signal: int | None = None) -> None:
         run = GreenletInterrupts.of(self._pool_map.get(pid))
         if run is None:
             super().terminate_job(pid, signal)
             return
-        run._send(Shutdown("the worker is shutting down"))
+        run.terminate()
