@@ -10,6 +10,11 @@ METHOD = [
     "inside `DeferSignals` `Recorder.record(ToolStart)` and `Recorder.make(ToolDone)` + "
     "`record_many` (both one fenced XADD), vs two raw XADDs of pre-serialised payloads of the "
     "same sizes (~500 B each); p50 per call pair per block.",
+    "**2g** (issue 37) row 2's blocks in a subprocess (`bench.gevent_tool_call`) that first "
+    "patches the standard library as `dres worker -P gevent` does "
+    "(`worker.edges.cli.pools.patch_for`) and runs them in a greenlet with a greenlet's "
+    "interrupts (`GreenletInterrupts`): dres's recording and the two raw XADDs both on gevent's "
+    "cooperative sockets, one redis-py client, alternating blocks; p50 per call pair per block.",
     "**3** `build_journal(ledger.events(turn))` (paged XRANGE, pydantic decode, fold) vs a "
     "raw paged XRANGE (COUNT 1000) + `json.loads` of each entry; streams of ~500-byte tool "
     "events written once; alternating repeats.",
@@ -32,11 +37,6 @@ METHOD = [
     "5 calls of a no-op write tool `bench_tools.record(n)` then answering, enqueued by the bench "
     "process as fast as it can; first enqueue -> last `turn_ended` `ts`. Baseline: N plain "
     "no-op tasks (one INCR each to detect the end), first send -> the last one's finish.",
-    "**2g** (issue 37) row 2's blocks in a subprocess (`bench.gevent_tool_call`) that first "
-    "patches the standard library as `dres worker -P gevent` does "
-    "(`worker.edges.cli.pools.patch_for`) and runs them in a greenlet with a greenlet's "
-    "interrupts (`GreenletInterrupts`): dres's recording and the two raw XADDs both on gevent's "
-    "cooperative sockets, one redis-py client, alternating blocks; p50 per call pair per block.",
     "**6** DBOS Transact in its own virtualenv (`make bench-peers`, `bench/peers/dbos_bench.py`, "
     "written to `bench/peers/dbos.json`, not measured in this run): per step = (workflow of "
     "1000 no-op steps − empty workflow) / 1000; recovery = a workflow left PENDING with 1000 "

@@ -193,8 +193,8 @@ def gevent_resume_row(rounds: Sequence[ResumeRound], soft: Row, worker: str) -> 
         "dres_startup_ms": _median_ms([x for r in rounds for x in r.startup]),
     }
     return Row(
-        f"resume latency on `{worker}` (dres's soft-limit timer) vs a plain prefork task "
-        "chaining from its soft limit",
+        f"resume latency, `{worker}` (dres's soft-limit timer), vs a plain task chaining from "
+        "its soft limit on prefork",
         "ms",
         [_median_ms(r.latency) for r in rounds],
         list(soft.raw),
