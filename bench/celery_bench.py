@@ -73,7 +73,7 @@ FULL = CeleryPlan(
     turns=200,
     calls_per_turn=5,
     plain_info=1000,
-    gevent_rounds=3,
+    gevent_rounds=2,
 )
 QUICK = CeleryPlan(
     resume_rounds=1,

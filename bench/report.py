@@ -235,7 +235,9 @@ def gevent_resume_details(row: Row, info: dict[str, Any]) -> str:
     return (
         f"Row 4g: {x['rounds']} rounds x {x['boundaries_per_round']} boundaries on `{x['worker']}`"
         f" (soft limit {x['soft_limit_s']:g} s, dres's timer), started once row 4's prefork "
-        f"worker had stopped{load}; pooled median {x['pooled_median_ms']:.2f} ms; run_ended -> "
+        f"worker had stopped{load}; pooled median {x['pooled_median_ms']:.2f} ms, p90 "
+        f"{x.get('pooled_p90_ms', 0):.0f} ms, {x.get('boundaries_over_100_ms', '?')} of "
+        f"{x.get('boundaries', '?')} boundaries over 100 ms; run_ended -> "
         f"next run_started {x['dres_handoff_ms']:.2f} ms, run_started -> first model_start "
         f"{x['dres_startup_ms']:.2f} ms."
     )

@@ -21,6 +21,8 @@ from worker.edges.runtime import Runtime
 RESUME_TARGET = 2.0
 #: issue 37: row 4 restated for both pools, against a plain task chaining from its soft limit
 GEVENT_RESUME_TARGET = 2.0
+#: seconds: a row 4g boundary slower than this is counted apart (the median hides it)
+SLOW_BOUNDARY_S = 0.1
 #: seconds each resume step "thinks" on its first attempt: far past the soft limit
 STEP_DELAY_S = 3.0
 
@@ -189,6 +191,10 @@ def gevent_resume_row(rounds: Sequence[ResumeRound], soft: Row, worker: str) -> 
         "soft_limit_s": SOFT_LIMIT_S,
         "worker": worker,
         "pooled_median_ms": _median_ms(pooled),
+        "pooled_p90_ms": statistics.quantiles(pooled, n=10)[-1] * 1000 if len(pooled) > 1 else 0,
+        # a boundary that waits for the consumer's next poll, not for dres: reported apart
+        "boundaries_over_100_ms": sum(1 for x in pooled if x > SLOW_BOUNDARY_S),
+        "boundaries": len(pooled),
         "dres_handoff_ms": _median_ms([x for r in rounds for x in r.handoff]),
         "dres_startup_ms": _median_ms([x for r in rounds for x in r.startup]),
     }

@@ -26,6 +26,8 @@ def test_row_4g_reads_its_gevent_rounds_against_row_4s_prefork_soft_limit_baseli
     soft = Row("resume latency vs a plain task chaining from its soft limit", "ms",
                [5.0, 5.2, 5.1], [3.0, 2.0, 4.0], number="4")  # fmt: skip
     rounds = [resume_round(6.0, 6.0, 6.0), resume_round(5.0, 7.0, 6.4), resume_round(6.2)]
+    slow = gevent_resume_row([*rounds, resume_round(1705.0)], soft, "dres worker -P gevent -c 2")
+    assert (slow.extra["boundaries_over_100_ms"], slow.extra["boundaries"]) == (1, 8)
 
     row = gevent_resume_row(rounds, soft, "dres worker -P gevent -c 2")
 
@@ -37,6 +39,7 @@ def test_row_4g_reads_its_gevent_rounds_against_row_4s_prefork_soft_limit_baseli
     assert "prefork" in row.baseline and "dres worker -P gevent -c 2" in row.name
     line = next(x for x in details({row.name: row}, {}) if x.startswith("Row 4g"))
     assert "3 rounds x 3 boundaries on `dres worker -P gevent -c 2`" in line
+    assert "0 of 7 boundaries over 100 ms" in line
 
 
 def test_row_7g_is_the_whole_worker_case_on_gevent_workers() -> None:
