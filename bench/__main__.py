@@ -15,6 +15,11 @@ baseline measured in the same run.
 7. crash pickup: two dres workers with default limits and lease; a background turn's pool process,
    or its whole worker, SIGKILLed mid-step -> the next run's ``run_started`` (no baseline: an
    absolute time, target <= 15 s on the median)
+2g, 4g, 7g, S2g (issue 37): rows 2, 4, 7 and S2 again, in the same run, under gevent: row 2 in a
+   process patched for gevent as ``dres worker -P gevent`` is (target <= 1.4); row 4's turn on
+   a ``dres worker -P gevent -c 2`` beside row 4's plain task chaining from its soft limit on
+   prefork (target <= 2); row 7's whole worker case with both workers on gevent (target <= 5 s);
+   S2's paced case's bytes per text byte with the worker on gevent (target <= 2).
 S1-S3 (issue 16, ``bench.scale_bench``): turns/s and p99 with one worker process vs two; a
    streamed 2,000-token answer's delay to an SSE client and its Redis bytes per text byte
    (target <= 2); Redis per recorded tool call and per ended turn. ``--only scale`` runs them
@@ -39,13 +44,16 @@ T1 (issue 39, ``bench.tracing_bench``): row 2's tool call inside the executor's 
    tracing on (the SDK exporting over OTLP/HTTP to a local receiver) beside it off.
    ``--only tracing`` runs it alone.
 
-Rows 1-3 run in this process (``bench.ledger_bench``), rows 4-5 against a real dres worker
-subprocess (``bench.celery_bench``), row 7 against two (``bench.pickup_bench``), each group on a
-private redis-server (AOF, everysec) started here for it and stopped after it. It reports and
+Rows 1-3 run in this process (``bench.ledger_bench``; row 2g in a subprocess of its own,
+``bench.gevent_tool_call``), rows 4-5 against a real dres worker subprocess
+(``bench.celery_bench``; row 4g then against a gevent one), row 7 against two
+(``bench.pickup_bench``), row 7g against two gevent ones, each group on a private redis-server
+(AOF, everysec) started here for it and stopped after it. It reports and
 never asserts: the exit status is 0 even when a target is missed. ``--quick`` is a smoke test;
 ``--markdown PATH`` writes a RESULTS.md-style report (machine, versions, date, the table,
 notes) and keeps the sections written into that file by hand; ``--pickup-trials N`` sets row
-7's trials per case. Row 7 alone: ``python -m bench.pickup_bench [--quick] [--trials N]``.
+7's and 7g's trials per case. Row 7 alone: ``python -m bench.pickup_bench [--quick] [--trials N]``
+(row 7g: ``--gevent``).
 """
 
 from __future__ import annotations
@@ -76,6 +84,7 @@ from bench import (
     tracing_bench,
 )
 from bench.harness import (
+    GEVENT,
     HERE,
     Group,
     Row,
@@ -160,8 +169,9 @@ def only(args: argparse.Namespace) -> int:
 def rows_1_to_7(
     args: argparse.Namespace, started: float, env: dict[str, Any], result: dict[str, Any]
 ) -> tuple[list[Row], list[Row]]:
-    """Rows 1-5 and row 7, each group on a private redis-server of its own; ``env`` gets the
-    run's environment, ``result`` the plans and what the Celery rows and row 7 saw."""
+    """Rows 1-5 and row 7 (and 2g, 4g, 7g), each group on a private redis-server of its own;
+    ``env`` gets the run's environment, ``result`` the plans and what the Celery rows and row 7
+    saw (row 7g's under ``pickup_gevent``)."""
     quick = args.quick
     mode = result["mode"]
     lplan = ledger_bench.QUICK if quick else ledger_bench.FULL
@@ -174,7 +184,7 @@ def rows_1_to_7(
         client = redis.Redis(port=server.port)
         try:
             env.update(machine_environment(client))
-            progress(started, f"rows 1-3: ledger vs raw redis-py ({mode})")
+            progress(started, f"rows 1-3 and 2g: ledger vs raw redis-py ({mode})")
             rows = ledger_bench.measure(client, lplan)
             env["loadavg_after_ledger_rows"] = loadavg()
         finally:
@@ -182,7 +192,11 @@ def rows_1_to_7(
     # Rows 4-5 get a server of their own: rows 1-3 leave hundreds of MB of streams behind, and
     # the AOF rewrite that follows them is not what a chunk boundary costs.
     with private_redis() as server:
-        progress(started, "rows 4-5: a dres worker (prefork, 2 processes) vs plain Celery tasks")
+        progress(
+            started,
+            "rows 4-5: a dres worker (prefork, 2 processes) vs plain Celery tasks; then row 4g "
+            "on a gevent worker",
+        )
         celery_rows, result["celery"] = celery_bench.measure(server.url, cplan)
         rows += celery_rows
     env["loadavg_after_celery_rows"] = loadavg()
@@ -195,7 +209,10 @@ def rows_1_to_7(
             "and of a whole worker",
         )
         pickup_rows, result["pickup"] = pickup_bench.measure(server.url, pplan)
-    return rows, pickup_rows
+    with private_redis() as server:
+        progress(started, f"row 7g: crash pickup, two gevent workers, {pplan.trials} kills")
+        gevent_rows, result["pickup_gevent"] = pickup_bench.measure(server.url, pplan, GEVENT)
+    return rows, pickup_rows + gevent_rows
 
 
 #: every row's figures as measured, written before the report (outside the tree)

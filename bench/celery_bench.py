@@ -31,6 +31,12 @@ processes as the chunks they are compared with. Foreground chunks get a 0.3 s so
 Rounds alternate (dres, plain, plain, dres, ...) so that noise from the shared cores falls on
 both sides; row figures are medians over rounds with [min..max] and per-round ratios.
 
+4g. Issue 37: once the prefork worker has stopped, the same rounds of row 4's dres turn on a
+   ``dres worker -P gevent -c 2`` with the same settings (its 0.3 s soft limit is dres's own
+   timer, thrown into the chunk's greenlet), beside row 4's information baseline, the plain
+   prefork task chaining from its soft limit: Celery's gevent pool has no soft limit to chain
+   from. Unpaired (the rounds run after the prefork ones): the ratio of the medians.
+
 Run from the project root: ``.venv/bin/python -m bench.celery_bench [--quick]`` (or through
 ``python -m bench``, which prints every row in one table).
 """
@@ -44,9 +50,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bench.celery_worker import CeleryPlan, running_worker, wait_turns
-from bench.harness import Row, loadavg, private_redis, table_lines, write_result
-from bench.resume_bench import bench_resume, dres_resume_round, plain_hop_round, resume_script
+from bench.celery_worker import WORKER_CONCURRENCY, CeleryPlan, running_worker, wait_turns
+from bench.harness import GEVENT, Row, loadavg, private_redis, table_lines, write_result
+from bench.resume_bench import (
+    ResumeRound,
+    bench_resume,
+    dres_resume_round,
+    gevent_resume_row,
+    plain_hop_round,
+    resume_script,
+)
 from bench.throughput_bench import bench_throughput, plain_task_batch, throughput_script
 from rigs import write_script
 from worker.edges.runtime import Runtime
@@ -60,6 +73,7 @@ FULL = CeleryPlan(
     turns=200,
     calls_per_turn=5,
     plain_info=1000,
+    gevent_rounds=2,
 )
 QUICK = CeleryPlan(
     resume_rounds=1,
@@ -70,6 +84,7 @@ QUICK = CeleryPlan(
     turns=40,
     calls_per_turn=5,
     plain_info=0,
+    gevent_rounds=1,
 )
 
 
@@ -105,7 +120,31 @@ def measure(redis_url: str, plan: CeleryPlan) -> tuple[list[Row], dict[str, Any]
         rows += bench_throughput(rt, plan, turn_model)
         info["throughput_s"] = round(time.monotonic() - started, 1)
         info["loadavg_end"] = loadavg()
+    if plan.gevent_rounds:
+        soft = next(row for row in rows if row.number == "4" and row.target is None)
+        info["gevent"] = {"loadavg_before": loadavg()}
+        rounds = gevent_resume_rounds(redis_url, plan, info["gevent"])
+        at = max(i for i, row in enumerate(rows) if row.number == "4") + 1
+        on = f"dres worker {' '.join(GEVENT)} -c {WORKER_CONCURRENCY}"
+        rows.insert(at, gevent_resume_row(rounds, soft, on))
     return rows, info
+
+
+def gevent_resume_rounds(
+    redis_url: str, plan: CeleryPlan, info: dict[str, Any]
+) -> list[ResumeRound]:
+    """Row 4g's rounds, on a gevent worker of the prefork one's settings and concurrency."""
+    with running_worker(redis_url, GEVENT) as (rt, worker, tmp):
+        info["worker_pid"] = worker.pid
+        model = write_script(tmp / "resume.json", resume_script(plan.boundaries))
+        started = time.monotonic()
+        dres_resume_round(rt, write_script(tmp / "warm.json", resume_script(2)), 2)
+        info["warm_up_s"] = round(time.monotonic() - started, 1)
+        started = time.monotonic()
+        rounds = [dres_resume_round(rt, model, plan.boundaries) for _ in range(plan.gevent_rounds)]
+        info["resume_s"] = round(time.monotonic() - started, 1)
+        info["loadavg_end"] = loadavg()
+    return rounds
 
 
 def main(argv: Sequence[str] | None = None) -> int:

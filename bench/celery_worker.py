@@ -51,6 +51,9 @@ class CeleryPlan:
     calls_per_turn: int
     #: plain tasks of the information-only larger batch (0: none)
     plain_info: int
+    #: rounds of row 4's dres turn on a ``dres worker -P gevent`` after the prefork rounds
+    #: (row 4g; 0: none)
+    gevent_rounds: int = 0
 
 
 # -- the worker ---------------------------------------------------------------------------------
@@ -99,8 +102,11 @@ def process_env(redis_url: str, **extra: str) -> dict[str, str]:
 
 
 @contextmanager
-def running_worker(redis_url: str) -> Iterator[tuple[Runtime, WorkerProcess, Path]]:
-    """A dres worker, ready once a plain task has made the round trip; stopped whatever happens."""
+def running_worker(
+    redis_url: str, pool: tuple[str, ...] = ()
+) -> Iterator[tuple[Runtime, WorkerProcess, Path]]:
+    """A dres worker (``pool``: more options, ``GEVENT``), ready once a plain task has made the
+    round trip; stopped whatever happens."""
     with tempfile.TemporaryDirectory(prefix="dres-bench-") as tmp:
         rt = Runtime.from_settings(bench_settings(redis_url))
         key = f"bench:probe:{uuid.uuid4().hex}"
@@ -112,7 +118,7 @@ def running_worker(redis_url: str) -> Iterator[tuple[Runtime, WorkerProcess, Pat
                 env,
                 Path(tmp) / "worker.log",
                 concurrency=WORKER_CONCURRENCY,
-                extra=WORKER_ARGS,
+                extra=(*WORKER_ARGS, *pool),
                 ready=False,
             )
             worker.wait(lambda: bool(rt.redis.exists(f"{key}:done")), WORKER_READY_S)

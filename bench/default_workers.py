@@ -1,6 +1,6 @@
-"""dres workers with every setting at its default, as rows 7 and D5-D6 run them: their
+"""dres workers with every setting at its default, as rows 7, 7g and D5-D6 run them: their
 environment and settings, the settings that decide a pickup, and a set of workers of one pool
-process each whose killed members are replaced.
+process each (or of one gevent process each) whose killed members are replaced.
 """
 
 from __future__ import annotations
@@ -63,13 +63,17 @@ def _one_pool(worker: WorkerProcess) -> bool | None:
 
 
 class Workers:
-    """``count`` dres workers (prefork, one pool process each) on one Redis; a killed one is
+    """``count`` dres workers (prefork, one pool process each; ``pool``: more worker options,
+    ``GEVENT``: one process each that runs its chunks itself) on one Redis; a killed one is
     replaced. A worker killed whole is never signalled again (its PID may be reused)."""
 
-    def __init__(self, env: dict[str, str], tmp: Path, count: int = WORKERS) -> None:
+    def __init__(
+        self, env: dict[str, str], tmp: Path, count: int = WORKERS, pool: tuple[str, ...] = ()
+    ) -> None:
         self.env = env
         self.tmp = tmp
         self.count = count
+        self.pool = pool
         self.live: list[WorkerProcess] = []
         self.killed: list[WorkerProcess] = []
         self.started = 0
@@ -86,7 +90,7 @@ class Workers:
         while len(self.live) < self.count:
             self.started += 1
             log = self.tmp / f"worker-{self.started}.log"
-            worker = WorkerProcess.start(self.env, log, concurrency=1, ready=False)
+            worker = WorkerProcess.start(self.env, log, concurrency=1, extra=self.pool, ready=False)
             self.live.append(worker)
             new.append(worker)
         for worker in new:  # started together, waited for together
@@ -96,6 +100,8 @@ class Workers:
     def settle(self) -> list[WorkerProcess]:
         """``count`` live workers with one pool process each, before a trial; the new workers."""
         new = self.fill()
+        if self.pool:  # a gevent worker forks no pool process
+            return new
         for worker in self.live:
             if poll(partial(_one_pool, worker), RESPAWN_S, POLL_S) is None:
                 raise RuntimeError(
@@ -105,14 +111,20 @@ class Workers:
         return new
 
     def pools(self) -> set[int]:
-        """The PIDs of the live workers' pool processes."""
+        """The PIDs of the processes that run the live workers' chunks (their pool processes;
+        under gevent, the workers themselves)."""
+        if self.pool:
+            return {worker.pid for worker in self.live}
         return {pid for worker in self.live for pid in worker.children()}
 
-    def owner(self, ppid: int) -> WorkerProcess:
+    def owner(self, pid: int, ppid: int) -> WorkerProcess:
+        """The live worker whose chunk ran in process ``pid`` (of parent ``ppid``): the parent of
+        a prefork pool process, the process itself under gevent."""
         for worker in self.live:
-            if worker.pid == ppid:
+            if worker.pid in (pid, ppid):
                 return worker
-        raise RuntimeError(f"no live worker has PID {ppid} (live: {[w.pid for w in self.live]})")
+        live = [w.pid for w in self.live]
+        raise RuntimeError(f"no live worker has PID {pid} or {ppid} (live: {live})")
 
     def kill_child(self, worker: WorkerProcess, pid: int) -> float:
         """SIGKILL the worker's pool process ``pid``; the time of the kill."""

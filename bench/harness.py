@@ -30,6 +30,8 @@ from worker.dev.redis_server import RedisServer
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
+#: the Celery options of a gevent worker (issue 37: rows 2g, 4g, 7g and S2g run under it)
+GEVENT = ("-P", "gevent")
 
 
 @dataclass

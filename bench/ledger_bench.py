@@ -18,6 +18,9 @@ What it measures, on a private redis-server (AOF on, ``appendfsync everysec``) s
    and 2002 = 1000 tool calls for row 6's peer comparison: ``turn_started`` then alternating
    ``tool_start``/``tool_done`` of ~500 bytes) is written once with ``Ledger.append_many``.
 
+2g. Row 2 again in a process patched for gevent, in a greenlet (``bench.gevent_tool_call``):
+   both sides on gevent's cooperative sockets, as a ``dres worker -P gevent`` records a call.
+
 Row 2 also times the parts of dres's own CPU per call with XADD stubbed out (``cpu_breakdown_us``
 in the JSON), the evidence for where its overhead goes.
 
@@ -53,7 +56,7 @@ from bench.harness import summary as summary
 from bench.harness import time_each as time_each
 from bench.ledger_turns import open_turn as open_turn
 from bench.rebuild_bench import CALLS_1000, bench_rebuild
-from bench.tool_call_bench import bench_tool_call
+from bench.tool_call_bench import bench_tool_call, gevent_tool_call_rows
 from ledger.store import Ledger
 
 
@@ -66,6 +69,8 @@ class Plan:
     #: blocks x calls of the tool-call recording row (0 blocks: the row is left out)
     tool_blocks: int = 0
     tool_ops: int = 0
+    #: row 2 again, as many blocks and calls, in a process patched for gevent (row 2g)
+    gevent_tool: bool = False
 
 
 FULL = Plan(
@@ -74,6 +79,7 @@ FULL = Plan(
     rebuild=((1_000, 7), (CALLS_1000, 7), (10_000, 7), (100_000, 3)),
     tool_blocks=20,
     tool_ops=250,
+    gevent_tool=True,
 )
 QUICK = Plan(
     append_blocks=4,
@@ -81,6 +87,7 @@ QUICK = Plan(
     rebuild=((1_000, 3), (CALLS_1000, 3), (10_000, 3), (100_000, 1)),
     tool_blocks=4,
     tool_ops=100,
+    gevent_tool=True,
 )
 
 
@@ -106,6 +113,10 @@ def measure(client: redis.Redis, plan: Plan) -> list[Row]:
     rows = bench_append(ledger, client, plan.append_blocks, plan.append_ops)
     if plan.tool_blocks:
         rows += bench_tool_call(ledger, client, plan.tool_blocks, plan.tool_ops)
+    if plan.tool_blocks and plan.gevent_tool:
+        where = client.connection_pool.connection_kwargs
+        host, port = where.get("host", "localhost"), where.get("port", 6379)
+        rows += gevent_tool_call_rows(host, port, plan.tool_blocks, plan.tool_ops)
     for size, repeats in plan.rebuild:
         rows.append(bench_rebuild(ledger, client, size, repeats))
     return rows

@@ -27,12 +27,16 @@ once (``delay_s`` acts only on a step's first attempt), so the turn ends within 
 and the next trial starts on two idle workers: a killed whole worker is replaced by a fresh one
 (warmed up by short turns) before it, and a killed pool process by its worker's new one.
 
+Row 7g (issue 37): the same trials with both workers ``dres worker -P gevent -c 1``
+(``python -m bench.pickup_bench --gevent``), the case "whole worker" alone: a gevent worker runs
+its chunks in its own process, forks no pool process, and so has no child to kill.
+
 Cases alternate (child, whole worker, whole worker, child, ...). The rows have no baseline: each
 is an absolute time against the target (<= 15 s on the median), with its [min..max] beside it;
 per-trial figures, the new runs' causes and which worker resumed go to the JSON.
 
 Run from the project root: ``.venv/bin/python -m bench.pickup_bench [--quick] [--trials N]
-[--json PATH]`` (or through ``python -m bench``, which prints every row in one table).
+[--gevent] [--json PATH]`` (or through ``python -m bench``, which prints every row in one table).
 """
 
 from __future__ import annotations
@@ -57,7 +61,7 @@ from bench.default_workers import (
     worker_env,
 )
 from bench.default_workers import TOOLS as TOOLS  # where rows D5-D6 found it
-from bench.harness import Row, loadavg, private_redis, table_lines, write_result
+from bench.harness import GEVENT, Row, loadavg, private_redis, table_lines, write_result
 from ledger.events import Event, ModelStart, RunStarted, ToolDone, TurnEnded
 from rigs import poll, write_script
 from worker.edges.runtime import Runtime
@@ -76,6 +80,8 @@ END_S = 30.0
 #: rounds of short turns that warm up a fresh worker (each round: one turn per worker)
 WARM_ROUNDS = 5
 CASES = ("child", "whole worker")
+#: a gevent worker has no pool process: only the whole worker can die (row 7g)
+GEVENT_CASES = ("whole worker",)
 
 
 @dataclass(frozen=True)
@@ -209,7 +215,7 @@ def run_trial(rt: Runtime, workers: Workers, case: str, model: str, plan: Pickup
         raise RuntimeError(f"turn {turn_id} did not reach its long step within {START_S:.0f} s")
     killed_run, running = started
     workers.warm.add(running["pid"])
-    worker = workers.owner(running["ppid"])
+    worker = workers.owner(running["pid"], running["ppid"])
     if case == "child":
         killed_pid = running["pid"]
         killed_at = workers.kill_child(worker, killed_pid)
@@ -228,13 +234,17 @@ def run_trial(rt: Runtime, workers: Workers, case: str, model: str, plan: Pickup
         resumed = where(events, new.run_id)
         if resumed is not None:
             workers.warm.add(resumed["pid"])
-            same = resumed["ppid"] == worker.pid
+            same = worker.pid in (resumed["pid"], resumed["ppid"])
             trial.resumed_by = "same worker" if same else "other worker"
     return trial
 
 
-def pickup_rows(trials: Sequence[Trial], plan: PickupPlan, info: dict[str, Any]) -> list[Row]:
+def pickup_rows(
+    trials: Sequence[Trial], plan: PickupPlan, info: dict[str, Any], pool: tuple[str, ...] = ()
+) -> list[Row]:
+    """Row 7's rows, one per case (row 7g's, the workers on ``pool``, ``GEVENT``)."""
     rows = []
+    number, on = ("7g", f", `dres worker {' '.join(pool)} -c 1`") if pool else ("7", "")
     for case in CASES:
         mine = [t for t in trials if t.case == case]
         if not mine:
@@ -253,8 +263,8 @@ def pickup_rows(trials: Sequence[Trial], plan: PickupPlan, info: dict[str, Any])
         }
         rows.append(
             Row(
-                f"crash pickup, {case}", "s", figures, [], None, extra,
-                number="7", baseline="none: an absolute time against its target",
+                f"crash pickup, {case}{on}", "s", figures, [], None, extra,
+                number=number, baseline="none: an absolute time against its target",
                 limit=PICKUP_TARGET_S,
             )
         )  # fmt: skip
@@ -268,8 +278,9 @@ def bench_pickup(
     replacement workers started, the trials that began with a pool process still cold)."""
     trials: list[Trial] = []
     info["replacement_workers"] = info["cold_trials"] = 0
+    cases = GEVENT_CASES if workers.pool else CASES
     for n in range(plan.trials):
-        for case in CASES if n % 2 == 0 else CASES[::-1]:
+        for case in cases if n % 2 == 0 else cases[::-1]:
             info["replacement_workers"] += len(workers.settle())
             if not warm_up(rt, workers, warm):
                 info["cold_trials"] += 1
@@ -277,18 +288,22 @@ def bench_pickup(
     return trials
 
 
-def measure(redis_url: str, plan: PickupPlan) -> tuple[list[Row], dict[str, Any]]:
-    """Row 7 against the Redis at ``redis_url`` (its workers are started and stopped here)."""
+def measure(
+    redis_url: str, plan: PickupPlan, pool: tuple[str, ...] = ()
+) -> tuple[list[Row], dict[str, Any]]:
+    """Row 7 against the Redis at ``redis_url`` (its workers are started and stopped here);
+    row 7g with ``pool`` ``GEVENT``."""
     settings = default_settings(redis_url)
     info: dict[str, Any] = {
         "workers": WORKERS,
+        "pool": " ".join(pool) or "prefork",
         "concurrency": 1,
         "settings": reported_settings(settings),
         "think_s": THINK_S,
     }
     rt = Runtime.from_settings(settings)
     with tempfile.TemporaryDirectory(prefix="dres-pickup-") as tmp:
-        workers = Workers(worker_env(redis_url), Path(tmp))
+        workers = Workers(worker_env(redis_url), Path(tmp), pool=pool)
         try:
             model = write_script(Path(tmp) / "pickup.json", pickup_script())
             warm = write_script(Path(tmp) / "warm.json", warm_script())
@@ -308,7 +323,7 @@ def measure(redis_url: str, plan: PickupPlan) -> tuple[list[Row], dict[str, Any]
             workers.stop()
             rt.app.close()
             rt.redis.close()
-    return pickup_rows(trials, plan, info), info
+    return pickup_rows(trials, plan, info, pool), info
 
 
 def trial_lines(rows: Sequence[Row]) -> list[str]:
@@ -326,6 +341,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.pickup_bench", description=__doc__)
     parser.add_argument("--quick", action="store_true", help=f"{QUICK.trials} trials per case")
     parser.add_argument("--trials", type=int, help=f"trials per case (default {FULL.trials})")
+    parser.add_argument("--gevent", action="store_true", help="row 7g: the workers on gevent")
     parser.add_argument("--json", metavar="PATH", type=Path, help="also write results as JSON")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
@@ -335,7 +351,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         plan = PickupPlan(trials=args.trials, deadline_s=plan.deadline_s)
     started = time.monotonic()
     with private_redis() as server:
-        rows, info = measure(server.url, plan)
+        rows, info = measure(server.url, plan, GEVENT if args.gevent else ())
     info["elapsed_s"] = round(time.monotonic() - started, 1)
     print("\n".join(table_lines(rows)))
     print()

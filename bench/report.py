@@ -77,7 +77,10 @@ def markdown(result: dict[str, Any], rows: Sequence[Row]) -> str:
         "beside the baseline one run next to it), with their range; unpaired rows (6): median "
         "dres / median baseline. Row 7 has no baseline: an absolute time, its verdict read on "
         "the median against the target. The ratio of the two medians is listed under Details. "
-        "Raw data: `bench/results.json`.",
+        "Rows 2g, 4g, 7g and S2g (issue 37) are rows 2, 4, 7 and S2 under Celery's gevent pool, "
+        "in the same run: 2g in a process patched for gevent, 4g on a gevent worker after row "
+        "4's prefork worker stopped, beside row 4's prefork baseline (unpaired: the ratio of "
+        "the medians). Raw data: `bench/results.json`.",
         "",
         "## Machine",
         "",
@@ -112,13 +115,15 @@ def markdown(result: dict[str, Any], rows: Sequence[Row]) -> str:
     out += ["", "## Details", ""]
     out += [f"- {line}" for line in details(by, result)]
     out += ["", "## Noise", ""]
+    gevent_pickup = result.get("pickup_gevent", {}).get("loadavg_before")
     out += [f"- {line}" for line in NOISE]
     out.append(
         f"- This run: load average {env['loadavg_start']} -> {env['loadavg_end']} "
         f"(1, 5, 15 min) on {env['cpu_count']} cores; the Celery rows started at "
         f"{result['celery']['loadavg_before_resume']} (row 4) and "
         f"{result['celery']['loadavg_before_throughput']} (row 5); row 7 started at "
-        f"{result['pickup']['loadavg_before']}."
+        f"{result['pickup']['loadavg_before']}"
+        + (f", row 7g at {gevent_pickup}." if gevent_pickup else ".")
     )
     return "\n".join(out) + "\n"
 
@@ -197,9 +202,13 @@ def details(by: dict[str, Row], result: dict[str, Any]) -> list[str]:
             f"turns/s, plain send rate {_fmt(x['plain_send_per_s'])} tasks/s; chunks per turn "
             f"{_fmt(x['dres_chunks_per_turn'])}{info}."
         )
-    pickup = [row for row in by.values() if row.absolute and row.number == "7"]
-    if pickup:
-        lines.append(pickup_details(pickup, result.get("pickup", {})))
+    gevent = next((row for row in by.values() if row.number == "4g"), None)
+    if gevent:
+        lines.append(gevent_resume_details(gevent, result.get("celery", {}).get("gevent", {})))
+    for number, key in (("7", "pickup"), ("7g", "pickup_gevent")):
+        pickup = [row for row in by.values() if row.absolute and row.number == number]
+        if pickup:
+            lines.append(pickup_details(pickup, result.get(key, {}), f"Row {number}"))
     failover = [row for row in by.values() if row.extra.get("trial_details") is not None]
     failover = [row for row in failover if row.number in ("D5", "D6")]
     if failover:
@@ -219,8 +228,24 @@ def details(by: dict[str, Row], result: dict[str, Any]) -> list[str]:
     return lines
 
 
-def pickup_details(rows: Sequence[Row], info: dict[str, Any]) -> str:
-    """Row 7's line under Details: the settings, then per case the trials and their figures."""
+def gevent_resume_details(row: Row, info: dict[str, Any]) -> str:
+    """Row 4g's line under Details: its rounds, and where its boundary's time went."""
+    x = row.extra
+    load = f"; load average {info['loadavg_before']} before it" if "loadavg_before" in info else ""
+    return (
+        f"Row 4g: {x['rounds']} rounds x {x['boundaries_per_round']} boundaries on `{x['worker']}`"
+        f" (soft limit {x['soft_limit_s']:g} s, dres's timer), started once row 4's prefork "
+        f"worker had stopped{load}; pooled median {x['pooled_median_ms']:.2f} ms, p90 "
+        f"{x.get('pooled_p90_ms', 0):.0f} ms, {x.get('boundaries_over_100_ms', '?')} of "
+        f"{x.get('boundaries', '?')} boundaries over 100 ms; run_ended -> "
+        f"next run_started {x['dres_handoff_ms']:.2f} ms, run_started -> first model_start "
+        f"{x['dres_startup_ms']:.2f} ms."
+    )
+
+
+def pickup_details(rows: Sequence[Row], info: dict[str, Any], label: str = "Row 7") -> str:
+    """Row 7's (or 7g's, ``label``) line under Details: the settings, then per case the trials
+    and their figures."""
     settings = info.get("settings") or rows[0].extra.get("settings", {})
     cases = []
     for row in rows:
@@ -239,7 +264,7 @@ def pickup_details(rows: Sequence[Row], info: dict[str, Any]) -> str:
         if "replacement_workers" in info
         else ""
     )
-    return f"Row 7 (settings: {_fmt(settings)}{extra}): " + "; ".join(cases) + "."
+    return f"{label} (settings: {_fmt(settings)}{extra}): " + "; ".join(cases) + "."
 
 
 def failover_details(rows: Sequence[Row]) -> str:

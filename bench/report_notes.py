@@ -10,6 +10,11 @@ METHOD = [
     "inside `DeferSignals` `Recorder.record(ToolStart)` and `Recorder.make(ToolDone)` + "
     "`record_many` (both one fenced XADD), vs two raw XADDs of pre-serialised payloads of the "
     "same sizes (~500 B each); p50 per call pair per block.",
+    "**2g** (issue 37) row 2's blocks in a subprocess (`bench.gevent_tool_call`) that first "
+    "patches the standard library as `dres worker -P gevent` does "
+    "(`worker.edges.cli.pools.patch_for`) and runs them in a greenlet with a greenlet's "
+    "interrupts (`GreenletInterrupts`): dres's recording and the two raw XADDs both on gevent's "
+    "cooperative sockets, one redis-py client, alternating blocks; p50 per call pair per block.",
     "**3** `build_journal(ledger.events(turn))` (paged XRANGE, pydantic decode, fold) vs a "
     "raw paged XRANGE (COUNT 1000) + `json.loads` of each entry; streams of ~500-byte tool "
     "events written once; alternating repeats.",
@@ -21,6 +26,13 @@ METHOD = [
     "round is its median. The second row 4 (information, no target) sets the same dres figures "
     "beside a plain task cut by the same soft limit that sends the next one from its "
     "`SoftTimeLimitExceeded` handler: Celery's own cost of chaining at a soft limit.",
+    "**4g** (issue 37) once row 4's worker has stopped, on the same server, a `dres worker -P "
+    "gevent -c 2` of the same settings: its 0.3 s foreground soft limit is dres's own timer, "
+    "thrown into the chunk's greenlet (Celery's gevent pool has none); the same scripted turn, "
+    "the same figure per boundary (`run_ended(soft_limit)` -> the next chunk's first "
+    "`model_start`), median per round. Baseline: row 4's information baseline, the plain task "
+    "chaining from its own `SoftTimeLimitExceeded` on prefork, as no plain task on gevent has a "
+    "soft limit to chain from; taken before, so unpaired: median / median.",
     "**5** the same worker: N turns (background mode, one chunk each) of a scripted model making "
     "5 calls of a no-op write tool `bench_tools.record(n)` then answering, enqueued by the bench "
     "process as fast as it can; first enqueue -> last `turn_ended` `ts`. Baseline: N plain "
@@ -42,6 +54,14 @@ METHOD = [
     "at 40 s. The resumed run skips the thinking, so the turn ends at once; a killed worker is "
     "replaced and every pool process warmed up by short turns before the next trial. Cases "
     "alternate; median [min–max] over the trials of each case, no baseline.",
+    "**7g** (issue 37) row 7 with both workers `dres worker -P gevent -c 1` (the same defaults), "
+    "the whole worker case alone: a gevent worker runs its chunks in its own process and forks "
+    "no pool process, so there is no child to kill; the `worker_pid` tool answers the worker's "
+    "own PID.",
+    "**S2g** (issue 37) S2's paced case (100 tokens/s) with its worker `dres worker -P gevent "
+    "-c 1`, whose one text flusher writes every run's streamed text; the same bytes per text byte "
+    "(whole turn, and the text's share: less S3's short turn). The stream alone is not read "
+    "again.",
     "**D1–D4** `ToolExecutor.execute` of a no-op write tool (`bench_tools.record`): its "
     "`tool_start` and `tool_done` and, above `ack`, their confirmations (one pipeline of "
     "XRANGE, SET and `WAIT`/`WAITAOF` each), at the row's `DRES_DURABILITY` level beside the "

@@ -1,5 +1,6 @@
 """Row 4 of ``make bench``: resume latency, a chunk boundary at the soft limit beside a plain
-Celery task-to-task hop (``bench.celery_bench`` runs it; its docstring says how).
+Celery task-to-task hop (``bench.celery_bench`` runs it; its docstring says how); row 4g, the
+same boundary on a gevent worker.
 """
 
 from __future__ import annotations
@@ -18,6 +19,10 @@ from worker.edges.runtime import Runtime
 
 #: issue 27 (was 3.0)
 RESUME_TARGET = 2.0
+#: issue 37: row 4 restated for both pools, against a plain task chaining from its soft limit
+GEVENT_RESUME_TARGET = 2.0
+#: seconds: a row 4g boundary slower than this is counted apart (the median hides it)
+SLOW_BOUNDARY_S = 0.1
 #: seconds each resume step "thinks" on its first attempt: far past the soft limit
 STEP_DELAY_S = 3.0
 
@@ -171,3 +176,37 @@ def bench_resume(rt: Runtime, plan: CeleryPlan, model: str) -> list[Row]:
             baseline="plain Celery task that sends the next one from its SoftTimeLimitExceeded",
         ),
     ]
+
+
+def gevent_resume_row(rounds: Sequence[ResumeRound], soft: Row, worker: str) -> Row:
+    """Row 4g: the boundaries of ``rounds`` (run on ``worker``, a gevent one, whose soft limit is
+    dres's own timer) beside the prefork baseline of ``soft`` (row 4's information row): Celery's
+    gevent pool has no soft limit, so no plain task there can chain from one. Taken after the
+    prefork rounds, not beside them: unpaired, the ratio of the medians."""
+    pooled = [x for r in rounds for x in r.latency]
+    extra = {
+        "unpaired": True,
+        "rounds": len(rounds),
+        "boundaries_per_round": len(rounds[0].latency) if rounds else 0,
+        "soft_limit_s": SOFT_LIMIT_S,
+        "worker": worker,
+        "pooled_median_ms": _median_ms(pooled),
+        "pooled_p90_ms": statistics.quantiles(pooled, n=10)[-1] * 1000 if len(pooled) > 1 else 0,
+        # a boundary that waits for the consumer's next poll, not for dres: reported apart
+        "boundaries_over_100_ms": sum(1 for x in pooled if x > SLOW_BOUNDARY_S),
+        "boundaries": len(pooled),
+        "dres_handoff_ms": _median_ms([x for r in rounds for x in r.handoff]),
+        "dres_startup_ms": _median_ms([x for r in rounds for x in r.startup]),
+    }
+    return Row(
+        f"resume latency, `{worker}` (dres's soft-limit timer), vs a plain task chaining from "
+        "its soft limit on prefork",
+        "ms",
+        [_median_ms(r.latency) for r in rounds],
+        list(soft.raw),
+        GEVENT_RESUME_TARGET,
+        extra,
+        number="4g",
+        baseline="row 4's plain task that sends the next one from its SoftTimeLimitExceeded, "
+        "on prefork (Celery's gevent pool has no soft limit)",
+    )

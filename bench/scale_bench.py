@@ -8,7 +8,8 @@ S1. Throughput with one worker process vs two: N short turns (background mode; a
 S2. A streamed 2,000-token answer from a local fake provider, watched over SSE: its delay and
     its Redis bytes per text byte (``bench.stream_bench``); once as fast as the provider can
     send, once at a provider's pace, and once with ``DRES_TEXT_FLUSH_MS=0`` (one event per
-    delta, as before coalescing).
+    delta, as before coalescing). S2g (issue 37): the paced case's bytes with the worker on
+    gevent (``-P gevent``: the process's one text flusher writes every run's text).
 S3. Redis per recorded tool call and per ended turn (``MEMORY USAGE`` of the turn's keys) beside
     the raw size of its events' JSON, and what ``finished_ttl_s`` keeps at a million turns a day.
 
@@ -45,8 +46,14 @@ ABOUT = "rows S1-S3: scaling out, a streamed answer and a turn in Redis (issue 1
 SHORT_TURN_TARGET = 2.0
 
 
-FULL = ScalePlan(turns=1000, rounds=2, tokens=2000, trials=3, pace_s=0.01, cost_turns=20, calls=10)
-QUICK = ScalePlan(turns=100, rounds=1, tokens=2000, trials=1, pace_s=0.005, cost_turns=5, calls=5)
+FULL = ScalePlan(
+    turns=1000, rounds=2, tokens=2000, trials=3, pace_s=0.01, cost_turns=20, calls=10,
+    gevent_trials=3,
+)  # fmt: skip
+QUICK = ScalePlan(
+    turns=100, rounds=1, tokens=2000, trials=1, pace_s=0.005, cost_turns=5, calls=5,
+    gevent_trials=1,
+)  # fmt: skip
 
 
 # -- S1 and S3: short turns on one or two workers -------------------------------------------------
@@ -150,6 +157,7 @@ def measure(redis_url: str, plan: ScalePlan) -> tuple[list[Row], dict[str, Any]]
         rt.redis.close()
     short = statistics.median(costs[-1].dres)
     streaming += bytes_rows(info["streaming"]["streaming"], short, plan.tokens)
+    streaming += bytes_rows(info["streaming"]["gevent"], short, plan.tokens, number="S2g")
     return [*rows, *streaming, *costs], info
 
 

@@ -29,6 +29,8 @@ class ScalePlan:
     #: turns measured per cost case, tool calls of a tool turn
     cost_turns: int
     calls: int
+    #: trials of the paced streaming case on a ``dres worker -P gevent`` (row S2g; 0: none)
+    gevent_trials: int = 0
 
 
 @contextlib.contextmanager

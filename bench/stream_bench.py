@@ -8,6 +8,10 @@ delay is the recorder's (its flush window, or the quiet that ends a window early
 ``model_done``. Then the turn's Redis bytes per byte of
 the answer's text, for the whole turn and for the text's share (the turn's bytes minus those of a
 one-step short turn, S3). ``bench.scale_bench`` runs it between S1 and S3.
+
+Row S2g (issue 37): the paced case's turns again with the worker ``dres worker -P gevent -c 1``,
+its streamed text written by the process's one flusher of every run's text; their bytes per text
+byte (the stream alone is not read again: the pool is the worker's, not the SDK's).
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import httpx
 import openai
 
 from bench.celery_worker import process_env
-from bench.harness import Row
+from bench.harness import GEVENT, Row
 from bench.scale_support import ScalePlan, events_json_bytes, turn_bytes, workers
 from ledger.events import Text
 from rigs import ApiProcess
@@ -163,10 +167,17 @@ def streamed_turn(rt: Runtime, api_url: str, server: PacedProvider) -> dict[str,
 
 
 def streaming_case(
-    rt: Runtime, redis_url: str, tmp: Path, server: PacedProvider, trials: int, **env: str
+    rt: Runtime,
+    redis_url: str,
+    tmp: Path,
+    server: PacedProvider,
+    trials: int,
+    pool: tuple[str, ...] = (),
+    alone: bool = True,
+    **env: str,
 ) -> tuple[list[dict[str, float]], list[float]]:
-    """``trials`` streamed turns on a worker and an API of their own, and as many reads of the
-    same stream alone, alternating."""
+    """``trials`` streamed turns on a worker (``pool``: more options, ``GEVENT``) and an API of
+    their own, and (``alone``) as many reads of the same stream alone, alternating."""
     env = process_env(
         redis_url,
         OPENAI_BASE_URL=f"{server.url}/v1",
@@ -175,16 +186,17 @@ def streaming_case(
         **env,
     )
     turns: list[dict[str, float]] = []
-    alone: list[float] = []
-    with workers(rt, 1, env, tmp):
+    direct: list[float] = []
+    with workers(rt, 1, env, tmp, pool=pool):
         api = ApiProcess.start(env, tmp / f"api-{time.monotonic_ns()}.log")
         try:
             for _ in range(trials):
                 turns.append(streamed_turn(rt, api.url, server))
-                alone.append(stream_alone(server) * 1000)
+                if alone:
+                    direct.append(stream_alone(server) * 1000)
         finally:
             api.stop()
-    return turns, alone
+    return turns, direct
 
 
 def measure_streaming(
@@ -200,6 +212,11 @@ def measure_streaming(
         results["DRES_TEXT_FLUSH_MS=0"], _ = streaming_case(
             rt, redis_url, tmp, fast, 1, DRES_TEXT_FLUSH_MS="0"
         )
+        on_gevent: dict[str, list[dict[str, float]]] = {}
+        if plan.gevent_trials:
+            on_gevent[f"{paced}, `dres worker {' '.join(GEVENT)} -c 1`"], _ = streaming_case(
+                rt, redis_url, tmp, slow, plan.gevent_trials, pool=GEVENT, alone=False
+            )
     rows = [
         Row(
             f"streamed {plan.tokens} tokens, {name}: provider's last token -> SSE client",
@@ -219,13 +236,14 @@ def measure_streaming(
             "bound", "ms", [t["delay_ms"] for t in results[paced]], [], number="S2",
             limit=DELAY_LIMIT_MS)
     )  # fmt: skip  # fmt: skip
-    return rows, {"streaming": results}
+    return rows, {"streaming": results, "gevent": on_gevent}
 
 
 def bytes_rows(
-    results: dict[str, list[dict[str, float]]], short_turn: float, tokens: int
+    results: dict[str, list[dict[str, float]]], short_turn: float, tokens: int, number: str = "S2"
 ) -> list[Row]:
-    """Per streaming case: the turn's Redis bytes per text byte, whole and the text's share."""
+    """Per streaming case: the turn's Redis bytes per text byte, whole and the text's share
+    (rows ``number``: S2, or S2g for the cases on a gevent worker)."""
     rows = []
     for name, trials in results.items():
         whole = [t["redis_bytes"] / t["text_bytes"] for t in trials]
@@ -238,8 +256,8 @@ def bytes_rows(
         base = "the answer's text bytes"
         rows += [
             Row(f"{label}, the text's share", "B/B", share, [1.0] * len(share), target, extra,
-                number="S2", baseline=base),
+                number=number, baseline=base),
             Row(f"{label}, whole turn", "B/B", whole, [1.0] * len(whole), None, extra,
-                number="S2", baseline=base),
+                number=number, baseline=base),
         ]  # fmt: skip
     return rows

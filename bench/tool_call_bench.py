@@ -1,13 +1,17 @@
 """Row 2 of ``make bench``: one tool call's recording, as the executor does it, beside two raw
 XADDs (``bench.ledger_bench`` runs it; its docstring says how), and dres's own CPU per call with
-XADD stubbed out.
+XADD stubbed out. Row 2g (issue 37): the same row measured in a subprocess patched for gevent
+(``bench.gevent_tool_call``), read back here.
 """
 
 from __future__ import annotations
 
 import gc
 import itertools
+import json
 import statistics
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -15,7 +19,7 @@ from typing import Any
 
 import redis
 
-from bench.harness import Row, percentile, summary, time_each
+from bench.harness import ROOT, Row, percentile, summary, time_each
 from bench.ledger_turns import PAYLOAD_BYTES, RUN_ID, filler, open_turn
 from ledger import keys
 from ledger.codec import FIELD, encode
@@ -25,10 +29,14 @@ from ledger.signature import input_signature
 from ledger.store import Ledger
 from worker.base.clock import RandomIds, SystemClock
 from worker.engine.recorder import Recorder, RunContext
-from worker.engine.tools.guard import DeferSignals
+from worker.engine.tools.guard import DeferSignals, Interrupts
 
 #: issue 27 (was 1.3)
 TOOL_CALL_TARGET = 1.2
+#: issue 37: the row restated for both pools, measured in a process patched for gevent (2g)
+GEVENT_TOOL_CALL_TARGET = 1.4
+#: seconds row 2g's subprocess may take (its blocks, and its start: imports, gevent's patches)
+GEVENT_ROW_TIMEOUT_S = 600.0
 TOOL = "bench_write"
 
 
@@ -67,7 +75,7 @@ def call_data(recorder: Recorder, n: int) -> CallData:
     return _call_data(n, _CALL_PADS["in"], _CALL_PADS["out"])
 
 
-def record_call(recorder: Recorder, guard: DeferSignals, data: CallData) -> None:
+def record_call(recorder: Recorder, guard: Interrupts, data: CallData) -> None:
     """What ``ToolExecutor._run`` does around ``spec.invoke``, with the tool's work taken out."""
     call_id = recorder.ids.new("call")
     with guard:
@@ -146,13 +154,22 @@ def recording_breakdown(ops: int) -> dict[str, float]:
     return out
 
 
-def bench_tool_call(ledger: Ledger, client: redis.Redis, blocks: int, ops: int) -> list[Row]:
-    """Row 2: ``blocks`` alternating blocks of ``ops`` recorded calls on each side."""
+def bench_tool_call(
+    ledger: Ledger,
+    client: redis.Redis,
+    blocks: int,
+    ops: int,
+    guard: Interrupts | None = None,
+    breakdown: bool = True,
+) -> list[Row]:
+    """Row 2: ``blocks`` alternating blocks of ``ops`` recorded calls on each side; ``guard``:
+    the run's interrupts (prefork's ``DeferSignals`` unless given), armed here; ``breakdown``:
+    also time dres's CPU per call with XADD stubbed out."""
     turn_id = "bench-tool-call"
     lease = open_turn(ledger, turn_id)
     recorder = Recorder(ledger, RunContext(lease), SystemClock(), RandomIds(), [])
     shadow = Recorder(ledger, RunContext(lease), SystemClock(), RandomIds(), [])
-    guard = DeferSignals()
+    guard = guard or DeferSignals()
     guard.arm()
     raw_key = "bench:raw-tool-call"
     client.delete(raw_key)
@@ -198,14 +215,15 @@ def bench_tool_call(ledger: Ledger, client: redis.Redis, blocks: int, ops: int) 
     expected = 2 + 2 * ops * (blocks + 1)
     if written != expected:
         raise RuntimeError(f"tool-call row: {written} entries recorded, expected {expected}")
-    extra = {
+    extra: dict[str, Any] = {
         "blocks": blocks,
         "calls_per_block": ops,
         "payload_bytes": sizes,
         "dres_mean_us": summary(means["dres"]),
         "raw_mean_us": summary(means["raw"]),
-        "cpu_breakdown_us": recording_breakdown(ops * 8),
     }
+    if breakdown:
+        extra["cpu_breakdown_us"] = recording_breakdown(ops * 8)
     client.delete(*keys.turn_keys(turn_id), raw_key)
     base = "two raw XADDs"
     return [
@@ -223,3 +241,25 @@ def bench_tool_call(ledger: Ledger, client: redis.Redis, blocks: int, ops: int) 
             "tool call p99", "us", p99s["dres"], p99s["raw"], None, extra, number="2", baseline=base
         ),
     ]
+
+
+def gevent_tool_call_rows(host: str, port: int, blocks: int, ops: int) -> list[Row]:
+    """Row 2g: row 2 measured by ``python -m bench.gevent_tool_call`` against the Redis at
+    ``host:port`` (a process of its own: this one is not patched for gevent, and must not be)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "bench.gevent_tool_call", host, str(port), str(blocks), str(ops)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=GEVENT_ROW_TIMEOUT_S,
+    )
+    if done.returncode:
+        raise RuntimeError(f"row 2g's process exited {done.returncode}:\n{done.stderr[-3000:]}")
+    rows = [Row(**fields) for fields in json.loads(done.stdout.splitlines()[-1])]
+    where = "in a process patched for gevent, in a greenlet"
+    base = "two raw XADDs, in the same patched process"
+    for row in rows:
+        row.name = f"{row.name}, {where}"
+        row.number, row.baseline = "2g", base
+        row.target = GEVENT_TOOL_CALL_TARGET if row.target is not None else None
+    return rows

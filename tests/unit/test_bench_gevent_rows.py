@@ -1,0 +1,87 @@
+"""Issue 37's bench rows under gevent (2g, 4g, 7g, S2g): how they become rows of the table and
+lines of the report, beside prefork's."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from bench.harness import GEVENT, ROOT, Row
+from bench.pickup_bench import PickupPlan, Trial, pickup_rows
+from bench.report import details
+from bench.resume_bench import GEVENT_RESUME_TARGET, ResumeRound, gevent_resume_row
+from bench.stream_bench import BYTES_TARGET, bytes_rows
+
+
+def resume_round(*latency_ms: float) -> ResumeRound:
+    seconds = [x / 1000 for x in latency_ms]
+    return ResumeRound(seconds, [x / 2 for x in seconds], [x / 2 for x in seconds], 4, 40)
+
+
+def test_row_4g_reads_its_gevent_rounds_against_row_4s_prefork_soft_limit_baseline() -> None:
+    """Celery's gevent pool has no soft limit: the baseline is prefork's, taken before the gevent
+    rounds, so the ratio is that of the medians, never of pairs."""
+    soft = Row("resume latency vs a plain task chaining from its soft limit", "ms",
+               [5.0, 5.2, 5.1], [3.0, 2.0, 4.0], number="4")  # fmt: skip
+    rounds = [resume_round(6.0, 6.0, 6.0), resume_round(5.0, 7.0, 6.4), resume_round(6.2)]
+    slow = gevent_resume_row([*rounds, resume_round(1705.0)], soft, "dres worker -P gevent -c 2")
+    assert (slow.extra["boundaries_over_100_ms"], slow.extra["boundaries"]) == (1, 8)
+
+    row = gevent_resume_row(rounds, soft, "dres worker -P gevent -c 2")
+
+    assert (row.number, row.target) == ("4g", GEVENT_RESUME_TARGET)
+    assert row.dres == [pytest.approx(6.0), pytest.approx(6.4), pytest.approx(6.2)]
+    assert row.raw == [3.0, 2.0, 4.0] and row.pair_ratios == []
+    assert row.ratio == pytest.approx(6.2 / 3.0)
+    assert (row.verdict, row.wording) == ("misses", "dres slower by 2.07x")
+    assert "prefork" in row.baseline and "dres worker -P gevent -c 2" in row.name
+    line = next(x for x in details({row.name: row}, {}) if x.startswith("Row 4g"))
+    assert "3 rounds x 3 boundaries on `dres worker -P gevent -c 2`" in line
+    assert "0 of 7 boundaries over 100 ms" in line
+
+
+def test_row_7g_is_the_whole_worker_case_on_gevent_workers() -> None:
+    plan = PickupPlan(trials=2)
+    trials = [
+        Trial("whole worker", "t1", "run_a", 11, 3.4, True, "reaper", "other worker", "completed"),
+        Trial("whole worker", "t2", "run_b", 12, 3.9, True, "reaper", "other worker", "completed"),
+    ]
+
+    [row] = pickup_rows(trials, plan, {"settings": {"lease_s": 3.0}}, GEVENT)
+    [prefork] = pickup_rows(trials, plan, {"settings": {"lease_s": 3.0}})
+
+    assert (row.number, row.name) == (
+        "7g",
+        "crash pickup, whole worker, `dres worker -P gevent -c 1`",
+    )
+    assert (prefork.number, prefork.name) == ("7", "crash pickup, whole worker")
+    assert (row.verdict, row.target_text) == ("meets", "<= 5 s")
+    result = {"pickup": {"settings": {}}, "pickup_gevent": {"settings": {"lease_s": 3.0}}}
+    lines = details({row.name: row, prefork.name: prefork}, result)
+    assert [x.split(" (")[0] for x in lines if x.startswith("Row 7")] == ["Row 7", "Row 7g"]
+
+
+def test_row_s2g_keeps_the_paced_bytes_target_under_its_own_number() -> None:
+    trial = {"redis_bytes": 19_000.0, "text_bytes": 8000.0, "text_events": 200.0}
+    name = "paced 10 ms/token, `dres worker -P gevent -c 1`"
+
+    share, whole = bytes_rows({name: [trial]}, 3000.0, 2000, number="S2g")
+
+    assert (share.number, whole.number) == ("S2g", "S2g")
+    assert (share.target, whole.target) == (BYTES_TARGET, None)
+    assert share.dres == [pytest.approx(2.0)] and share.verdict == "meets"
+
+
+def test_row_2gs_process_imports_no_socket_user_before_it_patches_for_gevent() -> None:
+    """gevent's patches must come before ``socket``, ``ssl``, ``threading`` or ``redis`` are
+    imported, or the row measures unpatched sockets."""
+    probe = (
+        "import sys, bench.gevent_tool_call; "
+        "print(sorted({'socket', 'ssl', 'threading', 'redis', 'select'} & set(sys.modules)))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
+    )
+    assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr
