@@ -17,7 +17,8 @@ from ledger.events import Event, ModelStart, RunEnded, RunStarted, TurnEnded
 from rigs import wait_until
 from worker.edges.runtime import Runtime
 
-#: issue 27 (was 3.0)
+#: issue 27 restated it (was 3.0, then 2.0 against a plain hop): against a plain task that
+#: chains from its own soft limit, which pays the same wake-up as a chunk boundary
 RESUME_TARGET = 2.0
 #: issue 37: row 4 restated for both pools, against a plain task chaining from its soft limit
 GEVENT_RESUME_TARGET = 2.0
@@ -160,7 +161,7 @@ def bench_resume(rt: Runtime, plan: CeleryPlan, model: str) -> list[Row]:
             "ms",
             dres_medians,
             [_median_ms(h) for h in hop_rounds],
-            RESUME_TARGET,
+            None,
             extra,
             number="4",
             baseline="plain Celery task-to-task hop",
@@ -170,7 +171,7 @@ def bench_resume(rt: Runtime, plan: CeleryPlan, model: str) -> list[Row]:
             "ms",
             dres_medians,
             [_median_ms(h) for h in soft_rounds],
-            None,
+            RESUME_TARGET,
             soft_extra,
             number="4",
             baseline="plain Celery task that sends the next one from its SoftTimeLimitExceeded",
