@@ -305,7 +305,12 @@ class Recorder:
         text), it ended, or its window ends later (looked at again then)."""
         assert self._shared is not None
         if not self._lock.acquire(blocking=False):
-            self._shared.schedule(self, by + flushes.SLACK_S)
+            # The run holds its lock: mostly in a write, which takes the text, perhaps riding
+            # out an outage (a look every few ms would spin the process's flusher on every such
+            # run). Unscheduled now, so the run's next delta schedules it again; and looked at
+            # once more a window later, for text a delta left pending as the lock was taken.
+            self._wake_at = math.inf
+            self._shared.schedule(self, by + max(self.flush_s, flushes.SLACK_S))
             return None
         if not self._closed and self._pending:
             due = self._due()
