@@ -14,6 +14,7 @@ having joined it meanwhile, so a message that races the forgetting keeps its con
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -126,7 +127,30 @@ class Conversations:
             lambda: self.client.zadd(keys.conversations(), {conversation_id: at_ms}, xx=True)
         )
 
+    def set_base(self, conversation_id: str, turn_ids: Sequence[str]) -> None:
+        """A conversation a fork started (``"new"``): the source's turns before the fork, whose
+        messages and answers its turns see first (docs/semantics.md, forks)."""
+        meta = keys.conversation_meta(conversation_id)
+        self.ledger.retry(lambda: self.client.hset(meta, "base", json.dumps(list(turn_ids))))
+
     # -- reads -------------------------------------------------------------------------------
+
+    def history(self, conversation_id: str, before: str | None = None) -> list[str]:
+        """The turn ids a turn of the conversation may see as earlier turns, oldest first: the
+        base a fork gave the conversation, then its list up to ``before`` (not included; None:
+        the whole list). Replaced turns are among them: the reader leaves them out."""
+
+        def read() -> Any:
+            pipe = self.client.pipeline(transaction=False)
+            pipe.hget(keys.conversation_meta(conversation_id), "base")
+            pipe.lrange(keys.conversation_turns(conversation_id), 0, -1)
+            return pipe.execute()
+
+        base, listed = self.ledger.retry(read, "read")
+        ids = [text(t) for t in listed]
+        if before is not None and before in ids:
+            ids = ids[: ids.index(before)]
+        return [*_base(base), *ids]
 
     def newest_turns(self, conversation_id: str, most: int) -> list[str]:
         """The ids of the conversation's newest ``most`` turns, newest first."""
@@ -201,7 +225,11 @@ class Conversations:
         """Drop a conversation whose newest turn ``newest`` is gone, unless a turn joined it
         since (its list's newest is another); it leaves the listing unless it was updated since
         it was read there at ``score``. False: it went on."""
-        conv = (keys.conversation_turns(conversation_id), keys.conversation_meta(conversation_id))
+        conv = (
+            keys.conversation_turns(conversation_id),
+            keys.conversation_meta(conversation_id),
+            keys.conversation_line(conversation_id),
+        )
         if not int(self._forget(keys=conv, args=[newest])):
             return False
         if score is not None:
@@ -249,6 +277,16 @@ class Conversations:
         """The erased turn's entries in the indexes across turns (the reaper's, approvals')."""
         self.client.zrem(keys.active_turns(), turn_id)
         self._approvals.remove(turn_id, [aid for aid, _, _ in (meta.approvals if meta else ())])
+
+
+def _base(raw: Any) -> list[str]:
+    if raw is None:
+        return []
+    try:
+        ids = json.loads(text(raw))
+    except ValueError:
+        return []
+    return [str(t) for t in ids] if isinstance(ids, list) else []
 
 
 def _ms(score: Any) -> int | None:

@@ -121,3 +121,17 @@ class TransitionRefused(LedgerError):
         if self.why == "REFUSED":
             return f"turn {self.turn_id}: {self.step} is not allowed from status {self.found!r}"
         return f"turn {self.turn_id}: {self.step} refused, the turn changed ({self.found})"
+
+
+class StopRequested(LedgerError):
+    """An append that may only land while the turn's Stop flag is unset (a write's
+    ``tool_start``) found it set: nothing was written. ``code`` is the flag's stop code
+    (``cancelled``, ``superseded``)."""
+
+    def __init__(self, turn_id: str, code: str) -> None:
+        super().__init__(turn_id, code)
+        self.turn_id = turn_id
+        self.code = code
+
+    def __str__(self) -> str:
+        return f"turn {self.turn_id}: Stop requested ({self.code}); nothing was appended"

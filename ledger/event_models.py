@@ -59,8 +59,40 @@ class TurnStarted(_Event):
     #: a short account of an unfinished earlier turn of the conversation (docs/semantics.md)
     prior_turn_note: str | None = None
     #: the conversation's earlier turns, oldest first, as read when this turn was created (every
-    #: run of the turn sees the same); within the history budget, so the oldest may be missing
+    #: run of the turn sees the same); within the history budget, so the oldest may be missing.
+    #: A turn let through its conversation's line later records them then (``context``)
     earlier_turns: tuple[EarlierTurn, ...] = ()
+    #: the client's id of the user message (docs/semantics.md, forks): a retried request with the
+    #: same id finds this turn
+    message_id: str | None = None
+    #: a fork's: the turn it was forked at
+    fork_of: str | None = None
+    #: a fork's: the turns whose journal it inherits, oldest first (the turns it replaces, and
+    #: what those inherited in turn); their calls meet both layers from the fork's first run
+    inherits: tuple[str, ...] = ()
+    #: a fork's: the turns of its conversation it replaces (marked ``replaced_by`` it)
+    replaces: tuple[str, ...] = ()
+
+
+class TurnContext(_Event):
+    """What the turn's model sees of its conversation, read when the turn was let through its
+    conversation's line (one live turn per conversation): it replaces ``turn_started``'s
+    ``earlier_turns`` and ``prior_turn_note``. Written before the turn's first run."""
+
+    type: Literal["context"] = "context"
+    earlier_turns: tuple[EarlierTurn, ...] = ()
+    prior_turn_note: str | None = None
+
+
+class Inherited(_Event):
+    """A fork's first run: the journal it inherits from the turns it replaces, and the note the
+    model is given of it (docs/semantics.md, forks), before its first model call."""
+
+    type: Literal["inherited"] = "inherited"
+    #: the turns whose journal the fork inherits
+    turns: tuple[str, ...] = ()
+    #: the note (None: the inherited journal is empty)
+    note: str | None = None
 
 
 #: why a run exists
@@ -160,6 +192,8 @@ class ToolBlocked(_ToolCall):
     reason: str
     #: the call_id of the journal entry the call was matched against
     matched_call_id: str | None = None
+    #: the turn that entry was recorded in, when it is not this one (a fork's inherited journal)
+    inherited_from: str | None = None
     result: Any = None
     is_error: bool = False
 
@@ -217,6 +251,8 @@ class TurnEnded(_Event):
 
 Event = Annotated[
     TurnStarted
+    | TurnContext
+    | Inherited
     | RunStarted
     | Resumed
     | ModelStart

@@ -25,6 +25,9 @@ class JournalEntry:
     #: the recorded result; None for an interrupted call
     result: Any = None
     read_only: bool = False
+    #: the turn the call was recorded in (a fork's journal holds the turns it inherits); where
+    #: it was recorded, not what it is: entries compare without it
+    turn_id: str = field(default="", compare=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +48,13 @@ class _Open:
 
 def _entry(start: ToolStart, result: Any = None) -> JournalEntry:
     return JournalEntry(
-        start.tool, start.call_id, start.input, start.signature, result, start.read_only
+        start.tool,
+        start.call_id,
+        start.input,
+        start.signature,
+        result,
+        start.read_only,
+        start.turn_id,
     )
 
 

@@ -58,6 +58,13 @@ def conversation_meta(conversation_id: str) -> str:
     return f"{PREFIX}:conv:{_tag(conversation_id)}:meta"
 
 
+def conversation_line(conversation_id: str) -> str:
+    """String: the turn that holds the conversation's line (docs/semantics.md, one live turn per
+    conversation): the one turn of it that may run, resume or wait now. Set by compare-and-set
+    (``lua/line.lua``) when a turn is let through, cleared once its holder has ended."""
+    return f"{PREFIX}:conv:{_tag(conversation_id)}:line"
+
+
 def conversation_erased(conversation_id: str) -> str:
     """Flag, for as long as a finished turn's keys live: the conversation was erased on request,
     so its id does not quietly start a new conversation for a client that still holds it."""

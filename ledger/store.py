@@ -35,9 +35,16 @@ import redis
 from redis.cluster import RedisCluster
 
 from ledger import keys
-from ledger.codec import FIELD, Decoder, Envelope, encode, same_payload, text
-from ledger.errors import EventDecodeError, FencedOut, LedgerUnavailable, StoreFull, UnknownTurn
-from ledger.events import Event
+from ledger.codec import FIELD, Decoder, Envelope, decode_one, encode, same_payload, text
+from ledger.errors import (
+    EventDecodeError,
+    FencedOut,
+    LedgerUnavailable,
+    StopRequested,
+    StoreFull,
+    UnknownTurn,
+)
+from ledger.events import Event, TurnStarted
 from ledger.gcpause import gc_paused
 from ledger.lease import Lease
 from ledger.turn import TurnMeta
@@ -69,6 +76,12 @@ MetaValue = str | int | float | bytes
 #: the ledger's Redis: one server, or a Redis Cluster (``DRES_REDIS_CLUSTER=1``)
 Client = redis.Redis | RedisCluster
 T = TypeVar("T")
+
+
+def stop_code(flag: str) -> str:
+    """The stop code a turn's Stop flag holds (``cancelled``, ``superseded``); a flag of an
+    older writer (``1``) is a person's Stop."""
+    return "cancelled" if flag in ("", "1") else flag
 
 
 def script(name: str) -> str:
@@ -233,16 +246,23 @@ class Ledger:
         lease.seq = top_seq + 1  # our own earlier append landed unseen: go on after it
         return False
 
-    def append_many(self, events: Sequence[Event], *, lease: Lease) -> list[str]:
+    def append_many(
+        self, events: Sequence[Event], *, lease: Lease, unless_stopped: bool = False
+    ) -> list[str]:
         """Append events in order under ``lease``, fenced and atomic per batch.
 
-        A single event takes ``append``'s one-XADD path.
+        A single event takes ``append``'s one-XADD path. ``unless_stopped``: only while the
+        turn's Stop flag is unset, in the same atomic step (a write's ``tool_start``: once Stop
+        or a new message that supersedes the turn is recorded, no write starts), else
+        ``StopRequested`` and nothing written.
         """
-        if len(events) == 1:  # most appends: a tool call's start, its end
+        if len(events) == 1 and not unless_stopped:  # most appends: a tool call's start, its end
             return [self.append(events[0], lease=lease)]
         if not events:
             return []
-        turn_keys = keys.turn_keys(lease.turn_id)
+        turn_keys: Sequence[str] = keys.turn_keys(lease.turn_id)
+        if unless_stopped:
+            turn_keys = [*turn_keys, keys.turn_cancel(lease.turn_id)]
         ids: list[str] = []
         for i in range(0, len(events), BATCH):
             ids += self._append_batch(turn_keys, lease, events[i : i + BATCH])
@@ -323,6 +343,8 @@ class Ledger:
         text = str(error)
         if text.startswith("FENCED"):
             return FencedOut(turn_id, epoch, int(text.split()[1]))
+        if text.startswith("STOPPED"):
+            return StopRequested(turn_id, stop_code(text.partition(" ")[2]))
         if text.startswith("NOTURN"):
             return UnknownTurn(turn_id)
         return error
@@ -334,6 +356,19 @@ class Ledger:
         if not raw:
             raise UnknownTurn(turn_id)
         return TurnMeta.from_hash(turn_id, raw)
+
+    def started(self, turn_ids: Sequence[str]) -> list[TurnStarted | None]:
+        """Each turn's ``turn_started`` (its entry at ``0-1``), in one round trip; None for a turn
+        that is gone or whose first entry cannot be read."""
+
+        def read() -> Any:
+            pipe = self.client.pipeline(transaction=False)
+            for turn_id in turn_ids:
+                pipe.xrange(keys.turn_events(turn_id), min="0-1", max="0-1")
+            return pipe.execute()
+
+        found = [decode_one(entries) for entries in self.retry(read, "read")] if turn_ids else []
+        return [event if isinstance(event, TurnStarted) else None for event in found]
 
     def read_turn(self, turn_id: str) -> list[Envelope]:
         """Every decodable event of the turn with its stream id, in order (paged XRANGE)."""

@@ -1,6 +1,7 @@
 """The turn's state machine: its statuses, the steps between them, and its typed metadata.
 
-A turn is ``queued`` (its first run waits for a worker), ``running`` (a run holds its lease),
+A turn is ``queued`` (its first run waits for a worker, or, ``held``, for its conversation's
+line: an earlier turn of the conversation is live), ``running`` (a run holds its lease),
 ``resuming`` (a successor run waits: the next chunk, or a resume after a dead run), ``waiting``
 (a person's decision on an approval request is awaited; no run holds it), ``completed`` or
 ``stopped`` (every end short of completion, with a ``StopCode``). Every change of status is
@@ -89,6 +90,7 @@ class Step(StrEnum):
     DECIDE = "decide"  # one of several requests is decided; the turn still waits
     DECIDE_LAST = "decide_last"  # the last open request is decided: a run resumes the turn
     STOP_WAITING = "stop_waiting"  # Stop, expiry or a new message ends a waiting turn
+    RELEASE = "release"  # a held turn is let through its conversation's line: its run pending
 
 
 _Q, _RUN, _RES = TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING
@@ -113,6 +115,7 @@ TABLE: Mapping[tuple[TurnStatus, Step], TurnStatus] = {
     (_WAIT, Step.DECIDE): _WAIT,
     (_WAIT, Step.DECIDE_LAST): _RES,
     (_WAIT, Step.STOP_WAITING): _STOP,
+    (_Q, Step.RELEASE): _Q,
 }
 
 #: the prefix of a turn's metadata fields that hold its approval requests' states
@@ -190,6 +193,14 @@ class TurnMeta:
     approvals: tuple[tuple[str, str, str], ...] = ()
     #: the turn's trace context (a W3C ``traceparent``) when it was recorded traced, else ""
     trace: str = ""
+    #: queued behind its conversation's line: no run pending, no message sent (docs/semantics.md)
+    held: bool = False
+    #: the client's id of the turn's user message
+    message_id: str = ""
+    #: the fork that replaced this turn ("": none)
+    replaced_by: str = ""
+    #: a fork's: the turn it was forked at ("": not a fork)
+    fork_of: str = ""
 
     @classmethod
     def from_hash(
@@ -229,6 +240,10 @@ class TurnMeta:
                 approval_expires=float(fields.get("approval_expires", 0) or 0),
                 approvals=_approvals(fields),
                 trace=fields.get("trace", ""),
+                held=fields.get("held") == "1",
+                message_id=fields.get("message_id", ""),
+                replaced_by=fields.get("replaced_by", ""),
+                fork_of=fields.get("fork_of", ""),
             )
         except ValueError as e:
             raise CorruptTurn(turn_id, str(e)) from None

@@ -34,7 +34,8 @@ from ledger.events import (
     TurnStarted,
 )
 from ledger.lease import Claim, Lease
-from ledger.store import Ledger, MetaValue, pairs, script
+from ledger.lines import Lines
+from ledger.store import Ledger, MetaValue, pairs, script, stop_code
 from ledger.turn import Step, TurnMeta, TurnStatus, allowed_from, target
 
 #: seconds the Stop flag outlives the request (a run checks it at every safe point)
@@ -93,6 +94,8 @@ class TurnStore:
         self.conversations = Conversations(ledger)
         #: the open approval requests across turns, written beside the turn scripts
         self.approvals = ApprovalIndex(ledger)
+        #: each conversation's line: the one turn of it that may run now (``ledger.lines``)
+        self.lines = Lines(ledger)
 
     # -- creating ----------------------------------------------------------------------------
 
@@ -395,11 +398,20 @@ class TurnStore:
 
     # -- Stop --------------------------------------------------------------------------------
 
-    def request_stop(self, turn_id: str) -> None:
-        self.client.set(keys.turn_cancel(turn_id), "1", ex=STOP_FLAG_TTL_S)
+    def request_stop(self, turn_id: str, code: str = "cancelled") -> None:
+        """Set the turn's Stop flag, holding the code the turn stops with (``cancelled``; a new
+        message's ``superseded``); a code set before is kept (the first reason stands)."""
+        flag = keys.turn_cancel(turn_id)
+        if not self.client.set(flag, code, ex=STOP_FLAG_TTL_S, nx=True):
+            self.client.expire(flag, STOP_FLAG_TTL_S)
 
     def clear_stop(self, turn_id: str) -> None:
         self.client.delete(keys.turn_cancel(turn_id))
 
     def stop_requested(self, turn_id: str) -> bool:
         return bool(self.client.exists(keys.turn_cancel(turn_id)))
+
+    def stop_code(self, turn_id: str) -> str:
+        """The code the turn's Stop flag holds (``cancelled`` when it holds none)."""
+        flag = self.client.get(keys.turn_cancel(turn_id))
+        return stop_code("" if flag is None else text(flag))

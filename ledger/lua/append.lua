@@ -2,14 +2,15 @@
 -- XADD, fenced by its explicit id). Changes of a turn's metadata are transitions
 -- (transition.lua), never appends.
 --
--- KEYS[1] stream, KEYS[2] meta hash
+-- KEYS[1] stream, KEYS[2] meta hash, KEYS[3] (optional) the turn's Stop flag: given, a set flag
+-- refuses the batch (a write's tool_start starts nothing once Stop was asked)
 -- ARGV[1] lease epoch the caller holds
 -- ARGV[2] number of events n, then n pairs (stream id, payload)
 -- An id already in the stream holding this very payload is ours (a retry of this call, or an
 -- append that landed unseen) and is not added again. An id taken by anything else, or an id at
 -- or below the top that is free, means the caller's sequence lags: nothing is written and
 -- BEHIND <top id> tells it where to go on. The batch is checked whole before any XADD.
--- Errors: NOTURN, FENCED <current epoch>, BEHIND <top id>.
+-- Errors: NOTURN, FENCED <current epoch>, BEHIND <top id>, STOPPED <the flag's value>.
 local current = redis.call('HGET', KEYS[2], 'epoch')
 if not current then
   return redis.error_reply('NOTURN')
@@ -38,6 +39,13 @@ for k = 1, n do
   local at = redis.call('XRANGE', KEYS[1], id, id)
   if #at == 0 or at[1][2][2] ~= ARGV[2 + 2 * k] then
     return redis.error_reply('BEHIND ' .. top_ms .. '-' .. top_seq)
+  end
+end
+-- a batch that landed whole before (a retry) is ours whatever the flag says now
+if KEYS[3] and first_new <= n then
+  local stop = redis.call('GET', KEYS[3])
+  if stop then
+    return redis.error_reply('STOPPED ' .. stop)
   end
 end
 for k = first_new, n do
