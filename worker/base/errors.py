@@ -80,3 +80,9 @@ class ModelError(DresError):
 
     def __str__(self) -> str:
         return f"{self.code}: {self.message}" if self.message else self.code
+
+
+class Refused(DresError):
+    """A request the state of its turn or conversation refuses now (a second message under
+    ``DRES_DOUBLE_TEXT=reject``, a fork of a live turn into a new conversation, a chat request
+    that carries nothing to take); the message says why. The HTTP wing answers 409."""

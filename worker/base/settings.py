@@ -163,6 +163,11 @@ class Settings(BaseSettings):
         False,
         description="resume without the note, the hard-block or the guard; never in production",
     )
+    double_text: Literal["queue", "interrupt", "reject"] = Field(
+        "queue",
+        description="what a new message does while its conversation has a live turn: queue, "
+        "interrupt or reject",
+    )
     history_chars: int = Field(
         24_000, ge=0, description="characters of earlier turns a new turn's model sees; 0: none"
     )

@@ -1,14 +1,17 @@
 """Rebuild a turn's conversation from its ledger events (pure: no Redis, no clock).
 
-The model sees: the conversation's earlier turns that ``turn_started`` carries (docs/semantics.md),
-each as the user's message and the assistant's final answer in plain text (no tool calls of
-another turn: neither layer looks across turns); the user's message; each model response as an
-assistant message with its text and tool calls, each call followed by its result; at every
-resume, a user message with the "continue from where you left off" nudge and, when the journal
-was not empty, the journal note after it. Text an interrupted attempt had streamed is kept (a
-``clear`` drops it); a call with no recorded result gets a marker saying it was interrupted. A call
-that waited for approval stands where the model made it (its ``approval_requested``), with the
-result its approved execution or its denial recorded later.
+The model sees: the conversation's earlier turns that ``turn_started`` (or the ``context`` written
+when the turn was let through its conversation's line) carries (docs/semantics.md), each as the
+user's message and the assistant's final answer in plain text (no tool calls of another turn:
+neither layer looks across turns, but a fork's own inherited journal); the user's message, after
+the note of what an unfinished earlier turn did and, for a fork, the note of what the turns it
+replaced did (its ``inherited``); each model response as an assistant message with its text and
+tool calls, each call followed by its result; at every resume, a user message with the "continue
+from where you left off" nudge and, when the journal was not empty, the journal note after it.
+Text an interrupted attempt had streamed is kept (a ``clear`` drops it); a call with no recorded
+result gets a marker saying it was interrupted. A call that waited for approval stands where the
+model made it (its ``approval_requested``), with the result its approved execution or its denial
+recorded later.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from ledger.events import (
     Clear,
     EarlierTurn,
     Event,
+    Inherited,
     ModelDone,
     ModelStart,
     Resumed,
@@ -30,6 +34,7 @@ from ledger.events import (
     ToolBlocked,
     ToolDone,
     ToolStart,
+    TurnContext,
     TurnStarted,
 )
 from ledger.journal import Journal, JournalEntry
@@ -45,6 +50,11 @@ from worker.engine.models.base import (
 NUDGE = (
     "Continue from where you left off and finish the user's original request. Do not repeat "
     "work that is already done, and do not mention the interruption."
+)
+FORK_LEAD = (
+    "(Context: this message replaces earlier answers in this conversation (the user asked again, "
+    "or edited the request). Their tool calls happened; they are listed below. Do not repeat a "
+    "completed one; reuse its result.)"
 )
 INTERRUPTED_RESULT = (
     "(interrupted before this call returned a result; it may or may not have taken effect)"
@@ -132,6 +142,25 @@ def result_text(result: Any) -> str:
     return json.dumps(result, ensure_ascii=False, sort_keys=True)
 
 
+@dataclass(frozen=True)
+class _Opening:
+    """What opens a turn's conversation: the earlier turns, the note of an unfinished earlier
+    turn, the user's message, and a fork's note of the turns it replaced."""
+
+    earlier: tuple[EarlierTurn, ...] = ()
+    note: str | None = None
+    message: str = ""
+    fork_note: str | None = None
+
+    def items(self) -> list[UserMessage | AssistantMessage | _Response]:
+        items: list[UserMessage | AssistantMessage | _Response] = []
+        for earlier in self.earlier:
+            items += [UserMessage(earlier.message), AssistantMessage(earlier.answer)]
+        notes = [n for n in (self.note, self.fork_note) if n]
+        items.append(UserMessage("\n\n".join([*notes, self.message])))
+        return items
+
+
 @dataclass
 class _Response:
     text: str = ""
@@ -148,7 +177,17 @@ class Conversation:
     built is ever changed once made: everything before it is shared by copies.
     """
 
-    __slots__ = ("_calls", "_current", "_items", "_prior", "_results", "resume_step", "step")
+    __slots__ = (
+        "_calls",
+        "_current",
+        "_items",
+        "_opening",
+        "_prior",
+        "_results",
+        "_turn",
+        "resume_step",
+        "step",
+    )
 
     def __init__(self) -> None:
         self._items: list[UserMessage | AssistantMessage | _Response] = []
@@ -162,6 +201,10 @@ class Conversation:
         self.step = 0
         self.resume_step = 0
         self._prior: set[tuple[int, int]] = set()
+        #: what opens the conversation (earlier turns, notes, the user's message) and how many
+        #: of ``_items`` it made: a ``context`` or ``inherited`` event makes them again
+        self._turn = _Opening()
+        self._opening = 0
 
     @property
     def prior_attempts(self) -> frozenset[tuple[int, int]]:
@@ -185,6 +228,7 @@ class Conversation:
             twin._items[-1] = twin._current
         twin.step, twin.resume_step = self.step, self.resume_step
         twin._prior = set(self._prior)
+        twin._turn, twin._opening = self._turn, self._opening
         return twin
 
     def messages(self) -> list[Message]:
@@ -228,12 +272,23 @@ class Conversation:
             self._results[call_id] = ToolResultMessage(call_id, tool, result_text(result), is_error)
 
     def _turn_started(self, event: TurnStarted) -> None:
-        for earlier in event.earlier_turns:
-            self._items += [UserMessage(earlier.message), AssistantMessage(earlier.answer)]
-        text = event.message
-        if event.prior_turn_note:
-            text = f"{event.prior_turn_note}\n\n{text}"
-        self._items.append(UserMessage(text))
+        self._open_with(_Opening(event.earlier_turns, event.prior_turn_note, event.message))
+
+    def _context(self, event: TurnContext) -> None:
+        opening = self._turn
+        self._open_with(_Opening(event.earlier_turns, event.prior_turn_note, opening.message))
+
+    def _inherited(self, event: Inherited) -> None:
+        opening = self._turn
+        fork_note = FORK_LEAD if not event.note else f"{FORK_LEAD}\n\n{event.note}"
+        self._open_with(_Opening(opening.earlier, opening.note, opening.message, fork_note))
+
+    def _open_with(self, opening: _Opening) -> None:
+        """The conversation's opening made (again): it replaces the one made before, which
+        nothing followed yet (these events come before the turn's first model call)."""
+        items = opening.items()
+        self._items[: self._opening] = items
+        self._turn, self._opening = opening, len(items)
         self._current = None
 
     def _resumed(self, event: Resumed) -> None:
@@ -277,6 +332,8 @@ class Conversation:
 #: through ABCMeta for pydantic models) for every event of a long turn
 _HANDLERS: dict[type[Any], Callable[[Conversation, Any], None]] = {
     TurnStarted: Conversation._turn_started,
+    TurnContext: Conversation._context,
+    Inherited: Conversation._inherited,
     Resumed: Conversation._resumed,
     ModelStart: Conversation._model_start,
     ModelDone: Conversation._model_done,

@@ -19,23 +19,22 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-import redis
 import structlog
 
 from ledger.approvals import ApprovalFold
 from ledger.cache import EventCache, F
 from ledger.durability import Confirms
-from ledger.errors import LedgerError
 from ledger.events import (
     ApprovalRequested,
     Event,
+    Inherited,
     ModelDone,
     ModelStart,
     Resumed,
     TokenUsage,
 )
-from ledger.journal import Journal, build_journal
-from ledger.note import NoteFold, journal_note
+from ledger.journal import Journal
+from ledger.note import journal_note
 from ledger.store import Ledger
 from ledger.usage import UsageFold
 from worker.base import metrics
@@ -60,6 +59,7 @@ from worker.engine.models.base import (
     ToolSchema,
     Usage,
 )
+from worker.engine.reading import READ_ERRORS, TurnReader
 from worker.engine.recorder import Recorder, RunContext
 from worker.engine.tools.approval import ApprovalPolicy
 from worker.engine.tools.calls import Attempt
@@ -73,7 +73,6 @@ SYSTEM_PROMPT = (
     "You are an agent that completes the user's request with the tools you are given. Tool calls "
     "with side effects (sending, creating) must not be repeated once they have succeeded."
 )
-READ_ERRORS = (LedgerError, redis.RedisError)
 
 
 @dataclass(frozen=True)
@@ -114,8 +113,9 @@ class AgentLoop:
         tracer: Tracer = OFF_TRACER,
     ) -> None:
         self.ledger = ledger
-        #: how a run reads its turn: through the process's cache when there is one
-        self.read_events = cache.events if cache is not None else ledger.events
+        #: how a run reads its turn (and a fork's, the turns it inherits): through the process's
+        #: cache when there is one
+        self.reader = TurnReader(ledger, cache, settings, clock)
         self.cache = cache
         self.registry = registry
         self.make_model = make_model
@@ -183,11 +183,12 @@ class AgentLoop:
 
     def _run(self, run: RunContext, recorder: Recorder) -> RunResult:
         try:
-            events, journal, note = self._read(run)
+            read = self.reader.read(run)
         except JournalUnreadable as e:
             log.error("journal unreadable; stopping the resumed run", error=str(e))
             return self._end(recorder, "error", "stopped", "journal_unreadable", str(e))
-        recorder.events = events
+        recorder.events, recorder.inherited = read.events, read.inherited
+        journal, note = read.journal, read.note
         executor = ToolExecutor(
             self.registry,
             recorder,
@@ -206,12 +207,16 @@ class AgentLoop:
                 return self._waiting(recorder, waiting)
             if len(recorder.events) > seen and not self.settings.naive:
                 # An approved call ran (or a denial was recorded): both layers see it.
-                journal = build_journal(recorder.events)
+                journal = recorder.journal()
                 if self.settings.journal_note:
                     note = journal_note(journal)
             # Written with the first model_start: the prompt needs it, the ledger can wait a step.
             recorder.hold(Resumed, cause=run.cause, note=note)
             self._traced_resume(run.cause, note)
+        elif read.inherits:
+            # a fork's first run: what the turns it replaces did, before its first model call
+            recorder.hold(Inherited, turns=read.inherits, note=note)
+            self._traced_resume("fork", note)
         model = self.make_model(run.model)
         return self._steps(recorder, executor, model, Attempt.begin(journal))
 
@@ -296,7 +301,7 @@ class AgentLoop:
             if ended is not None:
                 return ended
             transport_resumes += 1
-            attempt = Attempt.begin(None if self.settings.naive else build_journal(recorder.events))
+            attempt = Attempt.begin(None if self.settings.naive else recorder.journal())
 
     def _execute(
         self, recorder: Recorder, executor: ToolExecutor, attempt: Attempt, calls: list[ToolCall]
@@ -375,7 +380,7 @@ class AgentLoop:
     def _resume_in_run(self, recorder: Recorder, cause: str) -> None:
         note = None
         if self.settings.journal_note and not self.settings.naive:
-            note = journal_note(build_journal(recorder.events))
+            note = journal_note(recorder.journal())
         recorder.record(Resumed, cause=cause, note=note)
         self._traced_resume(cause, note)
 
@@ -384,45 +389,8 @@ class AgentLoop:
 
     # -- reading the ledger ------------------------------------------------------------------
 
-    def _read(self, run: RunContext) -> tuple[list[Event], Journal | None, str | None]:
-        """The turn's events; on a resumed run also its journal and note (None if unavailable).
-
-        The first run of a turn has no journal: nothing is blocked. A snapshot its claim read
-        is used as it is: it cannot have missed anything.
-        """
-        if not run.resumed or self.settings.naive:
-            # ``naive`` (chaos only): resume with neither layer, as a plain retry would
-            return run.snapshot or self.read_events(run.turn_id), None, None
-        try:
-            events = run.snapshot or self.read_events(run.turn_id)
-        except READ_ERRORS as e:
-            # Layer 1 is best-effort: the resume goes on without the note.
-            log.warning("journal note unavailable; resuming without it", error=repr(e))
-            events = self._snapshot(run)
-            return events, build_journal(events), None
-        fold = self._fold(run.turn_id, events, NoteFold)
-        journal = fold.journal()
-        note = fold.note() if self.settings.journal_note else None
-        return events, journal, note
-
-    def _snapshot(self, run: RunContext) -> list[Event]:
-        """Layer 2 needs the journal: re-read with backoff, else refuse to run writes blind."""
-        attempts = self.settings.journal_read_attempts
-        for attempt in range(attempts):
-            if attempt:
-                self.clock.sleep(self.settings.journal_read_backoff_s * 2 ** (attempt - 1))
-            try:
-                return self.read_events(run.turn_id)
-            except READ_ERRORS as e:
-                error = e
-        raise JournalUnreadable(f"turn {run.turn_id}: {attempts} reads failed: {error!r}")
-
     def _fold(self, turn_id: str, events: list[Event], kind: Callable[[], F]) -> F:
-        """``kind()`` fed with the turn's ``events``: with the process's cache, only the events
-        it has not folded for this turn before."""
-        if self.cache is None:
-            return kind().feed(events)
-        return self.cache.fold(turn_id, events, kind)
+        return self.reader.fold(turn_id, events, kind)
 
     def _request(self, conversation: Conversation) -> ModelRequest:
         return ModelRequest(

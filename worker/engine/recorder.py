@@ -35,7 +35,9 @@ from typing import Any, TypeVar
 import structlog
 
 from ledger.durability import Confirmation, Confirms
+from ledger.errors import StopRequested
 from ledger.events import Event, Text
+from ledger.journal import Journal, build_journal
 from ledger.lease import Lease
 from ledger.store import Ledger
 from worker.base import metrics
@@ -151,6 +153,9 @@ class Recorder:
         self.ids = ids
         #: the turn's events: what was read at the start of the run plus what this run recorded
         self.events = events
+        #: the events of the turns a fork inherits the journal of (read, never written): its
+        #: journal is theirs and its own (``journal``)
+        self.inherited: list[Event] = []
         #: events made by ``hold``, written together with the next one recorded
         self.held: list[Event] = []
         #: seconds streamed text may wait in the buffer (0: each delta written at once)
@@ -191,6 +196,24 @@ class Recorder:
         event = self._made(cls, fields)
         self.record_many((event,))
         return event
+
+    def record_unless_stopped(self, cls: type[E], **fields: Any) -> E:
+        """Record an event only while the turn's Stop flag is unset, in the same atomic step (a
+        write's ``tool_start``): ``StopRequested`` when it is set, and nothing of the event
+        written (what was buffered before it is)."""
+        event = self._made(cls, fields)
+        with self._lock:
+            if self._failed is not None:
+                self._raise_failed()
+            with self.guard:
+                self._write((event,), unless_stopped=True)
+        return event
+
+    def journal(self) -> Journal:
+        """The journal of the turn so far: of the turns it inherits (a fork's), then its own."""
+        if not self.inherited:
+            return build_journal(self.events)
+        return build_journal([*self.inherited, *self.events])
 
     def _made(self, cls: type[E], fields: dict[str, Any]) -> E:
         lease = self.run.lease
@@ -348,18 +371,26 @@ class Recorder:
         self._pending_chars = 0
         return self.make(Text, text=text)
 
-    def _write(self, events: Sequence[Event]) -> None:
-        """Append the held events, the buffered text and ``events``: one fenced round trip."""
+    def _write(self, events: Sequence[Event], *, unless_stopped: bool = False) -> None:
+        """Append the held events, the buffered text and ``events``: one fenced round trip.
+        ``unless_stopped``: ``events`` only while the Stop flag is unset (``StopRequested``);
+        the rest is written all the same."""
         text = self._take_text() if self._pending else None
         ours = [text, *events] if text is not None else events
         # a lone event with nothing held takes append_many's one-XADD path
-        batch = [*self.held, *ours] if self.held else ours
-        self.held = []
+        held, self.held = self.held, []
+        batch = [*held, *ours] if held else ours
         if not batch:
             return
         began = time.perf_counter()
         try:
-            self.ledger.append_many(batch, lease=self.run.lease)
+            self.ledger.append_many(batch, lease=self.run.lease, unless_stopped=unless_stopped)
+        except StopRequested:
+            before = [*held, *([text] if text is not None else [])]
+            if before:
+                self.ledger.append_many(before, lease=self.run.lease)
+                self.events.extend([text] if text is not None else [])
+            raise
         finally:
             metrics.observe_append(time.perf_counter() - began)
         self.events.extend(ours)

@@ -117,6 +117,8 @@ class Approvals(LifecycleBase):
                     return f"stopped: {StopCode.CANCELLED}"
         self.notify(requests)
         log.info("turn waits for approval", approvals=[r.approval_id for r in requests])
+        # a message that came while the run went on supersedes the turn now that it waits
+        self.advance_quietly(run.conversation_id, ended=run.turn_id)
         return "waiting"
 
     # -- a person decides --------------------------------------------------------------------
@@ -232,9 +234,12 @@ class Approvals(LifecycleBase):
 
     # -- a waiting turn ends -----------------------------------------------------------------
 
-    def stop_waiting(self, meta: TurnMeta, code: StopCode, detail: str) -> bool:
+    def stop_waiting(
+        self, meta: TurnMeta, code: StopCode, detail: str, *, advance: bool = True
+    ) -> bool:
         """End a waiting turn: its open requests ``expired`` (``approval_expired``) or
-        ``voided`` (Stop, a new message). False when the turn changed meanwhile."""
+        ``voided`` (Stop, a new message). False when the turn changed meanwhile. ``advance``
+        False: the caller moves the conversation's line itself (``Line.advance``)."""
         decision = "expired" if code == StopCode.APPROVAL_EXPIRED else "voided"
         open_ids = meta.pending_approvals
         events: list[ApprovalDecided] = [
@@ -256,7 +261,9 @@ class Approvals(LifecycleBase):
                 Step.STOP_WAITING,
                 {"epoch": meta.epoch},
                 [*events, ended],
+                conversation_id=meta.conversation_id,
                 fields=fields,
+                advance=advance,
             )
         except TransitionRefused:
             return False

@@ -8,6 +8,7 @@ from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
 from typing import Any
 
+import redis
 import structlog
 
 from ledger.cache import EventCache
@@ -27,9 +28,32 @@ from worker.lifecycle.dispatch import Dispatcher
 
 log = structlog.get_logger("dres.lifecycle")
 
+#: what a turn stopped by its Stop flag says, by the flag's code
+STOP_DETAILS = {
+    StopCode.CANCELLED: "Stop requested",
+    StopCode.SUPERSEDED: "a new message in the conversation superseded it",
+}
+
 #: tells a person that a run ended waiting on these approval requests (each names its turn): the
 #: edges' webhook. Best-effort: it returns at once, the turn never waits on it.
 NotifyApprovals = Callable[[Sequence[ApprovalRequested]], None]
+
+
+@dataclass(frozen=True)
+class NewTurn:
+    turn_id: str
+    conversation_id: str
+    #: its first run, pending and sent ("": the turn waits behind its conversation's line)
+    run_id: str
+
+
+@dataclass(frozen=True)
+class Released:
+    """A held turn let through its conversation's line (``Line.advance``): its run, now pending
+    and sent."""
+
+    turn_id: str
+    run_id: str
 
 
 @dataclass(frozen=True)
@@ -87,8 +111,19 @@ class LifecycleBase:
     def wait(self, run: RunContext, result: RunResult) -> str:
         raise NotImplementedError  # the approvals' (``Approvals.wait``)
 
-    def stop_waiting(self, meta: TurnMeta, code: StopCode, detail: str) -> bool:
+    def stop_waiting(
+        self, meta: TurnMeta, code: StopCode, detail: str, *, advance: bool = True
+    ) -> bool:
         raise NotImplementedError  # the approvals' (``Approvals.stop_waiting``)
+
+    def stop(self, turn_id: str, code: StopCode = StopCode.CANCELLED) -> Outcome:
+        raise NotImplementedError  # the control steps' (``Control.stop``)
+
+    def advance(self, conversation_id: str, *, ended: str | None = None) -> Released | None:
+        raise NotImplementedError  # the line's (``Line.advance``)
+
+    def advance_quietly(self, conversation_id: str, *, ended: str | None = None) -> None:
+        raise NotImplementedError  # the line's (``Line.advance_quietly``)
 
     # -- ending a turn -----------------------------------------------------------------------
 
@@ -99,13 +134,16 @@ class LifecycleBase:
         expect: Mapping[str, MetaValue],
         events: Sequence[Event],
         *,
+        conversation_id: str,
         allow_oom: bool = False,
         fields: Mapping[str, MetaValue] | None = None,
+        advance: bool = True,
     ) -> None:
         """End the turn with ``events``, the last of which is its ``turn_ended``, in one step of
-        the state machine; its keys then expire and the reaper stops looking at it.
-        ``allow_oom``: the step may write while Redis is out of memory (a ``store_full`` stop).
-        ``fields``: metadata the step sets besides the code."""
+        the state machine; its keys then expire and the reaper stops looking at it, and the next
+        turn of its conversation may go (``Line.advance``; ``advance`` False: the caller moves
+        the line itself). ``allow_oom``: the step may write while Redis is out of memory (a
+        ``store_full`` stop). ``fields``: metadata the step sets besides the code."""
         ended = events[-1]
         assert isinstance(ended, TurnEnded), "a turn is closed by its turn_ended"
         self.store.transition(
@@ -119,6 +157,17 @@ class LifecycleBase:
         )
         metrics.turn_ended(ended.status, ended.code)
         self.store.unwatch(turn_id)
+        if advance:
+            self.advance_quietly(conversation_id, ended=turn_id)
+
+    def stop_reason(self, turn_id: str) -> tuple[StopCode, str]:
+        """Why the turn's Stop flag stops it: a person's Stop (``cancelled``) or a new message of
+        its conversation (``superseded``); a flag that cannot be read is a person's Stop."""
+        try:
+            code = StopCode.of(self.store.stop_code(turn_id))
+        except (redis.ConnectionError, redis.TimeoutError):
+            code = StopCode.CANCELLED
+        return code, STOP_DETAILS.get(code, STOP_DETAILS[StopCode.CANCELLED])
 
     def is_newest(self, turn_id: str, conversation_id: str) -> bool:
         """Is the turn its conversation's newest (so a stop of it may be continued)?"""
@@ -138,7 +187,7 @@ class LifecycleBase:
     ) -> TurnEnded:
         """The run's turn ends; a stop may be continued while the turn is its conversation's
         newest."""
-        stopped = status == TurnStatus.STOPPED
+        stopped = status == TurnStatus.STOPPED and code != StopCode.SUPERSEDED
         return self.of_run(
             run,
             TurnEnded,

@@ -157,10 +157,18 @@ class ChunkPath(LifecycleBase):
         if result.status == TurnStatus.COMPLETED:
             step, ended = Step.COMPLETE, self.turn_ended(run, TurnStatus.COMPLETED)
         else:
-            code = StopCode.of(result.code)
-            step, ended = Step.STOP, self.turn_ended(run, TurnStatus.STOPPED, code, result.detail)
+            code, detail = StopCode.of(result.code), result.detail
+            if code == StopCode.CANCELLED:
+                code, detail = self.stop_reason(run.turn_id)
+            step, ended = Step.STOP, self.turn_ended(run, TurnStatus.STOPPED, code, detail)
         ran = self.run_ended(run, result.run_reason, result.detail)
-        self.close(run.turn_id, step, self.store.holder(run.lease), [*result.held, ran, ended])
+        self.close(
+            run.turn_id,
+            step,
+            self.store.holder(run.lease),
+            [*result.held, ran, ended],
+            conversation_id=run.conversation_id,
+        )
         self.failpoints.hit("turn.ended")  # chaos and tests: a soft limit right after the end
         if self.cache is not None and step == Step.COMPLETE:
             self.cache.forget(run.turn_id)
@@ -177,7 +185,14 @@ class ChunkPath(LifecycleBase):
         ran = self.run_ended(run, "error", detail)
         events = [*error.unrecorded, ran, ended]
         try:
-            self.close(run.turn_id, Step.STOP, self.store.holder(run.lease), events, allow_oom=True)
+            self.close(
+                run.turn_id,
+                Step.STOP,
+                self.store.holder(run.lease),
+                events,
+                conversation_id=run.conversation_id,
+                allow_oom=True,
+            )
         except TransitionRefused as e:
             log.info("the turn moved on before its store_full stop", why=str(e))
             return "ended"
@@ -207,7 +222,14 @@ class ChunkPath(LifecycleBase):
                 detail = f"the turn used its {budget} chunks"
                 ended = self.turn_ended(run, TurnStatus.STOPPED, StopCode.MAX_CHUNKS, detail)
                 ran = self.run_ended(run, "soft_limit", detail)
-                self.close(run.turn_id, Step.STOP, self.store.holder(run.lease), [ran, ended])
+                expect = self.store.holder(run.lease)
+                self.close(
+                    run.turn_id,
+                    Step.STOP,
+                    expect,
+                    [ran, ended],
+                    conversation_id=run.conversation_id,
+                )
                 return "stopped: max_chunks"
             successor, sent = self._hand_over(run, "soft_limit", detail, send=not apart)
         except TransitionRefused as e:
@@ -278,7 +300,10 @@ class ChunkPath(LifecycleBase):
         try:
             ended = self.turn_ended(run, TurnStatus.STOPPED, StopCode.INTERNAL_ERROR, detail)
             ran = self.run_ended(run, "error", detail)
-            self.close(run.turn_id, Step.STOP, self.store.holder(run.lease), [ran, ended])
+            expect = self.store.holder(run.lease)
+            self.close(
+                run.turn_id, Step.STOP, expect, [ran, ended], conversation_id=run.conversation_id
+            )
         except LedgerError:
             log.exception("could not record the failure")
 

@@ -35,33 +35,39 @@ class Control(LifecycleBase):
         seen = heartbeat.stop_seen(turn_id)
         return self.is_cancelled(turn_id) if seen is None else seen
 
-    def stop(self, turn_id: str) -> Outcome:
-        """Cancel a running, resuming or waiting turn: a running run ends at its next safe
-        point, a pending run never runs, a waiting turn stops now."""
+    def stop(self, turn_id: str, code: StopCode = StopCode.CANCELLED) -> Outcome:
+        """Cancel a running, resuming, queued or waiting turn: a running run ends at its next
+        safe point, a pending run never runs, a held or waiting turn stops now. ``code``: why
+        (``cancelled``: a person's Stop; ``superseded``: a new message of the conversation)."""
         meta = self.store.meta(turn_id)
         if meta.ended:
             return Outcome(False, f"the turn is not running (status {meta.status})")
-        self.store.request_stop(turn_id)
+        self.store.request_stop(turn_id, code.value)
+        code, detail = self.stop_reason(turn_id)  # a reason set before stands
         # Read again after the flag is set: a run that ended waiting before the flag was set is
         # seen here as waiting; one that ends waiting after sees the flag (``Approvals.wait``).
         meta = self.store.meta(turn_id)
         while meta.status == TurnStatus.WAITING:
             # no run holds it: it stops now, its open approval requests voided
-            if self.stop_waiting(meta, StopCode.CANCELLED, "Stop requested"):
-                return Outcome(True, "cancelled while waiting for approval")
+            if self.stop_waiting(meta, code, detail):
+                return Outcome(True, f"{code.value} while waiting for approval")
             meta = self.store.meta(turn_id)  # decided, expired or stopped meanwhile
         if meta.ended:
-            if meta.code == StopCode.CANCELLED:
-                return Outcome(True, "cancelled")
+            if meta.code == code:
+                return Outcome(True, code.value)
             return Outcome(False, f"the turn is not running (status {meta.status})")
+        if meta.status == TurnStatus.QUEUED and meta.held:
+            expect: dict[str, MetaValue] = {"held": "1", "epoch": meta.epoch}
+            if self.stop_loudly(meta, Step.STOP_PENDING, expect, code, detail).ok:
+                return Outcome(True, f"{code.value} before it started")
+            meta = self.store.meta(turn_id)  # released meanwhile: its run is pending now
         if not meta.next_run:
             return Outcome(True, "stopping at the next safe point")
-        expect: dict[str, MetaValue] = {"next_run": meta.next_run, "epoch": meta.epoch}
-        detail = "Stop requested"
-        if not self.stop_loudly(meta, Step.STOP_PENDING, expect, StopCode.CANCELLED, detail).ok:
+        expect = {"next_run": meta.next_run, "epoch": meta.epoch}
+        if not self.stop_loudly(meta, Step.STOP_PENDING, expect, code, detail).ok:
             return Outcome(True, "stopping at the next safe point")  # it started meanwhile
         self.dispatcher.revoke(turn_id, meta.next_run)
-        return Outcome(True, "cancelled before the next chunk ran")
+        return Outcome(True, f"{code.value} before the next chunk ran")
 
     def can_continue(self, meta: TurnMeta) -> bool:
         return self.continue_refusal(meta, auto=False) is None
@@ -73,16 +79,18 @@ class Control(LifecycleBase):
         )
 
     def continue_turn(self, turn_id: str, *, auto: bool) -> Outcome:
-        """Continue a stopped turn with a new run (docs/semantics.md); refusals say why."""
+        """Continue a stopped turn with a new run (docs/semantics.md); refusals say why. The run
+        goes through the conversation's line as a new turn does: at once while no other turn of
+        the conversation is live (the usual case: only the newest stop may be continued)."""
         meta = self.store.meta(turn_id)
         refusal = self.continue_refusal(meta, auto=auto)
         if refusal:
             return Outcome(False, refusal)
-        run_id = self.ids.new("run")
         # A turn stopped at its chunk budget goes on with the next chunk and a fresh budget.
         chunk = meta.chunk + 1 if meta.code == StopCode.MAX_CHUNKS else meta.chunk
         fields: dict[str, MetaValue] = {
-            "next_run": run_id,
+            "held": 1,
+            "next_run": "",
             "next_chunk": chunk,
             "next_cause": "auto_continue" if auto else "continue",
             "chunk_base": chunk,
@@ -99,8 +107,8 @@ class Control(LifecycleBase):
             "auto_continues": meta.auto_continues or "",
         }
         # The reaper looks at the turn within the hand-off grace, watched before the step: a
-        # stopped turn is in no index, and a Continue whose message never left (its process
-        # died, or a Redis restart lost the writes after the step) must still be sent again.
+        # stopped turn is in no index, and a Continue whose release never happened (its process
+        # died, or a Redis restart lost the writes after the step) must still go on.
         # Refused, the look finds the turn ended and drops it.
         self.store.watch(turn_id, self.ms(self.settings.handoff_grace_s))
         try:
@@ -112,8 +120,10 @@ class Control(LifecycleBase):
         self.store.clear_stop(turn_id)
         # a Continue updates the conversation: it moves to the top of the listing
         self.store.conversations.touch(meta.conversation_id, self.ms())
-        self.launch(turn_id, run_id, meta.mode)
-        return Outcome(True, "continuing", run_id)
+        released = self.advance(meta.conversation_id)
+        if released is None or released.turn_id != turn_id:
+            return Outcome(True, "continuing once the conversation's live turn ends")
+        return Outcome(True, "continuing", released.run_id)
 
     def take_over(self, meta: TurnMeta, why: str) -> Outcome:
         """The run holding ``meta`` died: resume a background turn, stop a foreground one.
@@ -129,10 +139,8 @@ class Control(LifecycleBase):
         }
         crashed = [self.event(meta, RunEnded, reason="crashed", detail=why)]
         if self.is_cancelled(meta.turn_id):
-            detail = "Stop requested"
-            return self.stop_loudly(
-                meta, Step.STOP_DEAD, expect, StopCode.CANCELLED, detail, crashed
-            )
+            code, detail = self.stop_reason(meta.turn_id)
+            return self.stop_loudly(meta, Step.STOP_DEAD, expect, code, detail, crashed)
         if meta.mode != "background":
             return self.stop_loudly(meta, Step.STOP_DEAD, expect, StopCode.CRASHED, why, crashed)
         stalled = 0 if self._progressed(meta) else meta.takeovers + 1
@@ -177,9 +185,11 @@ class Control(LifecycleBase):
         events: Sequence[Event] = (),
     ) -> Outcome:
         """End the turn as stopped with Continue available, recording why."""
-        ended = self.stopped(meta, code, detail)
+        ended = self.stopped(meta, code, detail, continuable=code != StopCode.SUPERSEDED)
         try:
-            self.close(meta.turn_id, step, expect, [*events, ended])
+            self.close(
+                meta.turn_id, step, expect, [*events, ended], conversation_id=meta.conversation_id
+            )
         except TransitionRefused:
             return Outcome(False, "the turn changed")
         log.error("turn stopped", turn_id=meta.turn_id, code=code.value, detail=detail)

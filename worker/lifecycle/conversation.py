@@ -1,10 +1,12 @@
-"""What a new turn knows of its conversation, read once when the turn is created
-(docs/semantics.md).
+"""What a new turn knows of its conversation, read once, when the turn is let through its
+conversation's line (docs/semantics.md).
 
 The earlier turns (each one's message and final answer, within ``DRES_HISTORY_CHARS``) and, when
-the newest of them did not complete, the note of what it did (docs/semantics.md) are stored on the
-new turn's ``turn_started``: every run of the turn, on any worker, sees the same context, and no
-tool call of an earlier turn reaches the journal or either layer.
+the newest of them did not complete, the note of what it did (docs/semantics.md) are stored in the
+turn's ledger (its ``context``; a turn made with ``Lifecycle.create``, its ``turn_started``): every
+run of the turn, on any worker, sees the same context, and no tool call of an earlier turn reaches
+the journal or either layer (a fork's inherited journal is the fork's own, ``loop``). A turn a fork
+replaced is no earlier turn of any later one.
 """
 
 from __future__ import annotations
@@ -36,24 +38,29 @@ class Context:
     prior_turn_note: str | None = None
 
 
-def conversation_context(ledger: Ledger, conversation_id: str, budget: int) -> Context:
-    """The conversation's earlier turns, newest read first until ``budget`` characters of
-    history (``DRES_HISTORY_CHARS``) are spent."""
-    listed = Conversations(ledger).newest_turns(conversation_id, MAX_EARLIER_TURNS)
+def conversation_context(
+    ledger: Ledger, conversation_id: str, budget: int, *, before: str | None = None
+) -> Context:
+    """The conversation's earlier turns (those before ``before``; None: all), newest read first
+    until ``budget`` characters of history (``DRES_HISTORY_CHARS``) are spent; turns a fork
+    replaced are left out."""
+    listed = Conversations(ledger).history(conversation_id, before)[::-1]
     turns: list[EarlierTurn] = []
     note: str | None = None
     used = 0
-    for position, turn_id in enumerate(listed):
-        if used > budget:
+    for turn_id in listed:
+        if used > budget or len(turns) >= MAX_EARLIER_TURNS:
             break  # the older turns would be dropped
         try:
             meta = ledger.meta(turn_id)
         except UnknownTurn:
             continue  # expired with its keys
+        if meta.replaced_by:
+            continue
         events = ledger.events(turn_id)
         started = next((e for e in events if isinstance(e, TurnStarted)), None)
         unfinished = None if meta.status == "completed" else _how_it_ended(meta)
-        if position == 0 and unfinished is not None:
+        if not turns and unfinished is not None:
             note = unfinished_turn_note(unfinished, build_journal(events), _not_run(events))
         if started is None:
             continue

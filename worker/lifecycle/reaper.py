@@ -11,6 +11,8 @@ It looks at the turns in the active index whose time has come:
   with Continue available. The message's mark in the broker answers "still there?" for each due
   run at O(1) (``worker.edges.celery.marks``); only a run without one costs a read of the queues;
 - a turn waiting for approval whose first request expired stops (``approval_expired``);
+- a turn held behind its conversation's line is let through once the line is free (its release
+  is normally done by the end of the turn before it: this is for a crash in between);
 - a turn missing from its conversation's list (a crash right after its creation) is listed;
 - an ended or vanished turn leaves the index.
 Every action is an atomic step of the turn's state machine, so every worker may run a reaper.
@@ -128,7 +130,18 @@ class Reaper:
         seen = [t for t in (self.store.ledger.last_error_at, self._stalled_at) if t is not None]
         return self.monotonic() - max(seen) if seen else float("inf")
 
+    def _held(self, meta: TurnMeta) -> str:
+        """A turn queued behind its conversation's line: let it through if the line is free,
+        else look again later."""
+        released = self.lifecycle.advance(meta.conversation_id)
+        if released is not None and released.turn_id == meta.turn_id:
+            return "released"
+        self.store.watch(meta.turn_id, self.lifecycle.ms(self.settings.handoff_grace_s))
+        return "held"
+
     def _pending(self, meta: TurnMeta) -> str:
+        if meta.held:
+            return self._held(meta)
         grace = self.settings.handoff_grace_s
         waited = self.clock.now() - meta.dispatched
         if waited < grace:
@@ -220,7 +233,7 @@ class ReaperThread(threading.Thread):
             log.error("reaper sweep failed", error=repr(e))
             return
         metrics.reaper_swept(actions.values())
-        quiet = {"alive", "waiting", "queued", "awaiting_approval"}
+        quiet = {"alive", "waiting", "queued", "awaiting_approval", "held"}
         moved = {t: a for t, a in actions.items() if a not in quiet}
         if moved:
             log.info("reaper sweep", actions=moved)

@@ -12,7 +12,6 @@ this service; the chunk path (``run_chunk``) is the same for all of them. Its pa
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
 from typing import TypedDict, Unpack
 
 import redis
@@ -20,14 +19,18 @@ import structlog
 
 from ledger.errors import LedgerError
 from ledger.events import TurnStarted
+from ledger.store import MetaValue
+from ledger.turn import TurnMeta
 from worker.base.errors import InvalidInput
 from worker.engine.models import make_model
 from worker.engine.recorder import make_event
 from worker.lifecycle.approvals import Approvals, Decided
-from worker.lifecycle.base import Outcome
+from worker.lifecycle.base import NewTurn, Outcome
 from worker.lifecycle.chunks import ChunkPath
 from worker.lifecycle.control import Control
-from worker.lifecycle.conversation import Context, conversation_context
+from worker.lifecycle.conversation import Context
+from worker.lifecycle.forks import Forked, ForkPlan, Forks, Sent
+from worker.lifecycle.line import Line
 
 log = structlog.get_logger("dres.lifecycle")
 
@@ -41,6 +44,10 @@ def is_blank(message: str) -> bool:
     return re.search(NOT_BLANK, message) is None
 
 
+#: what a new message does while its conversation has a live turn (DRES_DOUBLE_TEXT)
+DOUBLE_TEXT = ("queue", "interrupt", "reject")
+
+
 class TurnOptions(TypedDict, total=False):
     """What a caller may say of a new turn besides its message (``enqueue``, ``create``)."""
 
@@ -52,18 +59,29 @@ class TurnOptions(TypedDict, total=False):
     turn_id: str | None
     #: the caller's ``traceparent``: the parent of the turn's trace
     trace_parent: str | None
+    #: the client's id of the user message (None: one is made)
+    message_id: str | None
+    #: ``queue``, ``interrupt`` or ``reject`` (None: DRES_DOUBLE_TEXT)
+    double_text: str | None
 
 
-@dataclass(frozen=True)
-class NewTurn:
-    turn_id: str
-    conversation_id: str
-    run_id: str
+class SendOptions(TypedDict, total=False):
+    """What a chat protocol's request says besides its message (``send``)."""
+
+    mode: str
+    model: str | None
+    trace_parent: str | None
+    double_text: str | None
 
 
-class Lifecycle(ChunkPath, Control, Approvals):
+class Lifecycle(ChunkPath, Control, Approvals, Line, Forks):
     def enqueue(self, message: str, **options: Unpack[TurnOptions]) -> NewTurn:
-        """Record the turn (status queued, first run pending) and dispatch its first chunk.
+        """Record the turn and send its first chunk, through its conversation's line: at once
+        while no other turn of the conversation is live, else by ``DRES_DOUBLE_TEXT`` (or the
+        request's ``double_text``): ``queue`` holds it until the live turn ends, ``interrupt``
+        stops the live turn (``superseded``) first, ``reject`` refuses (``Refused``). A repeat of
+        the conversation's newest message (same ``message_id``, same text) records nothing and
+        returns that turn.
 
         All or nothing, as far as Redis lets it be: when a step fails after the turn may have
         been recorded (Redis out of memory or gone part way, the broker unreachable), the turn is
@@ -74,29 +92,122 @@ class Lifecycle(ChunkPath, Control, Approvals):
         """
         mode, model = options.get("mode", "foreground"), options.get("model")
         conversation_id = options.get("conversation_id")
+        double_text = options.get("double_text") or self.settings.double_text
         if mode not in MODES:
             raise InvalidInput(f"mode must be foreground or background, not {mode!r}")
+        if double_text not in DOUBLE_TEXT:
+            raise InvalidInput(
+                f"double_text must be queue, interrupt or reject, not {double_text!r}"
+            )
         if is_blank(message):
             raise InvalidInput("message is empty")
         make_model(model or self.settings.model, self.clock)  # a bad spec fails here, not later
-        context = Context()
         if conversation_id:
-            # A new message supersedes a turn of the conversation that waits for approval: it
-            # stops, its requests void, and the new turn's note says what was waiting.
-            self.supersede(conversation_id)
-            context = conversation_context(
-                self.ledger, conversation_id, self.settings.history_chars
-            )
+            repeated = self.repeated(conversation_id, options.get("message_id"), message)
+            if repeated is not None:
+                return repeated
+            self.make_way(conversation_id, double_text)
         turn_id = options.get("turn_id") or self.ids.new("turn")
+        held = bool(conversation_id)
         conversation_id = conversation_id or self.ids.new("conv")
         named: TurnOptions = {**options, "turn_id": turn_id, "conversation_id": conversation_id}
         try:
-            turn = self.create(message, context, **named)
-            self.launch(turn.turn_id, turn.run_id, mode)
+            turn = self.create(message, held=held, **named)
+            if held:
+                turn = self.admit(turn, double_text)
+            else:
+                self.launch(turn.turn_id, turn.run_id, mode)
         except Exception as e:
             self._take_back(turn_id, conversation_id, e)
             raise
         return turn
+
+    def fork(
+        self,
+        turn_id: str,
+        *,
+        message: str | None = None,
+        model: str | None = None,
+        conversation: str = "same",
+        message_id: str | None = None,
+        trace_parent: str | None = None,
+    ) -> Forked:
+        """A new turn at ``turn_id`` (docs/semantics.md, forks) with its message or ``message``,
+        replacing it and every later turn of its conversation (``conversation`` ``"same"``), or
+        in a new conversation whose history is the source's turns before it (``"new"``); either
+        way inheriting their journal. It goes through its conversation's line: behind a replaced
+        turn still stopping, at once otherwise."""
+        source = self.fork_source(turn_id)
+        text = source.started.message if message is None else message
+        if is_blank(text):
+            raise InvalidInput("message is empty")
+        model = model or source.meta.model or None
+        make_model(model or self.settings.model, self.clock)
+        plan = self.plan_fork(source, conversation)
+        conversation_id = source.meta.conversation_id
+        if conversation == "new":
+            conversation_id = self.ids.new("conv")
+        fork_id = self.ids.new("turn")
+        options: TurnOptions = {
+            "conversation_id": conversation_id,
+            "mode": source.meta.mode,
+            "model": model,
+            "turn_id": fork_id,
+            "trace_parent": trace_parent,
+            "message_id": message_id or source.meta.message_id or None,
+        }
+        try:
+            turn = self.create(text, held=True, fork=plan, **options)
+            if conversation == "new":
+                self.store.conversations.set_base(conversation_id, self.fork_history(source))
+            for replaced in plan.replaces:
+                self.store.mark(replaced, replaced_by=fork_id)
+            turn = self.admit(turn, "queue")
+        except Exception as e:
+            self._take_back(fork_id, conversation_id, e)
+            raise
+        replaces = plan.replaces if conversation == "same" else source.current
+        log.info("forked", turn_id=fork_id, fork_of=turn_id, replaces=list(replaces))
+        return Forked(fork_id, conversation_id, replaces, turn.run_id)
+
+    def send(
+        self,
+        conversation_id: str,
+        message: str,
+        *,
+        message_id: str | None = None,
+        regenerate: str | bool = False,
+        **options: Unpack[SendOptions],
+    ) -> Sent:
+        """A chat protocol's user message, matched to the conversation's turns by its id
+        (docs/semantics.md, forks): ``regenerate`` (True, or the id of the answer to regenerate)
+        forks the turn answering it with its own message; the newest turn's own message again
+        (same id, same text) is a repeat and records nothing; an earlier turn's id (an edit)
+        forks that turn with ``message``; anything else is a new turn."""
+        current = self.current_turns(conversation_id)
+        target: TurnMeta | None = None
+        if regenerate:
+            named = [m for m in current if m.turn_id == regenerate]
+            by_id = [m for m in current if message_id and m.message_id == message_id]
+            candidates = named or by_id or current
+            target = candidates[-1] if candidates else None
+            if target is not None:
+                forked = self.fork(target.turn_id, message_id=message_id, **_fork_options(options))
+                return Sent(forked.turn_id, forked.conversation_id, "fork", forked.replaces)
+        elif message_id:
+            target = next((m for m in reversed(current) if m.message_id == message_id), None)
+        if target is not None:
+            (started,) = self.ledger.started([target.turn_id])
+            if target is current[-1] and started is not None and started.message == message:
+                return Sent(target.turn_id, conversation_id, "repeat")
+            forked = self.fork(
+                target.turn_id, message=message, message_id=message_id, **_fork_options(options)
+            )
+            return Sent(forked.turn_id, forked.conversation_id, "fork", forked.replaces)
+        turn = self.enqueue(
+            message, conversation_id=conversation_id, message_id=message_id, **options
+        )
+        return Sent(turn.turn_id, turn.conversation_id, "new")
 
     def _take_back(self, turn_id: str, conversation_id: str, error: Exception) -> None:
         try:
@@ -114,21 +225,30 @@ class Lifecycle(ChunkPath, Control, Approvals):
             log.warning("a turn whose creation failed went on", turn_id=turn_id, error=repr(error))
 
     def create(
-        self, message: str, context: Context | None = None, **options: Unpack[TurnOptions]
+        self,
+        message: str,
+        context: Context | None = None,
+        *,
+        held: bool = False,
+        fork: ForkPlan | None = None,
+        **options: Unpack[TurnOptions],
     ) -> NewTurn:
         """Record a new turn (``turn_started``, queued, its first run pending); no dispatch.
-        ``context``: what it knows of its conversation (none: nothing)."""
+        ``context``: what it knows of its conversation (none: nothing). ``held``: no run
+        pending yet: it waits for its conversation's line (``Line.advance``), which records its
+        context when it lets it through. ``fork``: the turn is a fork (``Forks.fork``)."""
         context = context or Context()
         turn_id = options.get("turn_id") or self.ids.new("turn")
         conversation_id = options.get("conversation_id") or self.ids.new("conv")
         mode, model = options.get("mode", "foreground"), options.get("model")
-        run_id = self.ids.new("run")
+        message_id = options.get("message_id") or self.ids.new("msg")
+        run_id = "" if held else self.ids.new("run")
         event = make_event(
             TurnStarted,
             self.clock,
             self.ids,
             turn_id,
-            run_id,
+            run_id or "control",
             0,
             conversation_id=conversation_id,
             message=message,
@@ -136,8 +256,16 @@ class Lifecycle(ChunkPath, Control, Approvals):
             model=model,
             prior_turn_note=context.prior_turn_note,
             earlier_turns=context.earlier_turns,
+            message_id=message_id,
+            fork_of=fork.fork_of if fork else None,
+            inherits=fork.inherits if fork else (),
+            replaces=fork.replaces if fork else (),
         )
-        fields = {"model": model or ""}
+        fields: dict[str, MetaValue] = {"model": model or "", "message_id": message_id}
+        if held:
+            fields["held"] = 1
+        if fork:
+            fields["fork_of"] = fork.fork_of
         look_at = self.ms(self.settings.handoff_grace_s)
         recorded = self.tracer.turn(
             turn_id=turn_id,
@@ -158,4 +286,24 @@ class Lifecycle(ChunkPath, Control, Approvals):
         return self.store.withdraw(turn_id, conversation_id)
 
 
-__all__ = ["Decided", "Lifecycle", "NewTurn", "Outcome"]
+class ForkOptions(TypedDict, total=False):
+    model: str | None
+    trace_parent: str | None
+
+
+def _fork_options(options: SendOptions) -> ForkOptions:
+    """What a chat request's options say of a fork: its model and trace parent (its mode is
+    the forked turn's)."""
+    return {"model": options.get("model"), "trace_parent": options.get("trace_parent")}
+
+
+__all__ = [
+    "DOUBLE_TEXT",
+    "Decided",
+    "ForkPlan",
+    "Forked",
+    "Lifecycle",
+    "NewTurn",
+    "Outcome",
+    "Sent",
+]

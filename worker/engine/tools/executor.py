@@ -29,11 +29,12 @@ from typing import Any
 import structlog
 from pydantic_core import to_jsonable_python
 
-from ledger.errors import SignatureError
+from ledger.errors import SignatureError, StopRequested
 from ledger.events import ApprovalRequested, ToolBlocked, ToolDone, ToolStart
+from ledger.journal import JournalEntry
 from ledger.signature import input_signature
 from worker.base import metrics
-from worker.base.errors import OutcomeUnknown
+from worker.base.errors import OutcomeUnknown, TurnCancelled
 from worker.base.failpoints import OFF, Failpoints
 from worker.base.tracing import OFF as OFF_TRACER
 from worker.base.tracing import Settled, ToolSpan, Tracer
@@ -210,19 +211,11 @@ class ToolExecutor:
         decision: Run,
         approval_id: str | None = None,
     ) -> ToolOutcome:
-        ctx = self._context(attempt, call)
+        ctx = self._context(attempt, call, decision.supersedes[0] if decision.supersedes else None)
         durable = self.recorder.durable is not None and not call.spec.read_only
         self.failpoints.hit("tool.before_start")
         with self.guard:
-            self.recorder.record(
-                ToolStart,
-                call_id=call.call_id,
-                tool=call.tool,
-                input=call.data,
-                signature=call.signature,
-                read_only=call.spec.read_only,
-                approval_id=approval_id,
-            )
+            self._start(call, approval_id)
             if durable:
                 confirm_start(self.recorder, call.call_id, call.tool)
             try:
@@ -269,6 +262,27 @@ class ToolExecutor:
             attempt.completed[(call.tool, call.signature)] += 1
             attempt.settled.update(decision.settles)
         return ToolOutcome(call.call_id, call.tool, result, is_error)
+
+    def _start(self, call: PreparedCall, approval_id: str | None) -> None:
+        """Record the call's ``tool_start``; a write's only while Stop is not requested, in the
+        same atomic step (docs/semantics.md): once a person's Stop or a new message that
+        supersedes the turn is recorded, no write starts."""
+        fields: dict[str, Any] = {
+            "call_id": call.call_id,
+            "tool": call.tool,
+            "input": call.data,
+            "signature": call.signature,
+            "read_only": call.spec.read_only,
+            "approval_id": approval_id,
+        }
+        if call.spec.read_only:
+            self.recorder.record(ToolStart, **fields)
+            return
+        try:
+            self.recorder.record_unless_stopped(ToolStart, **fields)
+        except StopRequested as e:
+            log.info("a write did not start: Stop was requested", tool=call.tool, code=e.code)
+            raise TurnCancelled(e.code) from None
 
     def _reconcile(self, attempt: Attempt, call: PreparedCall, decision: Reconcile) -> ToolOutcome:
         """Settle an identical retry of an interrupted write by what the tool's hook finds."""
@@ -317,14 +331,28 @@ class ToolExecutor:
             return Reconciliation.unknown()
         return verdict
 
-    def _context(self, attempt: Attempt, call: PreparedCall) -> ToolContext:
+    def _context(
+        self, attempt: Attempt, call: PreparedCall, retried: JournalEntry | None = None
+    ) -> ToolContext:
+        """The call's context. ``retried``: the interrupted call an idempotent retry repeats:
+        one a fork inherited keeps its own turn's key (an approximation when that turn was a
+        fork that had completed the same call too: then its occurrence counts those alone)."""
         run = self.recorder.run
+        key_turn = run.turn_id
         occurrence = attempt.completed[(call.tool, call.signature)]
+        if retried is not None and retried.turn_id not in ("", run.turn_id):
+            key_turn = retried.turn_id
+            done = attempt.journal.completed if attempt.journal else []
+            occurrence = sum(
+                1
+                for e in done
+                if (e.turn_id, e.tool, e.signature) == (key_turn, call.tool, call.signature)
+            )
         return ToolContext(
             turn_id=run.turn_id,
             run_id=run.run_id,
             call_id=call.call_id,
-            idempotency_key=idempotency_key(run.turn_id, call.tool, call.signature, occurrence),
+            idempotency_key=idempotency_key(key_turn, call.tool, call.signature, occurrence),
             tool=call.tool,
             redis=self.redis,
             interruptible=self.guard.lifted,
@@ -360,6 +388,7 @@ class ToolExecutor:
 
     def _blocked(self, call: PreparedCall, decision: Block | Refuse) -> ToolOutcome:
         matched = decision.entry.call_id
+        origin = decision.entry.turn_id
         outcome = self._not_run(
             call.call_id,
             call.tool,
@@ -369,6 +398,7 @@ class ToolExecutor:
             result=decision.result,
             is_error=isinstance(decision, Refuse),
             matched_call_id=matched,
+            inherited_from=origin if origin not in ("", self.recorder.run.turn_id) else None,
         )
         metrics.tool_blocked(decision.reason)
         log.info("tool call blocked", tool=call.tool, reason=decision.reason, matched=matched)
@@ -385,6 +415,7 @@ class ToolExecutor:
         result: Any,
         is_error: bool,
         matched_call_id: str | None = None,
+        inherited_from: str | None = None,
     ) -> ToolOutcome:
         """Record a call that does not run (blocked, refused, denied) and its outcome."""
         self.recorder.record(
@@ -395,6 +426,7 @@ class ToolExecutor:
             signature=signature,
             reason=reason,
             matched_call_id=matched_call_id,
+            inherited_from=inherited_from,
             result=result,
             is_error=is_error,
         )
