@@ -1,6 +1,10 @@
 """``POST /v1/ag-ui``: the AG-UI protocol (docs/chat.md). A ``RunAgentInput`` whose thread is the
-conversation: its last user message is a new turn, or its ``resume`` entries are the person's
-decisions on the waiting turn's requests; the answer is the turn as AG-UI events over SSE
+conversation: its ``resume`` entries are the person's decisions on the waiting turn's requests;
+else its last message, the user's, is matched to the thread's turns by its id as the AI SDK's is
+(``worker.edges.http.chat``): a re-run of the newest (same id, same text) starts nothing and
+streams that turn, an earlier turn's id with other text is an edit (a fork), ``forwardedProps``
+``regenerate: true`` forks the turn answering it, any other is a new turn; a last message that is
+not the user's (and no ``resume``) is refused. The answer is the turn as AG-UI events over SSE
 (``worker.edges.http.aguievents``), read as ``worker.edges.http.chat`` reads it.
 """
 
@@ -20,10 +24,13 @@ from worker.edges.http.aguievents import AguiEvents
 from worker.edges.http.chat import (
     TEXT,
     Answer,
+    Said,
     caller,
     decide_answers,
-    enqueue_message,
+    last_user,
     last_user_text,
+    message_id_of,
+    send_message,
     user_message_schema,
 )
 from worker.edges.http.deps import RT
@@ -32,6 +39,13 @@ from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, ID, WRITE_ERRORS
 from worker.edges.http.sse import KEEPALIVE, LiveStream, admit_stream, event_stream
 from worker.edges.http.uichunks import events_of, sse_data
 from worker.edges.runtime import Runtime
+from worker.lifecycle.service import DOUBLE_TEXT
+
+#: why a run whose last message is not the user's (and that resumes nothing) starts nothing
+NOTHING_TO_TAKE = (
+    "the last message is not the user's and the input resumes nothing: send a user message, or "
+    "resume the interrupts"
+)
 
 
 class ResumeEntry(BaseModel):
@@ -113,14 +127,26 @@ async def _begin(
         raise HTTPException(
             403, "an approver's token decides approvals only: a message wants the API token"
         )
-    model = (body.forwardedProps or {}).get("model")
+    props = body.forwardedProps or {}
+    model = props.get("model")
     if model is not None and not isinstance(model, str):
         raise HTTPException(422, "forwardedProps.model: a model spec is a string")
-    message = last_user_text(body.messages, message_text)
-    turn_id = await run_in_threadpool(
-        enqueue_message, rt, body.threadId, message, model, trace_parent
+    double_text = props.get("double_text")
+    if double_text is not None and double_text not in DOUBLE_TEXT:
+        raise HTTPException(422, "forwardedProps.double_text: queue, interrupt or reject")
+    if body.messages and body.messages[-1].get("role") != "user":
+        raise HTTPException(409, NOTHING_TO_TAKE)
+    said = Said(
+        conversation_id=body.threadId,
+        message=last_user_text(body.messages, message_text),
+        message_id=message_id_of(last_user(body.messages), "messages"),
+        model=model,
+        trace_parent=trace_parent,
+        regenerate=props.get("regenerate") is True,
+        double_text=double_text,
     )
-    return turn_id, "0-0", []
+    sent = await run_in_threadpool(send_message, rt, said)
+    return sent.turn_id, "0-0", []
 
 
 async def agui_stream(

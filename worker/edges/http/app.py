@@ -20,7 +20,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.errors import BadCursor, CorruptTurn, UnknownTurn
-from worker.base.errors import ConfigError
+from worker.base.errors import ConfigError, InvalidInput, Refused
 from worker.base.settings import Settings
 from worker.edges.http.access import CallerCheck
 from worker.edges.http.agui import router as agui_router
@@ -81,6 +81,8 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.add_exception_handler(CorruptTurn, corrupt)  # type: ignore[arg-type]
     api.add_exception_handler(BadCursor, bad_cursor)  # type: ignore[arg-type]
     api.add_exception_handler(ConfigError, bad_config)  # type: ignore[arg-type]
+    api.add_exception_handler(InvalidInput, bad_input)  # type: ignore[arg-type]
+    api.add_exception_handler(Refused, refused)  # type: ignore[arg-type]
     api.add_exception_handler(Exception, internal_error)
     add_fault_handlers(api)
     api.include_router(router)
@@ -186,6 +188,16 @@ async def internal_error(request: Request, exc: Exception) -> JSONResponse:
 async def bad_config(request: Request, exc: ConfigError) -> JSONResponse:
     """A request naming something unusable, such as a model spec with no script file."""
     return JSONResponse({"detail": str(exc)}, 422)
+
+
+async def bad_input(request: Request, exc: InvalidInput) -> JSONResponse:
+    """A request the lifecycle finds unusable (an empty message, an unknown fork target)."""
+    return JSONResponse({"detail": str(exc)}, 422)
+
+
+async def refused(request: Request, exc: Refused) -> JSONResponse:
+    """A request the state of its turn or conversation refuses now (docs/http-api.md)."""
+    return JSONResponse({"detail": str(exc)}, 409)
 
 
 async def unknown(request: Request, exc: UnknownTurn) -> JSONResponse:

@@ -1,19 +1,24 @@
 """``POST /v1/chat`` and ``GET /v1/chat/{id}/stream``: the AI SDK's chat protocol, as its
 ``DefaultChatTransport`` sends and reads it (docs/chat.md).
 
-The chat's id is the conversation id; a request whose last message is the user's is a new turn of
-it, one whose last message is the assistant's with tool parts in state ``approval-responded`` is
-the person's decisions on the waiting turn's requests. Either way the answer is the turn's events
-as UI message chunks (``worker.edges.http.uichunks``), read through the same live streams as
-``GET /v1/turns/{id}/events`` (``worker.edges.http.sse``) and counted in DRES_MAX_STREAMS.
+The chat's id is the conversation id. What a request is, in this order (docs/semantics.md,
+forks): ``trigger: "regenerate-message"`` forks the turn answering the last user message; a last
+message of the assistant's with tool parts in state ``approval-responded`` is the person's
+decisions on the waiting turn's requests, and one that carries nothing to take is refused; a last
+user message is matched to the conversation's turns by its id: the newest turn's own message again
+(a retried request, a second tab) starts nothing, an earlier turn's with other text is an edit (a
+fork), any other is a new turn. Either way the answer is the turn's events as UI message chunks
+(``worker.edges.http.uichunks``), read through the same live streams as ``GET
+/v1/turns/{id}/events`` (``worker.edges.http.sse``) and counted in DRES_MAX_STREAMS.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
-from typing import Annotated, Any, cast
+from typing import Annotated, Any, Literal, cast
 
 from fastapi import APIRouter, Depends, Header, Path, Request
 from fastapi.concurrency import run_in_threadpool
@@ -35,7 +40,7 @@ from worker.edges.http.sse import KEEPALIVE, LiveStream, admit_stream, event_str
 from worker.edges.http.uichunks import DONE, UIChunks, events_of, sse_data
 from worker.edges.runtime import Runtime
 from worker.lifecycle.approvals import DecidedKind
-from worker.lifecycle.service import NOT_BLANK, is_blank
+from worker.lifecycle.service import NOT_BLANK, Sent, is_blank
 
 #: the header that tells the AI SDK the body is its UI message stream
 UI_STREAM_HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
@@ -43,6 +48,18 @@ UI_STREAM_HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
 MAX_MODEL_CHARS = 500
 #: the statuses of a turn whose stream goes on (a waiting turn's has said all it can)
 LIVE = frozenset({TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING})
+#: why a request whose last message is the assistant's starts nothing
+NOTHING_TO_TAKE = (
+    "the last message is the assistant's and carries nothing to take (no approval decision): "
+    "send a user message, or regenerate (trigger regenerate-message)"
+)
+ID_FORM = re.compile(ID)
+#: a request with no user message whose text dres takes
+NO_TEXT = (
+    422,
+    f"messages: the last user message's text must be 1 to {MAX_MESSAGE_CHARS} characters, "
+    "not blank",
+)
 
 
 def user_message_schema(text: dict[str, Any]) -> dict[str, Any]:
@@ -87,6 +104,9 @@ class ChatRequest(BaseModel):
     trigger: str = "submit-message"
     messageId: str | None = None
     model: str | None = None
+    double_text: Literal["queue", "interrupt", "reject"] | None = Field(
+        None, description="what a new message does while a turn of the chat is live"
+    )
 
 
 @dataclass(frozen=True)
@@ -184,22 +204,30 @@ async def _begin(
     request: Request, rt: Runtime, body: ChatRequest, approver: str | None
 ) -> tuple[str, str, list[str]]:
     last = body.messages[-1]
-    answers = answers_of(last) if last.get("role") == "assistant" else []
-    if answers:
-        turn_id, start, announced = await run_in_threadpool(
+    regenerate = body.trigger == "regenerate-message"
+    message = last_user_text(body.messages, text_of)
+    if not regenerate and last.get("role") == "assistant":
+        answers = answers_of(last)
+        if not answers:
+            raise HTTPException(*((409, NOTHING_TO_TAKE) if message else NO_TEXT))
+        return await run_in_threadpool(
             decide_answers, rt, request.app.state.settings, body.id, answers, approver
         )
-    else:
-        if approver is not None:
-            raise HTTPException(
-                403, "an approver's token decides approvals only: a message wants the API token"
-            )
-        message = last_user_text(body.messages, text_of)
-        turn_id = await run_in_threadpool(
-            enqueue_message, rt, body.id, message, body.model, request.headers.get("traceparent")
+    if approver is not None:
+        raise HTTPException(
+            403, "an approver's token decides approvals only: a message wants the API token"
         )
-        start, announced = "0-0", []
-    return turn_id, start, announced
+    said = Said(
+        conversation_id=body.id,
+        message=message,
+        message_id=message_id_of(last_user(body.messages), "messages"),
+        model=body.model,
+        trace_parent=request.headers.get("traceparent"),
+        regenerate=(body.messageId or True) if regenerate else False,
+        double_text=body.double_text,
+    )
+    sent = await run_in_threadpool(send_message, rt, said)
+    return sent.turn_id, "0-0", []
 
 
 @router.get(
@@ -223,30 +251,60 @@ async def reconnect(
     return response
 
 
-def enqueue_message(
-    rt: Runtime,
-    conversation_id: str,
-    message: str,
-    model: str | None,
-    trace_parent: str | None = None,
-) -> str:
-    """A new turn of the conversation; its checks (as ``POST /v1/turns``' body has) come first.
-    ``trace_parent``: the request's ``traceparent``, the parent of the turn's trace."""
+@dataclass(frozen=True)
+class Said:
+    """A chat protocol's user message, as its request says it (``send_message``)."""
+
+    conversation_id: str
+    message: str
+    message_id: str | None
+    model: str | None = None
+    #: the request's ``traceparent``: the parent of a new turn's trace
+    trace_parent: str | None = None
+    #: a regenerate: True, or the id of the answer to regenerate
+    regenerate: str | bool = False
+    double_text: str | None = None
+
+
+def send_message(rt: Runtime, said: Said) -> Sent:
+    """The message matched to the conversation's turns (``Lifecycle.send``: a new turn, a fork,
+    or a repeat of the newest); its checks (as ``POST /v1/turns``' body has) come first."""
+    message, model = said.message, said.model
     if is_blank(message) or len(message) > MAX_MESSAGE_CHARS:
-        raise HTTPException(
-            422,
-            f"messages: the last user message's text must be 1 to {MAX_MESSAGE_CHARS} "
-            "characters, not blank",
-        )
+        raise HTTPException(*NO_TEXT)
     if model is not None and len(model) > MAX_MODEL_CHARS:
         raise HTTPException(422, f"model: at most {MAX_MODEL_CHARS} characters")
     admit_model(rt, model)
-    if rt.lifecycle.store.conversations.erased(conversation_id):
-        raise HTTPException(409, f"conversation {conversation_id!r} was deleted: start a new one")
-    turn = rt.lifecycle.enqueue(
-        message, conversation_id=conversation_id, model=model, trace_parent=trace_parent
+    if rt.lifecycle.store.conversations.erased(said.conversation_id):
+        raise HTTPException(
+            409, f"conversation {said.conversation_id!r} was deleted: start a new one"
+        )
+    return rt.lifecycle.send(
+        said.conversation_id,
+        message,
+        message_id=said.message_id,
+        regenerate=said.regenerate,
+        model=model,
+        trace_parent=said.trace_parent,
+        double_text=said.double_text,
     )
-    return turn.turn_id
+
+
+def last_user(messages: list[dict[str, Any]]) -> dict[str, Any]:
+    """The last message of the user's (an empty one when there is none)."""
+    return next((m for m in reversed(messages) if m.get("role") == "user"), {})
+
+
+def message_id_of(message: dict[str, Any], where: str) -> str | None:
+    """A message's client id, when it has one; one that is no id dres takes is a 422."""
+    found = message.get("id")
+    if found is None or found == "":
+        return None
+    if not isinstance(found, str) or not ID_FORM.match(found):
+        raise HTTPException(
+            422, f"{where}: a message id is 1-128 characters of [A-Za-z0-9._:-], not {found!r}"
+        )
+    return found
 
 
 def _live_turn(rt: Runtime, conversation_id: str) -> str | None:

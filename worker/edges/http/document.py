@@ -116,9 +116,16 @@ def build_document(api: FastAPI, settings: Settings) -> dict[str, Any]:
     for model in (
         schemas["TurnRequest"]["properties"]["model"],
         schemas["ChatRequest"]["properties"]["model"],
+        schemas["ForkRequest"]["properties"]["model"],
     ):
         model["anyOf"] = [*model_forms(settings), {"type": "null"}]
         model.pop("maxLength", None)
+    # an optional message is a string when given (absent: the forked turn's own); a nullable
+    # string of a maximum length is one the fuzzers cannot negate (they would need a string
+    # longer than they make)
+    message = schemas["ForkRequest"]["properties"]["message"]
+    text = next(form for form in message.pop("anyOf") if form.get("type") == "string")
+    message.update(text)
     forwarded = schemas["RunAgentInput"]["properties"]["forwardedProps"]
     forwarded["anyOf"][0]["properties"] = {
         "model": {"anyOf": [*model_forms(settings), {"type": "null"}]}

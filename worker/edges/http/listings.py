@@ -89,6 +89,8 @@ def conversation(rt: RT, conversation_id: ConversationId) -> ConversationDetail:
         ConversationTurn(
             turn_id=meta.turn_id,
             message=message,
+            message_id=meta.message_id or None,
+            replaced_by=meta.replaced_by or None,
             status=meta.status.value,
             code=meta.code,
             can_continue=continue_refusal(

@@ -32,6 +32,17 @@ class TurnRequest(BaseModel):
         description="a model spec (scripted:PATH, anthropic:MODEL, openai:MODEL): the server's "
         "default when absent; any other must be listed in the server's DRES_MODELS (else 422)",
     )
+    message_id: str | None = Field(
+        None,
+        pattern=ID,
+        description="the client's id of the message: a repeat of the conversation's newest "
+        "message (same id, same text) returns its turn; an earlier turn's id is a 409 (fork it)",
+    )
+    double_text: Literal["queue", "interrupt", "reject"] | None = Field(
+        None,
+        description="what this message does while the conversation has a live turn: queue "
+        "behind it, interrupt it, or be refused (409); default DRES_DOUBLE_TEXT",
+    )
 
     @field_validator("message")
     @classmethod
@@ -164,9 +175,47 @@ class ConversationList(BaseModel):
 class ConversationTurn(BaseModel):
     turn_id: str
     message: str
+    #: the client's id of the user message
+    message_id: str | None = None
     status: Literal["queued", "running", "resuming", "waiting", "completed", "stopped"]
     code: str = ""
     can_continue: bool
+    #: the fork that replaced this turn (its model and every later turn's no longer see it)
+    replaced_by: str | None = None
+
+
+class ForkRequest(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    message: str | None = Field(
+        None,
+        min_length=1,
+        max_length=MAX_MESSAGE_CHARS,
+        description="the fork's message (an edit); absent: the turn's own (a regenerate)",
+        json_schema_extra={"pattern": NOT_BLANK},
+    )
+    model: str | None = Field(
+        None, max_length=500, description="a model spec; absent: the forked turn's"
+    )
+    conversation: Literal["same", "new"] = Field(
+        "same",
+        description="same: the fork replaces the turn and every later one of its conversation; "
+        "new: a new conversation whose history is the turns before it",
+    )
+
+    @field_validator("message")
+    @classmethod
+    def _not_blank(cls, value: str | None) -> str | None:
+        if value is not None and is_blank(value):
+            raise ValueError("message is blank")
+        return value
+
+
+class ForkCreated(BaseModel):
+    turn_id: str
+    conversation_id: str
+    #: the turns the fork replaces (for ``new``: whose journal it inherits), oldest first
+    replaces: list[str]
+    events_url: str
 
 
 class ConversationDetail(BaseModel):

@@ -38,6 +38,8 @@ from worker.edges.http.schemas import (
     Accepted,
     ApprovalOut,
     ContinueRequest,
+    ForkCreated,
+    ForkRequest,
     JournalOut,
     TurnCreated,
     TurnRequest,
@@ -92,6 +94,8 @@ def create_turn(
             mode=body.mode,
             model=body.model,
             trace_parent=traceparent,
+            message_id=body.message_id,
+            double_text=body.double_text,
         )
         return _created(turn.turn_id, turn.conversation_id)
     # The record names the turn and its conversation before the turn exists, so a repeat that
@@ -114,6 +118,8 @@ def create_turn(
             model=body.model,
             turn_id=turn_id,
             trace_parent=traceparent,
+            message_id=body.message_id,
+            double_text=body.double_text,
         )
     except BaseException:
         # No turn was made (or it was taken back): the key must not answer for one. Redis may be
@@ -206,6 +212,32 @@ def continue_turn(rt: RT, turn_id: TurnId, body: ContinueRequest) -> Accepted:
     if not outcome.ok:
         raise HTTPException(409, outcome.reason)
     return Accepted(turn_id=turn_id, detail=outcome.reason, run_id=outcome.run_id)
+
+
+@router.post("/{turn_id}/fork", status_code=202, response_model=ForkCreated, responses=WRITE_ERRORS)
+def fork_turn(
+    rt: RT,
+    turn_id: TurnId,
+    body: ForkRequest,
+    traceparent: Annotated[str | None, Header()] = None,
+) -> ForkCreated:
+    """A new turn at this one (regenerate, or edit with ``message``): it replaces this turn and
+    every later one of its conversation and inherits their journal, so a write they completed
+    is not done again (docs/semantics.md)."""
+    admit_model(rt, body.model)
+    forked = rt.lifecycle.fork(
+        turn_id,
+        message=body.message,
+        model=body.model,
+        conversation=body.conversation,
+        trace_parent=traceparent,
+    )
+    return ForkCreated(
+        turn_id=forked.turn_id,
+        conversation_id=forked.conversation_id,
+        replaces=list(forked.replaces),
+        events_url=f"/v1/turns/{forked.turn_id}/events",
+    )
 
 
 @router.post("/{turn_id}/stop", status_code=202, response_model=Accepted, responses=WRITE_ERRORS)
