@@ -10,7 +10,7 @@ is not in the wheel or the image, and is imported from the repo root (``python -
   ``subprocess_env``, ``stop_all``, ``run_demo``
 - ``waiting``: ``poll``, ``wait_until``, ``wait_for`` (on a turn's ledger) and its predicates
 - ``scripts``: ``write_script`` (the one writer of script files), ``script_writer``, the steps
-- ``turns``: ``crashed_stop``, ``say``, ``close_runtime``, ``together``
+- ``turns``: ``crashed_stop``, ``context_of``, ``say``, ``close_runtime``, ``together``
 - ``redis_cluster``: ``LocalCluster``, a private three-master Redis Cluster
 - ``redis_sentinel``: ``LocalSentinel``, a private primary, replica and three sentinels (on TLS
   only with ``tls=True``)
@@ -49,7 +49,7 @@ from rigs.scripts import (
     think,
     write_script,
 )
-from rigs.turns import close_runtime, crashed_stop, say, together
+from rigs.turns import close_runtime, context_of, crashed_stop, say, together
 from rigs.waiting import (
     POLL_S,
     UNACKED,
@@ -87,6 +87,7 @@ __all__ = [
     "broker_drained",
     "busy",
     "close_runtime",
+    "context_of",
     "crashed_stop",
     "ended",
     "fake_provider",

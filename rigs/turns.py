@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from ledger.events import Text, ToolStart
+from ledger.events import EarlierTurn, Event, Text, ToolStart, TurnContext, TurnStarted
 from ledger.signature import input_signature
 from rigs.scripts import EMAIL
 from worker.edges.runtime import Runtime
@@ -48,6 +48,16 @@ def crashed_stop(
     outcome = rt.lifecycle.take_over(rt.ledger.meta(turn.turn_id), "lease expired (test)")
     assert outcome.ok and outcome.reason == "stopped: crashed", outcome
     return turn.turn_id
+
+
+def context_of(events: Sequence[Event]) -> tuple[tuple[EarlierTurn, ...], str | None]:
+    """What a turn's model sees of its conversation: the earlier turns and the note of an
+    unfinished one, from its ``context`` (written when it was let through its conversation's
+    line), else from its ``turn_started``."""
+    for event in reversed(events):
+        if isinstance(event, TurnContext | TurnStarted):
+            return event.earlier_turns, event.prior_turn_note
+    return (), None
 
 
 def say(rt: Runtime, run: RunContext, *lines: str) -> None:

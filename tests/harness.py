@@ -27,7 +27,7 @@ from worker.engine.models import make_model
 from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
 from worker.engine.tools import Registry
 from worker.engine.tools.sources.python import module_tools
-from worker.lifecycle import Decided, Lifecycle
+from worker.lifecycle import Decided, Lifecycle, NewTurn
 
 TOOL_MODULES = ["worker.demo_tools", "sample_tools"]
 
@@ -155,6 +155,26 @@ class Harness:
         )
         self.turn_id, self.pending = turn.turn_id, turn.run_id
         return turn.turn_id
+
+    def enqueue(
+        self,
+        steps: list[dict[str, Any]],
+        message: str = "do the task",
+        *,
+        conversation_id: str = "conv-1",
+        on_resume: str = "continue",
+        **kw: Any,
+    ) -> NewTurn:
+        """A message to a conversation through ``Lifecycle.enqueue`` (its line, its double-text
+        rule); ``follow`` makes the turn the one ``run_next`` runs once it is let through."""
+        model = self.script(steps, on_resume)
+        return self.lifecycle.enqueue(message, conversation_id=conversation_id, model=model, **kw)
+
+    def follow(self, turn_id: str) -> None:
+        """Make ``turn_id`` the harness's turn and its pending run the next ``run_next`` runs."""
+        meta = self.lifecycle.store.meta(turn_id)
+        assert meta.next_run, f"turn {turn_id} has no run pending ({meta.status}, held {meta.held})"
+        self.turn_id, self.pending = turn_id, meta.next_run
 
     def run_next(
         self, *, soft_limit_after: float | None = None, ledger: Ledger | None = None

@@ -9,6 +9,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from ledger import keys
 from worker.tools import Reconciliation, ToolContext, tool
 
 EFFECTS = "test:effects"
@@ -125,6 +126,16 @@ def aof_witness(label: str, *, ctx: ToolContext) -> dict[str, Any]:
     row["start_in_aof"] = ctx.call_id.encode() in aof
     with open(os.environ[OUTSIDE_EFFECTS], "a") as f:
         f.write(json.dumps(row) + "\n")
+    return {"written": label}
+
+
+@tool
+def write_superseded(label: str, *, ctx: ToolContext) -> dict[str, Any]:
+    """A write during which a new message of the conversation supersedes its turn (its Stop
+    flag set with ``superseded``, as ``DRES_DOUBLE_TEXT=interrupt`` sets it): this write
+    finishes and is recorded, and no later write of the turn starts."""
+    _effect(ctx, label=label)
+    ctx.redis.set(keys.turn_cancel(ctx.turn_id), "superseded")
     return {"written": label}
 
 

@@ -31,7 +31,7 @@ from api_support import (
 
 from ledger.events import ApprovalDecided, TurnStarted
 from ledger.store import Ledger
-from rigs import EMAIL, Script, wait_until
+from rigs import EMAIL, Script, context_of, wait_until
 from rigs.scrape import Scrape
 from tests.support.fixtures import StartWorker
 from worker.demo_tools import outbox
@@ -437,9 +437,9 @@ def test_a_new_message_supersedes_a_waiting_turn_and_its_note_names_the_waiting_
     assert [a["decision"] for a in old["approvals"]] == ["voided"]
     assert http.post(f"/v1/turns/{turn_id}/continue", json={"auto": False}).status_code == 409
     assert http.get("/v1/approvals").json()["items"] == []
-    started = ledger.events(new["turn_id"])[0]
-    assert isinstance(started, TurnStarted)
-    note = started.prior_turn_note or ""
+    events = ledger.events(new["turn_id"])
+    assert isinstance(events[0], TurnStarted)
+    note = context_of(events)[1] or ""
     assert "waiting to have approved by a person" in note, note
     assert "send_email" in note and EMAIL["to"] in note, note
 

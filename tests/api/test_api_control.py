@@ -19,7 +19,7 @@ from api_support import STATUSES, expected_journal, post_turn, status_of, turn_w
 
 from ledger.journal import build_journal
 from ledger.store import Ledger
-from rigs import MULTI_CHUNK, Script, WorkerProcess, busy, crashed_stop, wait_until
+from rigs import MULTI_CHUNK, Script, WorkerProcess, busy, context_of, crashed_stop, wait_until
 from worker.base.settings import Settings
 from worker.demo_tools import outbox
 from worker.edges.runtime import Runtime
@@ -219,9 +219,10 @@ def test_a_new_message_after_an_unfinished_turn_carries_a_note_of_its_status(
     second = post_turn(http, "second request", conversation_id=conversation)
     assert second["conversation_id"] == conversation
 
-    started = ledger.events(second["turn_id"])[0]
+    events = ledger.events(second["turn_id"])
+    started = events[0]
     assert started.type == "turn_started" and started.message == "second request"  # type: ignore[union-attr]
-    note = started.prior_turn_note  # type: ignore[union-attr]
+    _, note = context_of(events)
     assert note is not None and f"ended as stopped ({code})" in note, note
     if how == "stopped":
         assert "send_email" in note and "verify" in note, note

@@ -74,6 +74,8 @@ def test_a_conversation_shows_its_turns_in_order_and_which_one_can_continue(
     assert response.status_code == 200, response.text
     body = response.json()
     assert (body["conversation_id"], body["title"]) == ("conv-1", "first")
+    message_ids = [turn.pop("message_id") for turn in body["turns"]]
+    assert all(m.startswith("msg_") for m in message_ids) and len(set(message_ids)) == 2
     assert body["turns"] == [
         {
             "turn_id": first,
@@ -81,6 +83,7 @@ def test_a_conversation_shows_its_turns_in_order_and_which_one_can_continue(
             "status": "stopped",
             "code": "cancelled",
             "can_continue": False,  # only the conversation's newest stop
+            "replaced_by": None,
         },
         {
             "turn_id": second,
@@ -88,6 +91,7 @@ def test_a_conversation_shows_its_turns_in_order_and_which_one_can_continue(
             "status": "stopped",
             "code": "cancelled",
             "can_continue": True,
+            "replaced_by": None,
         },
     ]
 

@@ -13,7 +13,7 @@ import pytest
 
 from ledger.events import TurnStarted
 from ledger.store import Ledger
-from rigs import close_runtime, crashed_stop, ended, wait_for
+from rigs import close_runtime, context_of, crashed_stop, ended, wait_for
 from rigs.providers import DIALECTS, Dialect, FakeProvider, fake_provider
 from tests.support.fixtures import StartWorker
 from worker.base.settings import load_settings
@@ -122,20 +122,23 @@ def test_over_the_history_budget_the_oldest_turn_is_left_out_first(
 def test_unfinished_earlier_turns_say_how_they_ended_and_the_newest_also_gets_the_note(
     runtime: Runtime, ledger: Ledger
 ) -> None:
-    """No worker: a crashed turn, then a queued one, then the turn that looks back at both."""
+    """No worker: a crashed turn, then a queued one, then the turn that looks back at both once
+    it is let through (the queued one is stopped: one live turn per conversation)."""
     crashed = crashed_stop(runtime, conversation_id="conv-2", interrupted_write=True)
     queued = runtime.lifecycle.enqueue("Then this.", conversation_id="conv-2").turn_id
 
-    third = runtime.lifecycle.enqueue("And now?", conversation_id="conv-2").turn_id
+    third = runtime.lifecycle.enqueue("And now?", conversation_id="conv-2")
+    assert third.run_id == "" and ledger.meta(third.turn_id).held  # behind the queued turn
+    assert runtime.lifecycle.stop(queued).ok
 
-    started = ledger.events(third)[0]
-    assert isinstance(started, TurnStarted)
-    earlier = started.earlier_turns
+    events = ledger.events(third.turn_id)
+    assert isinstance(events[0], TurnStarted)
+    earlier, note = context_of(events)
     assert [(t.turn_id, t.message) for t in earlier] == [
         (crashed, "do the task"),
         (queued, "Then this."),
     ]
     assert "did not finish: it ended as stopped (crashed)" in earlier[0].answer
-    assert "did not finish: it has not started yet" in earlier[1].answer
-    assert started.prior_turn_note is not None
-    assert "has not started yet" in started.prior_turn_note
+    assert "did not finish: it ended as stopped (cancelled)" in earlier[1].answer
+    assert note is not None
+    assert "ended as stopped (cancelled)" in note

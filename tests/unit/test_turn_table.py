@@ -60,11 +60,14 @@ def test_every_step_has_one_outcome_a_status_or_the_status_as_it_was(step: Step)
         assert set(rows.values()) == {to}
 
 
-def test_only_a_renewal_a_redispatch_and_a_decision_not_the_last_leave_the_status() -> None:
+def test_only_a_renewal_a_redispatch_a_decision_not_the_last_and_a_release_leave_the_status() -> (
+    None
+):
     assert {step for step in Step if target(step) is None} == {
         Step.RENEW,
         Step.REDISPATCH,
         Step.DECIDE,
+        Step.RELEASE,
     }
 
 
