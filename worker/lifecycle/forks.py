@@ -176,6 +176,17 @@ class Forks(LifecycleBase):
             "(POST /v1/turns/{turn_id}/fork) to edit or regenerate it"
         )
 
+    def regenerate_target(
+        self, conversation_id: str, answer: str | bool, message_id: str | None
+    ) -> str | None:
+        """The turn a regenerate forks: the answer it names (a turn of the conversation, not
+        replaced), else the newest turn answering ``message_id``, else the newest turn."""
+        current = self.current_turns(conversation_id)
+        named = [m for m in current if m.turn_id == answer]
+        by_id = [m for m in current if message_id and m.message_id == message_id]
+        found = named or by_id or current
+        return found[-1].turn_id if found else None
+
     def current_turns(self, conversation_id: str) -> list[TurnMeta]:
         """The conversation's turns no fork replaced, oldest first (those whose keys live)."""
         listed = self.store.lines.turn_ids(conversation_id)

@@ -18,6 +18,7 @@ always has.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from enum import Enum
 
 import redis
@@ -159,7 +160,7 @@ class Line(LifecycleBase):
                 )
             )
         if meta.fork_of:
-            self.mark_replaced(meta.turn_id, meta.conversation_id)
+            self.mark_replaced(meta.turn_id)
         run_id = self.ids.new("run")
         fields: dict[str, MetaValue] = {
             "held": "",
@@ -184,15 +185,15 @@ class Line(LifecycleBase):
         log.info("turn let through its conversation's line", turn_id=meta.turn_id)
         return Released(meta.turn_id, run_id)
 
-    def mark_replaced(self, fork_id: str, conversation_id: str) -> list[str]:
-        """Mark the turns a fork replaces (its ``turn_started``'s ``replaces``) as replaced by
-        it; idempotent. Returns them."""
-        (event,) = self.ledger.started([fork_id])
-        if event is None:
-            return []
-        for turn_id in event.replaces:
+    def mark_replaced(self, fork_id: str, replaces: Sequence[str] | None = None) -> None:
+        """Mark the turns a fork replaces (``replaces``; None: its ``turn_started``'s) as
+        replaced by it; idempotent: its release marks them again, for a fork whose creator died
+        before it had."""
+        if replaces is None:
+            (event,) = self.ledger.started([fork_id])
+            replaces = () if event is None else event.replaces
+        for turn_id in replaces:
             self.store.mark(turn_id, replaced_by=fork_id)
-        return list(event.replaces)
 
 
 def _busy(meta: TurnMeta) -> str:

@@ -20,7 +20,6 @@ import structlog
 from ledger.errors import LedgerError
 from ledger.events import TurnStarted
 from ledger.store import MetaValue
-from ledger.turn import TurnMeta
 from worker.base.errors import InvalidInput
 from worker.engine.models import make_model
 from worker.engine.recorder import make_event
@@ -160,8 +159,7 @@ class Lifecycle(ChunkPath, Control, Approvals, Line, Forks):
             turn = self.create(text, held=True, fork=plan, **options)
             if conversation == "new":
                 self.store.conversations.set_base(conversation_id, self.fork_history(source))
-            for replaced in plan.replaces:
-                self.store.mark(replaced, replaced_by=fork_id)
+            self.mark_replaced(fork_id, plan.replaces)
             turn = self.admit(turn, "queue")
         except Exception as e:
             self._take_back(fork_id, conversation_id, e)
@@ -184,25 +182,17 @@ class Lifecycle(ChunkPath, Control, Approvals, Line, Forks):
         forks the turn answering it with its own message; the newest turn's own message again
         (same id, same text) is a repeat and records nothing; an earlier turn's id (an edit)
         forks that turn with ``message``; anything else is a new turn."""
-        current = self.current_turns(conversation_id)
-        target: TurnMeta | None = None
+        fork = _fork_options(options)
         if regenerate:
-            named = [m for m in current if m.turn_id == regenerate]
-            by_id = [m for m in current if message_id and m.message_id == message_id]
-            candidates = named or by_id or current
-            target = candidates[-1] if candidates else None
+            target = self.regenerate_target(conversation_id, regenerate, message_id)
             if target is not None:
-                forked = self.fork(target.turn_id, message_id=message_id, **_fork_options(options))
+                forked = self.fork(target, message_id=message_id, **fork)
                 return Sent(forked.turn_id, forked.conversation_id, "fork", forked.replaces)
-        elif message_id:
-            target = next((m for m in reversed(current) if m.message_id == message_id), None)
-        if target is not None:
-            (started,) = self.ledger.started([target.turn_id])
-            if target is current[-1] and started is not None and started.message == message:
-                return Sent(target.turn_id, conversation_id, "repeat")
-            forked = self.fork(
-                target.turn_id, message=message, message_id=message_id, **_fork_options(options)
-            )
+        elif message_id and (match := self.turn_of_message(conversation_id, message_id)):
+            meta, started, newest = match
+            if newest and started.message == message:
+                return Sent(meta.turn_id, conversation_id, "repeat")
+            forked = self.fork(meta.turn_id, message=message, message_id=message_id, **fork)
             return Sent(forked.turn_id, forked.conversation_id, "fork", forked.replaces)
         turn = self.enqueue(
             message, conversation_id=conversation_id, message_id=message_id, **options
