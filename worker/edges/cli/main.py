@@ -98,7 +98,11 @@ def cmd_enqueue(args: argparse.Namespace, extra: list[str]) -> int:
 
     mode = "background" if args.background else "foreground"
     turn = _runtime().lifecycle.enqueue(
-        args.message, conversation_id=args.conversation, mode=mode, model=args.model
+        args.message,
+        conversation_id=args.conversation,
+        mode=mode,
+        model=args.model,
+        double_text=args.double_text,
     )
     print(turn.turn_id)
     return 0
@@ -321,6 +325,13 @@ def build_parser() -> argparse.ArgumentParser:
     enq.add_argument("--conversation", default=None)
     enq.add_argument("--background", action="store_true")
     enq.add_argument("--model", default=None, help="scripted:PATH, anthropic:MODEL, openai:MODEL")
+    enq.add_argument(
+        "--double-text",
+        choices=("queue", "interrupt", "reject"),
+        default=None,
+        help="while a turn of the conversation is live: wait for it, stop it, or refuse "
+        "(default DRES_DOUBLE_TEXT)",
+    )
     for name, text in (
         ("watch", "follow a turn's events until it ends"),
         ("journal", "the turn's completed and interrupted tool calls"),
