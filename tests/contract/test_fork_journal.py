@@ -66,6 +66,9 @@ def test_a_regenerate_answers_a_write_the_replaced_turn_completed_from_the_recor
     (block,) = blocked(h, fork)
     assert (block.reason, block.inherited_from, block.tool) == ("completed", first, "send_email")
     assert block.result["status"] == "already_completed"
+    assert "an earlier answer in this conversation that this request replaces" in (
+        block.result["note"]
+    )
     started = h.ledger.events(fork)[0]
     assert isinstance(started, TurnStarted)
     assert (started.message, started.fork_of, started.inherits) == ("email Ada", first, (first,))

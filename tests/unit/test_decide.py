@@ -14,6 +14,8 @@ from worker.engine.models.base import ToolCall
 from worker.engine.tools import Reconciliation, Registry, ToolContext, tool
 from worker.engine.tools.calls import (
     ALREADY_COMPLETED,
+    HERE,
+    INHERITED,
     Attempt,
     Block,
     PreparedCall,
@@ -94,9 +96,32 @@ def test_an_exact_repeat_of_a_completed_write_is_blocked_with_its_recorded_resul
     assert decision.entry is done and decision.reason == "completed" and decision.consumes == 0
     assert decision.result == {
         "status": "already_completed",
-        "note": ALREADY_COMPLETED,
+        "note": ALREADY_COMPLETED.format(where=HERE),
         "result": SENT,
     }
+
+
+def test_a_repeat_of_a_write_a_fork_inherited_is_said_to_come_from_the_replaced_answer() -> None:
+    """The entry was recorded in the turn the fork replaces: the note says so, not "an earlier
+    attempt of this turn"."""
+    inherited = JournalEntry(
+        "send_email", "call_old", EMAIL, input_signature(EMAIL), result=SENT, turn_id="t-old"
+    )
+    state = Attempt.begin(Journal([inherited], []), "t-fork")
+
+    decision = decide(call("send_email", EMAIL), state)
+
+    assert isinstance(decision, Block)
+    assert decision.result["note"] == ALREADY_COMPLETED.format(where=INHERITED)
+    assert "replaces" in decision.result["note"] and "this turn" not in decision.result["note"]
+    own = Attempt.begin(Journal([inherited], []), "t-old")
+    assert (
+        decide(call("send_email", EMAIL), own)
+        .result["note"]
+        .endswith(  # type: ignore[union-attr]
+            "Its recorded result is below."
+        )
+    )
 
 
 def test_a_repeat_matches_by_content_whatever_the_order_of_its_input_keys() -> None:

@@ -218,7 +218,7 @@ class AgentLoop:
             recorder.hold(Inherited, turns=read.inherits, note=note)
             self._traced_resume("fork", note)
         model = self.make_model(run.model)
-        return self._steps(recorder, executor, model, Attempt.begin(journal))
+        return self._steps(recorder, executor, model, Attempt.begin(journal, run.turn_id))
 
     def _settle_approvals(
         self,
@@ -234,7 +234,7 @@ class AgentLoop:
         entries = self._fold(run.turn_id, recorder.events, ApprovalFold).actionable()
         if not entries:
             return []
-        attempt = Attempt.begin(journal)
+        attempt = Attempt.begin(journal, run.turn_id)
         waiting: list[ApprovalRequested] = []
         for entry in entries:
             decided = entry.decision
@@ -301,7 +301,8 @@ class AgentLoop:
             if ended is not None:
                 return ended
             transport_resumes += 1
-            attempt = Attempt.begin(None if self.settings.naive else recorder.journal())
+            journal = None if self.settings.naive else recorder.journal()
+            attempt = Attempt.begin(journal, run.turn_id)
 
     def _execute(
         self, recorder: Recorder, executor: ToolExecutor, attempt: Attempt, calls: list[ToolCall]

@@ -21,20 +21,23 @@ from worker.engine.tools.registry import Registry
 from worker.engine.tools.spec import ToolSpec
 
 DENIED = "denied by a person: {reason}"
+#: where a journal entry was recorded, as the texts below say it: this turn's earlier attempt,
+#: or an earlier answer this turn replaces (a fork's inherited journal)
+HERE = "an earlier, interrupted attempt of this turn"
+INHERITED = "an earlier answer in this conversation that this request replaces"
 ALREADY_COMPLETED = (
-    "This exact call already completed in an earlier, interrupted attempt of this turn and was "
-    "not run again, because that would repeat its side effect. Its recorded result is below."
+    "This exact call already completed in {where} and was not run again, because that would "
+    "repeat its side effect. Its recorded result is below."
 )
 REWORDED_REFUSAL = (
-    "Refused: a {tool} call with the same {fields} already completed in this turn. This call "
+    "Refused: a {tool} call with the same {fields} already completed in {where}. This call "
     "differs only in its other fields and would repeat the side effect. Reuse the completed "
     "call's result below instead."
 )
 INTERRUPTED_REFUSAL = (
-    "Refused: this {tool} call started in an earlier attempt of this turn and was interrupted "
-    "before its result was recorded, so it may already have taken effect. Verify the current "
-    "state with a read tool ({reads}) before deciding what to do next; this exact call will not "
-    "be run again blind."
+    "Refused: this {tool} call started in {where} and was interrupted before its result was "
+    "recorded, so it may already have taken effect. Verify the current state with a read tool "
+    "({reads}) before deciding what to do next; this exact call will not be run again blind."
 )
 
 
@@ -68,10 +71,12 @@ class Attempt:
     settled: set[int] = field(default_factory=set)
     #: completed calls per (tool, signature): the "occurrence" in an idempotency key
     completed: Counter[tuple[str, str]] = field(default_factory=Counter)
+    #: the attempt's turn: an entry of another was inherited (a fork's), and is said so
+    turn_id: str = ""
 
     @classmethod
-    def begin(cls, journal: Journal | None) -> Attempt:
-        attempt = cls(journal)
+    def begin(cls, journal: Journal | None, turn_id: str = "") -> Attempt:
+        attempt = cls(journal, turn_id=turn_id)
         for entry in journal.completed if journal else ():
             attempt.completed[(entry.tool, entry.signature)] += 1
         return attempt
@@ -185,7 +190,7 @@ def decide(call: PreparedCall, attempt: Attempt) -> Decision:
         if i not in attempt.consumed and _same(call, entry):
             result = {
                 "status": "already_completed",
-                "note": ALREADY_COMPLETED,
+                "note": ALREADY_COMPLETED.format(where=_where(entry, attempt)),
                 "result": entry.result,
             }
             return Block(entry, result, consumes=i)
@@ -202,7 +207,7 @@ def _same(call: PreparedCall, entry: JournalEntry) -> bool:
 def _retry(call: PreparedCall, attempt: Attempt, index: int, entry: JournalEntry) -> Decision:
     """An identical retry of an interrupted write, by what the tool declares."""
     if call.spec.reconcile is not None:
-        return Reconcile(entry, index, otherwise=_refuse_interrupted(call, entry))
+        return Reconcile(entry, index, otherwise=_refuse_interrupted(call, entry, attempt))
     if call.spec.idempotent:
         assert attempt.journal is not None  # a retry needs a journal
         same = [
@@ -211,7 +216,7 @@ def _retry(call: PreparedCall, attempt: Attempt, index: int, entry: JournalEntry
             if i >= index and i not in attempt.settled and _same(call, e)
         ]
         return Run(supersedes=tuple(e for _, e in same), settles=tuple(i for i, _ in same))
-    return _refuse_interrupted(call, entry)
+    return _refuse_interrupted(call, entry, attempt)
 
 
 def _reworded(call: PreparedCall, attempt: Attempt, journal: Journal) -> Refuse | None:
@@ -225,7 +230,8 @@ def _reworded(call: PreparedCall, attempt: Attempt, journal: Journal) -> Refuse 
             and identity_of(call.spec, entry.input) == call.identity
         ):
             fields = " and ".join(call.spec.identity)
-            message = REWORDED_REFUSAL.format(tool=call.tool, fields=fields)
+            where = _where(entry, attempt)
+            message = REWORDED_REFUSAL.format(tool=call.tool, fields=fields, where=where)
             completed = {"input": entry.input, "result": entry.result}
             return Refuse(entry, error_result(message, completed_call=completed), "identity")
     for i, entry in enumerate(journal.interrupted):
@@ -234,13 +240,19 @@ def _reworded(call: PreparedCall, attempt: Attempt, journal: Journal) -> Refuse 
             and entry.tool == call.tool
             and identity_of(call.spec, entry.input) == call.identity
         ):
-            return _refuse_interrupted(call, entry)
+            return _refuse_interrupted(call, entry, attempt)
     return None
 
 
-def _refuse_interrupted(call: PreparedCall, entry: JournalEntry) -> Refuse:
+def _where(entry: JournalEntry, attempt: Attempt) -> str:
+    inherited = entry.turn_id and attempt.turn_id and entry.turn_id != attempt.turn_id
+    return INHERITED if inherited else HERE
+
+
+def _refuse_interrupted(call: PreparedCall, entry: JournalEntry, attempt: Attempt) -> Refuse:
     reads = ", ".join(call.read_tools) or "none registered"
-    message = INTERRUPTED_REFUSAL.format(tool=call.tool, reads=reads)
+    where = _where(entry, attempt)
+    message = INTERRUPTED_REFUSAL.format(tool=call.tool, reads=reads, where=where)
     result = error_result(message, interrupted_call={"input": entry.input})
     return Refuse(entry, result, "interrupted")
 
