@@ -20,7 +20,7 @@ const CALL_STATES = {
   completed: () => "completed",
   error: () => "error",
   interrupted: () => "interrupted — outcome unknown",
-  blocked: () => "blocked — exact repeat, not run",
+  blocked: (item) => (item.inheritedFrom ? "blocked — done before the fork, not run again" : "blocked — exact repeat, not run"),
   refused: (item) => (item.reason === "denied" ? "refused — denied by a person" : "refused — retry not run"),
 };
 
@@ -165,8 +165,11 @@ function drawCard(node, item) {
   }
   if (item.matched) {
     const m = item.matched;
-    const same = m.tool === item.tool && JSON.stringify(m.input) === JSON.stringify(item.input);
-    const what = same ? "the same call, completed earlier" : m.tool ? `${m.tool} ${short(m.input, 80)}` : "";
+    // an exact repeat (`completed`) matched the same call, wherever it was recorded
+    const same = item.reason === "completed" || (m.tool === item.tool && JSON.stringify(m.input) === JSON.stringify(item.input));
+    const where = item.inheritedFrom ? `by the replaced turn ${item.inheritedFrom}` : "earlier";
+    const other = m.tool ? `${m.tool} ${short(m.input, 80)}` : item.inheritedFrom ? `a call of the replaced turn ${item.inheritedFrom}` : "";
+    const what = same ? `the same call, completed ${where}` : other;
     parts.push(el("div", { class: "card-row matched" }, el("span", { class: "k", text: "matched" }),
       el("code", { text: `${what} (${m.call_id || "?"})` })));
   }
