@@ -1,5 +1,6 @@
 """The page checked by axe-core (issue 26): no serious or critical violation on the chat, the
-inspector, and a stopped turn that offers Continue (no approval on it)."""
+inspector, a stopped turn that offers Continue (no approval on it), and a regenerated answer with
+its replaced one opened and the message's editor open."""
 
 from __future__ import annotations
 
@@ -63,4 +64,22 @@ def test_a_stopped_turn_offering_continue_has_no_serious_violation(
     page.get_by_test_id("stop").click()
     expect(status).to_have_text("stopped")
     expect(page.get_by_test_id("continue")).to_be_visible()
+    assert grave_violations(page) == []
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_a_replaced_answer_opened_and_the_message_editor_have_no_serious_violation(
+    page: Any, start_worker: StartWorker, script: Script, scheme: str
+) -> None:
+    model_worker(start_worker, script([{"text": "Hello."}]), **ONE_CHUNK)
+    page.emulate_media(color_scheme=scheme)
+    status = send_message(page, "Greet me")
+    expect(status).to_have_text("completed")
+    page.get_by_test_id("regenerate").click()
+    replaced = page.get_by_test_id("replaced")
+    expect(replaced).to_have_count(1)
+    expect(page.get_by_test_id("turn-status").last).to_have_text("completed")
+    replaced.locator("summary").click()
+    page.get_by_test_id("edit").click()
+    expect(page.get_by_test_id("edit-message")).to_be_focused()
     assert grave_violations(page) == []

@@ -119,3 +119,27 @@ test("blocked and refused calls are cards of their own; approvals take their pla
   assert.equal(state.timeline[4].matched, null);
   assert.equal(state.approvals.a1.decided.decision, "deny");
 });
+
+test("a fork's repeat of a replaced turn's write is a blocked card answered from that turn's record", () => {
+  const state = replay(stream(
+    ev("turn_started", { message: "Email a", fork_of: "t0", inherits: ["t0"], replaces: ["t0"] }),
+    ev("run_started", { cause: "first" }),
+    ev("inherited", { turns: ["t0"], note: "Tool calls already recorded: send_email" }),
+    ev("model_start", { step: 0 }),
+    ev("tool_blocked", {
+      call_id: "c9", tool: "send_email", input: { to: "a" }, reason: "completed",
+      matched_call_id: "c1", inherited_from: "t0", result: { sent: true },
+    }),
+    ev("tool_blocked", { call_id: "c10", tool: "send_email", input: { to: "a" }, reason: "completed", matched_call_id: "c9" }),
+  ));
+  assert.equal(state.forkOf, "t0");
+  assert.deepEqual(state.inherited, { turns: ["t0"], note: "Tool calls already recorded: send_email" });
+  const [inherited, own] = state.timeline.filter((i) => i.kind === "tool");
+  assert.equal(inherited.state, "blocked");
+  assert.equal(inherited.inheritedFrom, "t0");
+  assert.deepEqual(inherited.matched, { call_id: "c1" }); // the call is in the replaced turn, not this one
+  assert.deepEqual(inherited.result, { sent: true });
+  assert.equal(own.inheritedFrom, null);
+  assert.equal(initial().forkOf, null);
+  assert.equal(initial().inherited, null);
+});

@@ -1,8 +1,9 @@
 // dres's page: a chat over the public HTTP API (/v1/...), nothing else. Its modules, each one
 // job: api.js (the API client), stream.js (a turn's event stream), turnstate.js (a turn's
 // state, a pure fold of its events), turn.js (a turn followed, polled, continued), render.js
-// (a turn's timeline and status bar), approvals.js, inspector.js, conversations.js. This one
-// wires the page's controls.
+// (a turn's timeline and status bar), approvals.js, inspector.js, conversations.js (with
+// forks: Regenerate, Edit), editor.js (a user message's inline editor). This one wires the
+// page's controls.
 import { $ } from "./dom.js";
 import { closeMenu, newConversation, send, startConversations } from "./conversations.js";
 import { closeInspector, inspecting } from "./inspector.js";

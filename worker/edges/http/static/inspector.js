@@ -99,15 +99,21 @@ function renderInspector() {
   $("inspector-title").textContent = `Turn ${turn.id.slice(0, 18)}…`;
   const notes = state.runs.filter((r) => r.note);
   const stopped = calls(state).filter((c) => c.state === "blocked" || c.state === "refused");
+  // a fork's first run was told what the turns it replaced did (their journal is its own)
+  const inherited = state.inherited?.note
+    ? el("figure", {},
+      el("figcaption", { text: `a fork: the record of the turns it replaced (${state.inherited.turns.join(", ")})` }),
+      el("pre", { class: "note", text: state.inherited.note }))
+    : null;
   $("inspector-body").replaceChildren(
     section("Runs", runsTimeline(state.runs)),
     section("Tokens", usageLine(state.events)),
     section("Journal", journalList(turn.journal)),
-    section("Notes given to the model on resume", notes.length
-      ? el("div", {}, ...notes.map((r) => el("figure", {},
+    section("Notes given to the model on resume or fork", notes.length || inherited
+      ? el("div", {}, inherited, ...notes.map((r) => el("figure", {},
         el("figcaption", { text: `${CAUSES[r.cause] || r.cause}, chunk ${r.chunk}` }),
         el("pre", { class: "note", text: r.note }))))
-      : el("p", { class: "muted", text: "None: no run resumed with a journal to report." })),
+      : el("p", { class: "muted", text: "None: no run resumed or forked with a journal to report." })),
     section("Blocked and refused calls", stopped.length
       ? el("ul", { class: "plain" }, ...stopped.map((c) => el("li", {},
         el("span", { class: `badge badge-${c.state}`, text: `${c.state} (${c.reason})` }), " ",

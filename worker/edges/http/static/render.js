@@ -1,8 +1,10 @@
-// Rendering a turn: its question, its timeline (text segments, tool cards, "Resuming…" markers,
-// approval cards, in ledger order), the answer's text, and its status bar with Stop / Continue.
-// It draws what a Turn (turn.js) holds and decides nothing.
+// Rendering a turn: its question (with Edit and its inline editor), its timeline (text segments,
+// tool cards, "Resuming…" markers, approval cards, in ledger order), the answer's text, and its
+// status bar with Stop / Continue / Regenerate. It draws what a Turn (turn.js) holds and decides
+// nothing: whether a fork is offered is the conversation's word (turn.canFork).
 import { approvalNode, drawApproval } from "./approvals.js";
 import { el, short } from "./dom.js";
+import { editorForm, openEditor } from "./editor.js";
 import { answerText } from "./turnstate.js";
 
 // what a person reads beside the status word (the word itself is docs/http-api.md's)
@@ -20,7 +22,7 @@ const CALL_STATES = {
   completed: () => "completed",
   error: () => "error",
   interrupted: () => "interrupted — outcome unknown",
-  blocked: () => "blocked — exact repeat, not run",
+  blocked: (item) => (item.inheritedFrom ? "blocked — done before the fork, not run again" : "blocked — exact repeat, not run"),
   refused: (item) => (item.reason === "denied" ? "refused — denied by a person" : "refused — retry not run"),
 };
 
@@ -37,11 +39,15 @@ export class TurnView {
     this.autoCount = el("span", { class: "auto-count", "data-testid": "auto-continues" });
     this.actions = el("span", { class: "turn-actions" });
     this.question = el("p", { class: "user-message" });
+    this.questionActions = el("div", { class: "question-actions" });
+    this.editor = null; // the inline editor's form while the person edits the message
+    this.questionBox = el("div", { class: "question" }, this.question, this.questionActions);
+    this.replacedNote = el("span", { class: "replaced-note", hidden: true });
     this.inspectButton = el("button", { type: "button", class: "link-button", text: "Inspect", onclick: onInspect });
     this.node = el(
       "article",
       { class: "turn", "data-turn-id": turn.id, "aria-label": "Turn" },
-      this.question,
+      this.questionBox,
       el(
         "div",
         { class: "assistant" },
@@ -51,6 +57,7 @@ export class TurnView {
           "footer",
           { class: "turn-bar" },
           el("span", { class: "status", role: "status" }, this.statusWord, this.statusLabel),
+          this.replacedNote,
           this.autoCount,
           this.actions,
           this.inspectButton,
@@ -64,10 +71,37 @@ export class TurnView {
     const { state } = turn;
     if (state.message !== null) this.question.textContent = state.message;
     else if (turn.message) this.question.textContent = turn.message;
+    this.drawQuestion();
     this.drawTimeline(state);
     const text = answerText(state);
     if (this.answer.textContent !== text) this.answer.textContent = text;
     this.drawStatus();
+  }
+
+  // The message's Edit, or its inline editor while the person edits it; a replaced turn is
+  // marked (a later fork took its place: docs/page.md) and offers neither.
+  drawQuestion() {
+    const { turn } = this;
+    if (turn.replacedBy) {
+      this.node.dataset.replacedBy = turn.replacedBy;
+      this.replacedNote.textContent = "Replaced by a later answer";
+      this.replacedNote.hidden = false;
+    }
+    if (turn.editor && !this.editor) {
+      this.editor = editorForm(turn);
+      this.questionBox.append(this.editor);
+    } else if (!turn.editor && this.editor) {
+      this.editor.remove();
+      this.editor = null;
+    }
+    this.question.hidden = Boolean(this.editor);
+    if (this.editor) this.editor.querySelector('[data-testid="edit-confirm"]').disabled = !turn.canFork("edit");
+    const offer = !this.editor && turn.canFork("edit");
+    const shown = this.questionActions.childElementCount > 0;
+    if (offer === shown) return; // the same button: keep it (and the focus on it)
+    this.questionActions.replaceChildren(...(offer ? [el("button", {
+      type: "button", class: "link-button", "data-testid": "edit", text: "Edit", onclick: () => openEditor(turn),
+    })] : []));
   }
 
   // The timeline's nodes follow its items: one node per item, in the items' order; an item a
@@ -137,6 +171,11 @@ export class TurnView {
         onclick: () => turn.continueTurn(),
       }));
     }
+    if (turn.canFork("regenerate") && !turn.autoTimer) {
+      buttons.push(el("button", {
+        type: "button", "data-testid": "regenerate", text: "Regenerate", onclick: () => turn.regenerate(),
+      }));
+    }
     const wanted = buttons.map((b) => b.dataset.testid).join(" ");
     const shown = [...this.actions.children].map((b) => b.dataset.testid).join(" ");
     if (wanted === shown) return; // the same buttons: keep them (and the focus on them)
@@ -165,8 +204,11 @@ function drawCard(node, item) {
   }
   if (item.matched) {
     const m = item.matched;
-    const same = m.tool === item.tool && JSON.stringify(m.input) === JSON.stringify(item.input);
-    const what = same ? "the same call, completed earlier" : m.tool ? `${m.tool} ${short(m.input, 80)}` : "";
+    // an exact repeat (`completed`) matched the same call, wherever it was recorded
+    const same = item.reason === "completed" || (m.tool === item.tool && JSON.stringify(m.input) === JSON.stringify(item.input));
+    const where = item.inheritedFrom ? `by the replaced turn ${item.inheritedFrom}` : "earlier";
+    const other = m.tool ? `${m.tool} ${short(m.input, 80)}` : item.inheritedFrom ? `a call of the replaced turn ${item.inheritedFrom}` : "";
+    const what = same ? `the same call, completed ${where}` : other;
     parts.push(el("div", { class: "card-row matched" }, el("span", { class: "k", text: "matched" }),
       el("code", { text: `${what} (${m.call_id || "?"})` })));
   }

@@ -1,7 +1,8 @@
 // A turn on the page: its state folded from its ledger events (turnstate.js), followed live
 // (stream.js), polled for what the events do not carry (auto-continue count, whether Continue
 // is still allowed), continued on its own after a time-limit stop (docs/semantics.md), stopped and
-// continued on a click. The status word changes from the events only: the poll fills a gap
+// continued on a click, forked (Regenerate, Edit: the conversation says when, and makes the fork).
+// The status word changes from the events only: the poll fills a gap
 // the events leave (queued after a Continue, a decided approval) but never shows an end whose
 // turn_ended the page has not read, so `completed` never stands beside a partial answer.
 import { api, turnPath } from "./api.js";
@@ -20,7 +21,7 @@ const AUTO_DELAY_MS = 1500;
 const REFRESH_MS = 2000;
 
 export class Turn {
-  constructor(id, { conversationId, message, maxAuto, isNewest, autoOn, onInspect, onEnded }) {
+  constructor(id, { conversationId, message, maxAuto, isNewest, autoOn, onInspect, onEnded, forks }) {
     this.id = id;
     this.conversationId = conversationId;
     this.message = message || null;
@@ -28,6 +29,12 @@ export class Turn {
     this.isNewest = isNewest; // () => whether this is its conversation's newest turn
     this.autoOn = autoOn; // () => whether the person lets the page continue on its own
     this.onEnded = onEnded;
+    // the conversation's word on forks: can(turn, "regenerate"|"edit"), fork(turn, message?) -> ok;
+    // changed(turn): this turn's status changed (whether the others offer a fork may too)
+    this.forks = forks;
+    this.replacedBy = null; // the fork that replaced this turn (docs/semantics.md), or null
+    this.editor = null; // the inline editor of its message while open (editor.js)
+    this.drawnStatus = null;
     this.state = initial();
     this.gap = null; // {status, atId}: a status the events have not said yet, valid until the next one
     this.polled = null; // {can_continue, atId}: the poll's word on Continue
@@ -40,7 +47,36 @@ export class Turn {
     this.notice = ""; // the "reconnecting" line this turn shows, cleared once reached
     this.gaveUp = false;
     this.view = new TurnView(this, { onInspect: () => onInspect(this) });
+    this.update();
+  }
+
+  // Redraw the turn; a status that changed is told to the conversation.
+  update() {
     this.view.update();
+    if (this.status === this.drawnStatus) return;
+    this.drawnStatus = this.status;
+    this.forks?.changed(this);
+  }
+
+  canFork(kind) {
+    return Boolean(this.forks?.can(this, kind));
+  }
+
+  // Regenerate: a fork at this turn with its own message (POST /v1/turns/{id}/fork, empty body).
+  regenerate() {
+    return this.forks.fork(this);
+  }
+
+  // Edit: a fork at this turn with the person's new message.
+  edit(message) {
+    return this.forks.fork(this, message);
+  }
+
+  // A fork replaced this turn: it is no longer the conversation's answer, nor is it forked again.
+  replaced(by) {
+    this.replacedBy = by;
+    this.editor = null;
+    this.update();
   }
 
   get node() {
@@ -69,7 +105,7 @@ export class Turn {
     const before = this.state;
     this.state = fold(before, id, event);
     if (this.state === before) return;
-    this.view.update();
+    this.update();
     inspectorSaw(this, event);
     if (event.type === "approval_decided") this.refreshSoon(); // waiting, or resuming
     if (event.type === "turn_ended") {
@@ -97,7 +133,7 @@ export class Turn {
       this.fill(data.status);
     }
     syncApprovals(this, data.approvals || []);
-    this.view.update();
+    this.update();
     if (!this.ended && !this.following && !this.gaveUp) this.follow(); // continued elsewhere
     this.considerAuto();
   }
@@ -116,18 +152,18 @@ export class Turn {
     if (!wanted || this.autoTimer) return;
     this.autoTimer = setTimeout(async () => {
       this.autoTimer = null;
-      if (this.userStopped) return this.view.update();
+      if (this.userStopped) return this.update();
       const { ok } = await api("POST", turnPath(this.id, "/continue"), { auto: true });
       if (ok) this.continued();
       await this.refresh();
     }, AUTO_DELAY_MS);
-    this.view.update();
+    this.update();
   }
 
   continued() {
     this.gap = { status: "queued", atId: this.state.lastId };
     this.polled = null;
-    this.view.update();
+    this.update();
     this.follow();
   }
 
@@ -136,7 +172,7 @@ export class Turn {
     if (this.autoTimer) {
       clearTimeout(this.autoTimer);
       this.autoTimer = null;
-      this.view.update();
+      this.update();
       return;
     }
     const { ok, data } = await api("POST", turnPath(this.id, "/stop"));

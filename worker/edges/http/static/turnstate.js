@@ -37,6 +37,8 @@ export function initial() {
     segment: null, // the key of the text segment the current model call streams into
     cleared: [], // keys of the text segments a clear would remove (since the last model_start)
     approvals: {}, // approval_id -> {request, decided}
+    forkOf: null, // a fork's: the turn it was forked at
+    inherited: null, // a fork's: {turns, note}, the replaced turns' record its model was told of
   };
 }
 
@@ -93,6 +95,7 @@ function callItem(state, event, id, callState) {
     result: undefined,
     reason: null,
     matched: null,
+    inheritedFrom: null,
     streamId: id,
   });
 }
@@ -100,6 +103,12 @@ function callItem(state, event, id, callState) {
 const HANDLERS = {
   turn_started(state, event) {
     state.message = event.message;
+    state.forkOf = event.fork_of || null;
+  },
+
+  // a fork's first run, before its first model call: whose journal it answers from
+  inherited(state, event) {
+    state.inherited = { turns: event.turns || [], note: event.note || null };
   },
 
   run_started(state, event) {
@@ -176,6 +185,7 @@ const HANDLERS = {
     const item = callItem(state, event, id, BLOCKED_STATE[event.reason] || "refused");
     item.result = event.result;
     item.reason = event.reason;
+    item.inheritedFrom = event.inherited_from || null; // a fork answered from a replaced turn's record
     // a denied call matched nothing: a person refused it
     if (event.reason !== "denied") {
       item.matched = matched
