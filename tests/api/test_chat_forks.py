@@ -144,7 +144,7 @@ def sent_turn(page: Page, ledger: Ledger) -> str:
     return turn_id
 
 
-def test_the_same_request_again_while_its_turn_waits_attaches_to_it_and_supersedes_nothing(
+def test_the_same_request_or_a_reload_while_its_turn_waits_attaches_and_supersedes_nothing(
     page: Page, ready: httpx.Client, ledger: Ledger, rdb: redis.Redis
 ) -> None:
     asked = page.do(do="send", text="send it")
@@ -162,6 +162,14 @@ def test_the_same_request_again_while_its_turn_waits_attaches_to_it_and_supersed
     assert same["state"] == "approval-requested" and same["approval"] == part["approval"]
     assert again["chunks"][-3:] == ["tool-approval-request", "finish-step", "finish"]
     assert conversation(ready, page.chat_id) == [turn]
+
+    page.messages = page.messages[:1]  # a page reloaded with its user message alone
+    reloaded = page.do(do="reconnect")
+
+    assert reloaded["requests"] == [{"status": 200, "method": "GET"}]
+    assert reloaded["messages"][-1]["id"] == turn["turn_id"]
+    assert tool_parts(reloaded["messages"][-1]) == [same]
+    assert reloaded["chunks"][-1] == "finish"
 
     before = dres_state(rdb)
 

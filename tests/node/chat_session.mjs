@@ -8,6 +8,7 @@
 //      {do: "approve", approved}          addToolApprovalResponse for each pending request, then
 //                                         sendMessage() (as sendAutomaticallyWhen would)
 //      {do: "submit"}                     sendMessage() with nothing new: the messages as they are
+//      {do: "reconnect"}                  resumeStream(): a page reloaded (useChat's `resume`)
 //      {do: "resend", request}            a request recorded before, sent again through the same
 //                                         transport (a retried request, a second tab)
 //   -> {requests: [{status, body | method}], chunks, error, messages}: what was sent and answered, the
@@ -87,6 +88,8 @@ if (op.do === "send") {
   await chat.sendMessage();
 } else if (op.do === "submit") {
   await chat.sendMessage();
+} else if (op.do === "reconnect") {
+  await chat.resumeStream();
 } else if (op.do === "resend") {
   const { id, messages, trigger, messageId, ...body } = op.request;
   const last = messages.at(-1);
