@@ -332,6 +332,12 @@ def test_an_agui_rerun_attaches_and_an_edit_and_a_regenerate_fork_without_sendin
     assert resumed["outcome"] == {"type": "success"}
     wait_for(ledger, first, ended("completed"), timeout=TURN_S)
     assert [m["turn_id"] for m in outbox(rdb)] == [first]
+
+    (late,) = agui(thread, "send it", spec)["runs"]  # a page opened after the end re-runs
+
+    assert late["outcome"] == {"type": "success"}, late["outcome"]
+    assert calls(late) == calls(asked)
+    assert "TOOL_CALL_RESULT" in [e["type"] for e in late["events"]]
     assert line(conversation(ready, thread)) == [(first, "completed", None)]
     held = tab["messages"]
     roles = [m["role"] for m in held]

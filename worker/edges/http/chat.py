@@ -367,7 +367,7 @@ def decide_answers(
     return turn_id, waited.stream_id, [r.call_id for r in asked.values()]
 
 
-async def _waits(streams: Fanout, turn_id: str) -> bool:
+async def turn_waits(streams: Fanout, turn_id: str) -> bool:
     """The turn waits for a decision now (its wait is not one a replay passes through)."""
     async with streams.reads:
         status = await streams.reader.hget(keys.turn_meta(turn_id), "status")
@@ -387,7 +387,7 @@ async def ui_stream(
             out = []
             for event in events_of(message):
                 out += chunks.map(event)
-            if chunks.paused and await _waits(streams, turn_id):
+            if chunks.paused and await turn_waits(streams, turn_id):
                 out += chunks.finish_waiting()
             if out:
                 yield sse_data(out)
