@@ -20,14 +20,24 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from api_support import DONE_STEP, SEND_STEP, redis_state, run_client, text_of, tool_parts
+from api_support import (
+    DONE_STEP,
+    SEND_STEP,
+    post_turn,
+    redis_state,
+    run_client,
+    text_of,
+    tool_parts,
+)
 
 from ledger.store import Ledger
 from rigs import (
     ApiProcess,
     Script,
     WorkerProcess,
+    busy,
     ended,
+    having,
     of,
     send,
     subprocess_env,
@@ -113,7 +123,11 @@ class Page:
     model: str = ""
     messages: list[dict[str, Any]] = field(default_factory=list)
 
-    def do(self, model: str | None = None, **op: Any) -> dict[str, Any]:
+    def do(
+        self, model: str | None = None, body: dict[str, Any] | None = None, **op: Any
+    ) -> dict[str, Any]:
+        """``op`` (``do``: its name, and its arguments), the transport's ``body`` carrying
+        ``model`` (this page's, unless given) and ``body``."""
         got = run_client(
             self.nodedir,
             "chat_session.mjs",
@@ -121,7 +135,7 @@ class Page:
                 "url": self.url,
                 "chatId": self.chat_id,
                 "messages": self.messages,
-                "body": {"model": model or self.model},
+                "body": {"model": model or self.model, **(body or {})},
                 "op": op,
             },
         )
@@ -289,6 +303,28 @@ def test_a_request_whose_last_message_is_the_assistants_starts_nothing(
     assert request["body"]["messages"][-1]["role"] == "assistant"
     assert dres_state(rdb) == before
     assert len(conversation(ready, page.chat_id)) == 1
+
+
+def test_double_text_in_the_chats_body_refuses_or_interrupts_the_live_turn(
+    page: Page, ready: httpx.Client, ledger: Ledger, script: Script
+) -> None:
+    work = {"message": "work", "conversation_id": page.chat_id, "model": script(busy(40))}
+    live = post_turn(ready, **work)["turn_id"]
+    wait_for(ledger, live, having("model_start"), timeout=TURN_S)
+    hello = script([{"text": "Hi."}])
+
+    refused = page.do(do="send", text="hello", model=hello, body={"double_text": "reject"})
+
+    assert refused["requests"][0]["status"] == 409 and live in refused["error"]
+    assert [t["turn_id"] for t in conversation(ready, page.chat_id)] == [live]
+
+    page.messages = []
+    page.do(do="send", text="hello", model=hello, body={"double_text": "interrupt"})
+
+    assert text_of(page.messages[-1]) == "Hi."
+    turns = conversation(ready, page.chat_id)
+    assert line(turns) == [(live, "stopped", None), (page.messages[-1]["id"], "completed", None)]
+    assert turns[0]["code"] == "superseded"
 
 
 # -- AG-UI's HttpAgent ------------------------------------------------------------------------
