@@ -5,9 +5,9 @@ the class ``useChat`` drives, with its own ``regenerate``, ``sendMessage`` and
 (``tests/node/agui_client.mjs``), against a real ``dres api`` and one real ``dres worker`` shared by
 the module (``DRES_APPROVAL=send_email``; each test on an empty Redis).
 
-Whatever the client does — a retried request, a second tab, a regenerate, an edit, the fork
-route, a re-run — each test's one email is sent once in all, and a request that carries nothing
-to take starts nothing.
+Whatever the client does — a retried request, a second tab, a reload, a regenerate, an edit, the
+fork route, a re-run — each test's one email is sent once in all; a request that carries nothing
+to take starts nothing; ``double_text`` in the chat's body rules a new message while a turn is live.
 """
 
 from __future__ import annotations
