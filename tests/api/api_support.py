@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -268,3 +269,36 @@ def serve(app: Any) -> Iterator[str]:
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+# -- the chat clients (tests/node) ------------------------------------------------------------
+
+#: the node scripts that drive the chat front ends' own clients, and their packages
+NODE_DIR = Path(__file__).resolve().parents[1] / "node"
+#: seconds one client run may take
+CLIENT_TIMEOUT_S = 60
+
+
+def run_client(nodedir: Path, script: str, command: dict[str, Any]) -> dict[str, Any]:
+    """Run ``node SCRIPT`` with ``command`` as its JSON input; its JSON output."""
+    done = subprocess.run(
+        ["node", script],
+        cwd=nodedir,
+        input=json.dumps(command),
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def text_of(message: dict[str, Any]) -> str:
+    """A UI message's text parts, joined."""
+    return "".join(p["text"] for p in message["parts"] if p["type"] == "text")
+
+
+def tool_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return [p for p in message["parts"] if p["type"].startswith("tool-")]

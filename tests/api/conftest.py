@@ -6,12 +6,15 @@ Redis (``flushall``). The ``dres api`` servers (uvicorn; one open, one requiring
 are subprocesses shared by the session: the API keeps no state of its own outside Redis, and it
 publishes chunk messages through the broker's default exchange, so a ``flushall`` leaves nothing
 behind that it relies on. Each is ready when it answers GET /healthz, polled with a deadline, and
-is stopped by PID in a finalizer (SIGTERM, then SIGKILL of its process group).
+is stopped by PID in a finalizer (SIGTERM, then SIGKILL of its process group). ``node_clients``
+is ``tests/node`` with the chat front ends' own clients installed.
 """
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,7 +22,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from api_support import APPROVERS, TOKEN, Cli, StartApi
+from api_support import APPROVERS, NODE_DIR, TOKEN, Cli, StartApi
 
 from rigs import ROOT, ApiProcess, stop_all, subprocess_env
 from rigs.scripts import Script, script_writer
@@ -135,3 +138,31 @@ def cli(dres_env: dict[str, str]) -> Cli:
         )
 
     return run
+
+
+def _missing(reason: str) -> None:
+    if os.environ.get("CI") == "true":
+        pytest.fail(f"{reason} (CI=true: the chat clients' tests must run)")
+    pytest.skip(f"SKIPPED LOUDLY: {reason}")
+
+
+@pytest.fixture(scope="session")
+def node_clients() -> Path:
+    """``tests/node`` with its packages installed (``npm ci``, once): the chat front ends' own
+    clients, driven by the node scripts there. Without node, or when the packages cannot be
+    installed, the tests that use them skip with the reason, except under ``CI=true``."""
+    node, npm = shutil.which("node"), shutil.which("npm")
+    if node is None or npm is None:
+        _missing("node and npm are needed for the chat clients' tests")
+    if not (NODE_DIR / "node_modules" / "ai").is_dir():
+        done = subprocess.run(
+            [str(npm), "ci", "--no-audit", "--no-fund"],
+            cwd=NODE_DIR,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        if done.returncode != 0:
+            _missing(f"npm ci in tests/node failed: {done.stderr[-2000:]}")
+    return NODE_DIR

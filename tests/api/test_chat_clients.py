@@ -3,15 +3,13 @@
 real ``dres api`` and a real ``dres worker``.
 
 The clients are node packages installed into ``tests/node/node_modules`` (gitignored) by the
-``node_clients`` fixture. Without node, or when the packages cannot be installed, these tests skip
-with the reason, except under ``CI=true``, where they fail.
+``node_clients`` fixture (``conftest.py``). Without node, or when the packages cannot be
+installed, these tests skip with the reason, except under ``CI=true``, where they fail.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -20,7 +18,14 @@ from typing import Any
 import httpx
 import pytest
 import redis
-from api_support import DONE_STEP, SEND_STEP
+from api_support import (
+    CLIENT_TIMEOUT_S,
+    DONE_STEP,
+    SEND_STEP,
+    run_client,
+    text_of,
+    tool_parts,
+)
 
 from rigs import ApiProcess, Script, wait_until
 from tests.support.fixtures import StartWorker
@@ -28,9 +33,6 @@ from worker.demo_tools import outbox
 
 pytestmark = pytest.mark.redis_server
 
-NODE_DIR = Path(__file__).resolve().parents[1] / "node"
-#: seconds one client run may take
-CLIENT_TIMEOUT_S = 60
 LOOK_STEP = {"text": "Let me look at the outbox.", "tool_calls": [{"name": "list_outbox"}]}
 #: an answer streamed slowly enough to cut mid-way and reconnect to under load: 70 deltas of 5
 #: characters, 80 ms apart (within the 6 s chunk these tests give it)
@@ -38,57 +40,8 @@ SLOW_TEXT = "".join(f"word{n:02d} " for n in range(50))
 SLOW_STEP = {"text": SLOW_TEXT, "chunk_chars": 5, "stream_delay_s": 0.08}
 
 
-def _missing(reason: str) -> None:
-    if os.environ.get("CI") == "true":
-        pytest.fail(f"{reason} (CI=true: the chat clients' tests must run)")
-    pytest.skip(f"SKIPPED LOUDLY: {reason}")
-
-
-@pytest.fixture(scope="session")
-def node_clients() -> Path:
-    """``tests/node`` with its packages installed (``npm ci``, once)."""
-    node, npm = shutil.which("node"), shutil.which("npm")
-    if node is None or npm is None:
-        _missing("node and npm are needed for the chat clients' tests")
-    if not (NODE_DIR / "node_modules" / "ai").is_dir():
-        done = subprocess.run(
-            [str(npm), "ci", "--no-audit", "--no-fund"],
-            cwd=NODE_DIR,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            check=False,
-        )
-        if done.returncode != 0:
-            _missing(f"npm ci in tests/node failed: {done.stderr[-2000:]}")
-    return NODE_DIR
-
-
-def run_client(nodedir: Path, script: str, command: dict[str, Any]) -> dict[str, Any]:
-    done = subprocess.run(
-        ["node", script],
-        cwd=nodedir,
-        input=json.dumps(command),
-        capture_output=True,
-        text=True,
-        timeout=CLIENT_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    result: dict[str, Any] = json.loads(done.stdout)
-    return result
-
-
 def user(text: str, n: int = 1) -> dict[str, Any]:
     return {"id": f"u{n}", "role": "user", "parts": [{"type": "text", "text": text}]}
-
-
-def text_of(message: dict[str, Any]) -> str:
-    return "".join(p["text"] for p in message["parts"] if p["type"] == "text")
-
-
-def tool_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
-    return [p for p in message["parts"] if p["type"].startswith("tool-")]
 
 
 @pytest.fixture

@@ -1,9 +1,12 @@
-// AG-UI's own HttpAgent against a dres api, for tests/api/test_chat_clients.py.
-// Reads one JSON command on stdin, prints one JSON result on stdout:
-//   {url, threadId, message, model, token?, approve?: boolean}
-//     -> {runs: [{events: [...], outcome}], messages}: one run; with `approve` set, a run whose
-//        outcome is an interrupt is followed by a second run resuming every interrupt with
-//        {approved: approve}
+// AG-UI's own HttpAgent against a dres api, for tests/api/test_chat_clients.py and
+// tests/api/test_chat_forks.py. Reads one JSON command on stdin, prints one JSON result on stdout:
+//   {url, threadId, message, model, token?, approve?: boolean, messages?, props?, resume?}
+//     -> {runs: [{events: [...], outcome}], messages, error}: one run; with `approve` set, a run
+//        whose outcome is an interrupt is followed by a second run resuming every interrupt with
+//        {approved: approve}. `messages` (instead of `message`): the agent's messages as a page
+//        holds them (a re-run, an edit); `props`: more forwardedProps (`regenerate`); `resume`:
+//        the first run's resume entries. A run that fails (an HTTP error) ends the runs; `error`
+//        is what the client threw.
 import { HttpAgent } from "@ag-ui/client";
 
 const input = JSON.parse(await new Promise((resolve) => {
@@ -16,26 +19,32 @@ const agent = new HttpAgent({
   url: `${input.url}/v1/ag-ui`,
   headers: input.token ? { Authorization: `Bearer ${input.token}` } : {},
   threadId: input.threadId,
-  initialMessages: [{ id: "u1", role: "user", content: input.message }],
+  initialMessages: input.messages ?? [{ id: "u1", role: "user", content: input.message }],
 });
 
 async function run(params) {
   const events = [];
   await agent.runAgent(
-    { forwardedProps: { model: input.model }, ...params },
+    { forwardedProps: { model: input.model, ...input.props }, ...params },
     { onEvent: ({ event }) => { events.push(event); } },
   );
   const finished = events.find((e) => e.type === "RUN_FINISHED");
   return { events, outcome: finished?.outcome ?? null };
 }
 
-const runs = [await run({})];
-if (input.approve !== undefined && runs[0].outcome?.type === "interrupt") {
-  const resume = runs[0].outcome.interrupts.map((i) => ({
-    interruptId: i.id,
-    status: "resolved",
-    payload: { approved: input.approve },
-  }));
-  runs.push(await run({ resume }));
+const runs = [];
+let error = null;
+try {
+  runs.push(await run(input.resume ? { resume: input.resume } : {}));
+  if (input.approve !== undefined && runs[0].outcome?.type === "interrupt") {
+    const resume = runs[0].outcome.interrupts.map((i) => ({
+      interruptId: i.id,
+      status: "resolved",
+      payload: { approved: input.approve },
+    }));
+    runs.push(await run({ resume }));
+  }
+} catch (e) {
+  error = String(e?.message ?? e);
 }
-process.stdout.write(JSON.stringify({ runs, messages: agent.messages }));
+process.stdout.write(JSON.stringify({ runs, messages: agent.messages, error }));

@@ -31,6 +31,7 @@ from worker.edges.http.chat import (
     last_user_text,
     message_id_of,
     send_message,
+    turn_waits,
     user_message_schema,
 )
 from worker.edges.http.deps import RT
@@ -158,6 +159,8 @@ async def agui_stream(
     async with aclosing(follow):
         async for message in follow:
             out = [m for event in events_of(message) for m in events.map(event)]
+            if events.paused and await turn_waits(streams, turn_id):
+                out += events.finish_waiting()
             if out:
                 yield sse_data(out)
             elif message == KEEPALIVE:

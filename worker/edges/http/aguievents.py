@@ -4,7 +4,8 @@ run of the protocol (one request), as ``worker.edges.http.uichunks`` is for the 
 A model call's text is one assistant text message (its id: the first text event's id); a tool
 call is announced once (``TOOL_CALL_START``/``ARGS``/``END``, the input as JSON) and answered by
 ``TOOL_CALL_RESULT``. The run finishes when the turn ends, or when a run of the turn ends waiting
-for approval: then with the ``interrupt`` outcome, one interrupt per request.
+for approval and the turn still waits: then with the ``interrupt`` outcome, one interrupt per
+request (a replay of a turn decided since goes on through its wait, as the AI SDK's does).
 """
 
 from __future__ import annotations
@@ -52,6 +53,9 @@ class AguiEvents(Fold):
         self.thread_id, self.run_id = thread_id, run_id
         #: the approval requests of the turn's current run (its interrupts if it ends waiting)
         self.interrupts: list[Message] = []
+        #: the last event was a run's end waiting for approval: the run finishes there if the
+        #: turn still waits (``finish_waiting``), and goes on if it was decided since (a replay)
+        self.paused = False
 
     def opening(self) -> list[Message]:
         return [{"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id}]
@@ -59,6 +63,7 @@ class AguiEvents(Fold):
     def map(self, event: Event) -> list[Message]:  # noqa: C901 (one branch per event type)
         if self.done:
             return []
+        self.paused = False  # whatever follows a wait is its resumed turn
         out: list[Message] = []
         if isinstance(event, Text):
             if self.text_id is None:
@@ -103,14 +108,17 @@ class AguiEvents(Fold):
             out += self._result(event.event_id, call_id, event.result)
         elif isinstance(event, RunEnded):
             out += self._end_text()
-            if event.reason == "waiting" and self.interrupts:
-                out.append(self._finished({"type": "interrupt", "interrupts": self.interrupts}))
-                self.done = True
+            self.paused = event.reason == "waiting" and bool(self.interrupts)
         elif isinstance(event, TurnEnded):
             out += self._end_text()
             out.append(self._ending(event))
             self.done = True
         return out
+
+    def finish_waiting(self) -> list[Message]:
+        """The end of a run whose turn waits (``paused`` on it): its interrupts."""
+        self.done = True
+        return [self._finished({"type": "interrupt", "interrupts": self.interrupts})]
 
     def _announce(self, call_id: str, tool: str, value: Any) -> list[Message]:
         if not self.first_sight(call_id):

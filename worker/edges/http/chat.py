@@ -46,8 +46,11 @@ from worker.lifecycle.service import NOT_BLANK, Sent, is_blank
 UI_STREAM_HEADERS = {"x-vercel-ai-ui-message-stream": "v1"}
 #: characters of a model spec (as ``POST /v1/turns`` takes it)
 MAX_MODEL_CHARS = 500
-#: the statuses of a turn whose stream goes on (a waiting turn's has said all it can)
-LIVE = frozenset({TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING})
+#: the statuses of a turn a reconnect streams: one that goes on, or one that waits (a page
+#: reloaded meanwhile is shown what it waits for, its stream ending there)
+RECONNECTS = frozenset(
+    {TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING, TurnStatus.WAITING}
+)
 #: why a request whose last message is the assistant's starts nothing
 NOTHING_TO_TAKE = (
     "the last message is the assistant's and carries nothing to take (no approval decision): "
@@ -233,7 +236,9 @@ async def _begin(
 @router.get(
     "/{chat_id}/stream",
     response_class=StreamingResponse,
-    responses={204: {"description": "No turn of the conversation is live"}},
+    responses={
+        204: {"description": "No turn of the conversation is queued, running, resuming or waiting"}
+    },
     dependencies=[Depends(authorize)],
 )
 async def reconnect(
@@ -241,8 +246,9 @@ async def reconnect(
     rt: RT,
     chat_id: Annotated[str, Path(pattern=ID, description="the chat's id: the conversation id")],
 ) -> Response:
-    """The conversation's live turn from its start (the AI SDK's reconnect); 204: none is live."""
-    turn_id = await run_in_threadpool(_live_turn, rt, chat_id)
+    """The conversation's live or waiting turn from its start (the AI SDK's reconnect); 204: no
+    turn of it is queued, running, resuming or waiting."""
+    turn_id = await run_in_threadpool(_reconnect_turn, rt, chat_id)
     if turn_id is None:
         return Response(status_code=204)
     streams = admit_stream(request)
@@ -307,12 +313,12 @@ def message_id_of(message: dict[str, Any], where: str) -> str | None:
     return found
 
 
-def _live_turn(rt: Runtime, conversation_id: str) -> str | None:
+def _reconnect_turn(rt: Runtime, conversation_id: str) -> str | None:
     newest = rt.lifecycle.store.conversations.newest_turns(conversation_id, 1)
     if not newest:
         return None
     meta = rt.ledger.meta(newest[0])
-    return meta.turn_id if meta.status in LIVE else None
+    return meta.turn_id if meta.status in RECONNECTS else None
 
 
 def decide_answers(
@@ -361,7 +367,7 @@ def decide_answers(
     return turn_id, waited.stream_id, [r.call_id for r in asked.values()]
 
 
-async def _waits(streams: Fanout, turn_id: str) -> bool:
+async def turn_waits(streams: Fanout, turn_id: str) -> bool:
     """The turn waits for a decision now (its wait is not one a replay passes through)."""
     async with streams.reads:
         status = await streams.reader.hget(keys.turn_meta(turn_id), "status")
@@ -381,7 +387,7 @@ async def ui_stream(
             out = []
             for event in events_of(message):
                 out += chunks.map(event)
-            if chunks.paused and await _waits(streams, turn_id):
+            if chunks.paused and await turn_waits(streams, turn_id):
                 out += chunks.finish_waiting()
             if out:
                 yield sse_data(out)
