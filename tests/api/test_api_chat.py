@@ -136,7 +136,8 @@ def test_an_agui_resume_that_is_not_approved_denies_with_its_reason(
     decided = [e for e in ap.events(turn_id, "approval_decided") if isinstance(e, ApprovalDecided)]
     assert [(d.decision, d.reason) for d in decided] == [("deny", "not today")]
     unknown = body | {"resume": [{"interruptId": "ap_nope", "status": "cancelled"}]}
-    assert http.post("/v1/ag-ui", json=unknown).status_code == 404
+    refused = http.post("/v1/ag-ui", json=unknown)  # no request of the newest turn: nothing taken
+    assert refused.status_code == 409 and "ap_nope" in refused.json()["detail"]
 
 
 def test_over_dres_max_streams_a_chat_is_refused_with_503_before_anything_is_written(

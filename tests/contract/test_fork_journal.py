@@ -66,8 +66,9 @@ def test_a_regenerate_answers_a_write_the_replaced_turn_completed_from_the_recor
     (block,) = blocked(h, fork)
     assert (block.reason, block.inherited_from, block.tool) == ("completed", first, "send_email")
     assert block.result["status"] == "already_completed"
-    assert "an earlier answer in this conversation that this request replaces" in (
-        block.result["note"]
+    assert (
+        "an earlier answer in this conversation that this request replaces"
+        in (block.result["note"])
     )
     started = h.ledger.events(fork)[0]
     assert isinstance(started, TurnStarted)
@@ -229,6 +230,10 @@ def test_a_chat_message_is_a_repeat_an_edit_or_a_regenerate_by_its_id(h: Harness
     )
     assert regenerated.kind == "fork" and regenerated.replaces == (sent.turn_id,)
     assert h.lifecycle.store.meta(regenerated.turn_id).message_id == "m-1"
+    retried = h.lifecycle.send(
+        "conv-1", "email Ada", message_id="m-1", regenerate=sent.turn_id, model=model
+    )
+    assert (retried.kind, retried.turn_id) == ("repeat", regenerated.turn_id)
 
     edited = h.lifecycle.send("conv-1", "email Ada now", message_id="m-1", model=model)
     assert edited.kind == "fork" and edited.replaces == (regenerated.turn_id,)

@@ -29,6 +29,8 @@ from worker.lifecycle.base import LifecycleBase, NewTurn
 
 #: where a fork goes: the conversation of the turn it forks, or a new one
 FORK_INTO = ("same", "new")
+#: forks of forks followed from a replaced answer to the one that replaced it last
+REPLACED_HOPS = 50
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,20 @@ class Forks(LifecycleBase):
             f"message_id {message_id!r} is turn {meta.turn_id}'s message: fork that turn "
             "(POST /v1/turns/{turn_id}/fork) to edit or regenerate it"
         )
+
+    def regenerated(self, conversation_id: str, answer: str | bool) -> str | None:
+        """The current turn that replaced the answer ``answer`` names, following ``replaced_by``
+        (a regenerate of it sent again after its fork was made); None when ``answer`` names no
+        replaced turn of the conversation."""
+        if not isinstance(answer, str):
+            return None
+        found = self.store.lines.metas([answer])[0]
+        seen = 0
+        while found is not None and found.replaced_by and seen < REPLACED_HOPS:
+            found, seen = self.store.lines.metas([found.replaced_by])[0], seen + 1
+        if found is None or found.turn_id == answer or found.replaced_by:
+            return None
+        return found.turn_id if found.conversation_id == conversation_id else None
 
     def regenerate_target(
         self, conversation_id: str, answer: str | bool, message_id: str | None

@@ -179,18 +179,24 @@ class Lifecycle(ChunkPath, Control, Approvals, Line, Forks):
     ) -> Sent:
         """A chat protocol's user message, matched to the conversation's turns by its id
         (docs/semantics.md, forks): ``regenerate`` (True, or the id of the answer to regenerate)
-        forks the turn answering it with its own message; the newest turn's own message again
-        (same id, same text) is a repeat and records nothing; an earlier turn's id (an edit)
+        forks the turn answering it with its own message (the same answer regenerated again, once
+        a fork replaced it, is that fork: a retried request); a turn's own message again (same
+        id, same text) is a repeat and records nothing; a turn's id with other text (an edit)
         forks that turn with ``message``; anything else is a new turn."""
         fork = _fork_options(options)
         if regenerate:
+            done = self.regenerated(conversation_id, regenerate)
+            if done is not None:  # the same regenerate again (a retried request): its fork
+                return Sent(done, conversation_id, "repeat")
             target = self.regenerate_target(conversation_id, regenerate, message_id)
             if target is not None:
                 forked = self.fork(target, message_id=message_id, **fork)
                 return Sent(forked.turn_id, forked.conversation_id, "fork", forked.replaces)
         elif message_id and (match := self.turn_of_message(conversation_id, message_id)):
-            meta, started, newest = match
-            if newest and started.message == message:
+            meta, started, _ = match
+            if started.message == message:
+                # the newest turn's own message again (a retried request, a second tab), or a
+                # late copy of an older request: nothing starts, the turn is streamed
                 return Sent(meta.turn_id, conversation_id, "repeat")
             forked = self.fork(meta.turn_id, message=message, message_id=message_id, **fork)
             return Sent(forked.turn_id, forked.conversation_id, "fork", forked.replaces)

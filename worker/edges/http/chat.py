@@ -346,7 +346,13 @@ def decide_answers(
     for answer in answers:
         request = asked.get(answer.approval_id)
         if request is None:
-            raise HTTPException(404, f"turn {turn_id} has no approval request {answer.approval_id}")
+            # a decision dres cannot take (an answer replaced or superseded since, a stale tab):
+            # refused, starting nothing (docs/semantics.md, forks)
+            raise HTTPException(
+                409,
+                f"the conversation's newest turn {turn_id} has no approval request "
+                f"{answer.approval_id}: nothing to take",
+            )
         decided = rt.lifecycle.decide(
             turn_id,
             answer.approval_id,
