@@ -116,6 +116,16 @@ METHOD = [
     "builds from `OTEL_EXPORTER_OTLP_ENDPOINT` (the SDK, a batch processor, OTLP/HTTP to a "
     "receiver on loopback that decodes every span) beside `OFF`, the tracer without an "
     "endpoint; alternating blocks, ratio on / off.",
+    "**F1** `bench.fork_bench`: a private redis-server and one `dres worker -c 2` (prefork); per "
+    "trial a fresh conversation of one ended turn whose stream holds 100 or 10,000 events "
+    "(~500-byte tool events between its `turn_started`/`run_started` and `run_ended`/"
+    "`turn_ended`, written through the lifecycle's create, claim, `append_many` and finish), "
+    "then in the bench process, as the API calls it, `Lifecycle.fork(turn)` (a regenerate) or "
+    "`Lifecycle.enqueue(message, conversation_id=…)` (a plain new message after that turn); "
+    "figure: the new turn's first `run_started` `ts` − `time.time()` just before the call. "
+    "Rounds measure both lengths and both kinds in alternating order, each on its own "
+    "conversation, erased after; ratios pair a round's fork and plain turn (and its fork at "
+    "10,000 and at 100 events for the growth row).",
 ]
 
 NOISE = [
