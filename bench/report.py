@@ -168,7 +168,7 @@ def details(by: dict[str, Row], result: dict[str, Any]) -> list[str]:
         cpu = tool.extra["cpu_breakdown_us"]
         parts = "; ".join(f"{k} {v:.1f}" for k, v in cpu.items())
         lines.append(
-            f"Row 2, dres's own CPU per call (µs, medians, XADD stubbed out): {parts}. Means per "
+            f"Row 2, dres's own CPU per call (µs, medians, Redis stubbed out): {parts}. Means per "
             f"call: dres {_fmt(tool.extra['dres_mean_us'])}; raw {_fmt(tool.extra['raw_mean_us'])}."
         )
     resume = by.get("resume latency")

@@ -7,9 +7,10 @@ METHOD = [
     "`XADD key * e <json>` of the same pre-serialised ~500-byte JSON; one redis-py client "
     "(hiredis), alternating blocks of single calls; p50 per block.",
     "**2** what `ToolExecutor._run` does around a call, the tool excluded: a call id, then "
-    "inside `DeferSignals` `Recorder.record(ToolStart)` and `Recorder.make(ToolDone)` + "
-    "`record_many` (both one fenced XADD), vs two raw XADDs of pre-serialised payloads of the "
-    "same sizes (~500 B each); p50 per call pair per block.",
+    "inside `DeferSignals` `Recorder.record_unless_stopped(ToolStart)` (a write's start, as "
+    "`ToolExecutor._start` records it: `lua/append.lua` with the turn's Stop flag as a third "
+    "key) and `Recorder.make(ToolDone)` + `record_many` (one fenced XADD), vs two raw XADDs of "
+    "pre-serialised payloads of the same sizes (~500 B each); p50 per call pair per block.",
     "**2g** (issue 37) row 2's blocks in a subprocess (`bench.gevent_tool_call`) that first "
     "patches the standard library as `dres worker -P gevent` does "
     "(`worker.edges.cli.pools.patch_for`) and runs them in a greenlet with a greenlet's "
