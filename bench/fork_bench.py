@@ -7,7 +7,7 @@ Setup: a private redis-server (AOF on, ``appendfsync everysec``) and one real dr
 every turn of the row; a scripted model that answers at once.
 
 A trial: a fresh conversation of one ended turn of N events (N = 100 or 10,000, the whole stream:
-``turn_started``, ``run_started``, N - 4 tool events of ~500 B of JSON alternating ``tool_start``
+``turn_started``, ``run_started``, N - 4 tool events of ~540 B of JSON alternating ``tool_start``
 / ``tool_done``, ``run_ended``, ``turn_ended``), written straight to the ledger through the
 lifecycle's own steps (``create``, ``claim``, ``Ledger.append_many`` under the run's lease,
 ``finish``: a real turn's stream, metadata and place in its conversation, without running its
@@ -54,7 +54,7 @@ from bench.harness import (
 )
 from bench.ledger_turns import tool_event
 from ledger import keys
-from ledger.codec import encode
+from ledger.codec import FIELD
 from ledger.events import Event, ModelStart, RunStarted, TurnStarted
 from ledger.turn import TurnStatus
 from rigs import write_script
@@ -125,6 +125,16 @@ def long_turn(rt: Runtime, length: int, model: str) -> tuple[str, str]:
     if written != length:
         raise RuntimeError(f"turn {turn.turn_id} has {written} events, not {length}")
     return turn.conversation_id, turn.turn_id
+
+
+def entry_sizes(rt: Runtime, model: str) -> dict[str, int]:
+    """The stored JSON of a written turn's tool events (a probe turn, erased after): their
+    smallest and largest, in bytes."""
+    conversation_id, turn_id = long_turn(rt, 100, model)
+    entries = rt.redis.xrange(keys.turn_events(turn_id))[2:-2]
+    sizes = [len(fields[FIELD.encode()]) for _, fields in entries]
+    rt.lifecycle.store.conversations.erase(conversation_id)
+    return {"min": min(sizes), "max": max(sizes)}
 
 
 def settle(rt: Runtime) -> None:
@@ -247,8 +257,7 @@ def measure(redis_url: str, plan: ForkPlan) -> tuple[list[Row], dict[str, Any]]:
     with running_worker(redis_url) as (rt, worker, tmp):
         info["worker_pid"] = worker.pid
         model = write_script(tmp / "answer.json", [{"text": "done"}])
-        sizes = sorted({len(encode(tool_event("turn_" + "0" * 24, n))) for n in (0, 1)})
-        info["entry_json_bytes"] = sizes
+        info["entry_json_bytes"] = entry_sizes(rt, model)
         info["loadavg_before"] = loadavg()
         started = time.monotonic()
         rounds = bench_forks(rt, plan, model)

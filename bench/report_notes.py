@@ -119,7 +119,7 @@ METHOD = [
     "endpoint; alternating blocks, ratio on / off.",
     "**F1** `bench.fork_bench`: a private redis-server and one `dres worker -c 2` (prefork); per "
     "trial a fresh conversation of one ended turn whose stream holds 100 or 10,000 events "
-    "(~500-byte tool events between its `turn_started`/`run_started` and `run_ended`/"
+    "(~540-byte tool events between its `turn_started`/`run_started` and `run_ended`/"
     "`turn_ended`, written through the lifecycle's create, claim, `append_many` and finish), "
     "then in the bench process, as the API calls it, `Lifecycle.fork(turn)` (a regenerate) or "
     "`Lifecycle.enqueue(message, conversation_id=…)` (a plain new message after that turn); "
