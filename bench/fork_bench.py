@@ -131,8 +131,8 @@ def entry_sizes(rt: Runtime, model: str) -> dict[str, int]:
     """The stored JSON of a written turn's tool events (a probe turn, erased after): their
     smallest and largest, in bytes."""
     conversation_id, turn_id = long_turn(rt, 100, model)
-    entries = rt.redis.xrange(keys.turn_events(turn_id))[2:-2]
-    sizes = [len(fields[FIELD.encode()]) for _, fields in entries]
+    entries: Any = rt.redis.xrange(keys.turn_events(turn_id))
+    sizes = [len(fields[FIELD.encode()]) for _, fields in entries[2:-2]]
     rt.lifecycle.store.conversations.erase(conversation_id)
     return {"min": min(sizes), "max": max(sizes)}
 
