@@ -43,6 +43,9 @@ M1-M2 (issue 37, ``bench.many_turns_bench``): 1,000 turns each waiting 5 s on it
 T1 (issue 39, ``bench.tracing_bench``): row 2's tool call inside the executor's tracing hooks,
    tracing on (the SDK exporting over OTLP/HTTP to a local receiver) beside it off.
    ``--only tracing`` runs it alone.
+F1 (forks, ``bench.fork_bench``): a fork's request (``Lifecycle.fork``) -> its first
+   ``run_started`` on a real worker, with 100 and 10,000 events in the turn it replaces, beside a
+   new message after the same turn (target <= 1.5 at 10,000 events). ``--only fork`` runs it alone.
 
 Rows 1-3 run in this process (``bench.ledger_bench``; row 2g in a subprocess of its own,
 ``bench.gevent_tool_call``), rows 4-5 against a real dres worker subprocess
@@ -77,6 +80,7 @@ from bench import (
     durability_bench,
     failover_bench,
     fanout_bench,
+    fork_bench,
     ledger_bench,
     many_turns_bench,
     pickup_bench,
@@ -112,6 +116,7 @@ GROUPS: tuple[Group, ...] = (
     fanout_bench.GROUP,
     many_turns_bench.GROUP,
     tracing_bench.GROUP,
+    fork_bench.GROUP,
 )
 #: groups of rows ``--only`` runs alone
 ONLY = {group.name: group.about for group in GROUPS}

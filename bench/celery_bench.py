@@ -53,6 +53,7 @@ from typing import Any
 from bench.celery_worker import WORKER_CONCURRENCY, CeleryPlan, running_worker, wait_turns
 from bench.harness import GEVENT, Row, loadavg, private_redis, table_lines, write_result
 from bench.resume_bench import (
+    SOFT_ROW,
     ResumeRound,
     bench_resume,
     dres_resume_round,
@@ -121,13 +122,19 @@ def measure(redis_url: str, plan: CeleryPlan) -> tuple[list[Row], dict[str, Any]
         info["throughput_s"] = round(time.monotonic() - started, 1)
         info["loadavg_end"] = loadavg()
     if plan.gevent_rounds:
-        soft = next(row for row in rows if row.number == "4" and row.target is None)
+        soft = soft_limit_row(rows)
         info["gevent"] = {"loadavg_before": loadavg()}
         rounds = gevent_resume_rounds(redis_url, plan, info["gevent"])
         at = max(i for i, row in enumerate(rows) if row.number == "4") + 1
         on = f"dres worker {' '.join(GEVENT)} -c {WORKER_CONCURRENCY}"
         rows.insert(at, gevent_resume_row(rounds, soft, on))
     return rows, info
+
+
+def soft_limit_row(rows: Sequence[Row]) -> Row:
+    """Row 4's row against a plain task chaining from its own soft limit: row 4g's baseline
+    (whatever the rows' targets say: the plain hop's row carries none since issue 27)."""
+    return next(row for row in rows if row.number == "4" and row.name == SOFT_ROW)
 
 
 def gevent_resume_rounds(

@@ -6,12 +6,14 @@ What it measures, on a private redis-server (AOF on, ``appendfsync everysec``) s
    one XADD with the run's explicit, fencing stream id) beside a raw ``XADD key * e <json>`` of
    the same pre-serialised ~500-byte JSON. Only the call itself is timed (``perf_counter_ns``);
    events, their ids and the raw payloads are built before each block.
-2. Tool-call recording: what the executor adds around one tool call, the tool itself excluded —
-   a call id, then inside ``DeferSignals`` a ``Recorder.record(ToolStart)`` (event built with
-   its id and timestamp, one fenced XADD) and a ``Recorder.make(ToolDone)`` appended with
-   ``Recorder.record_many`` (the one-XADD path) — beside two raw XADDs of pre-serialised
-   payloads of the same sizes (~500 bytes each). The tool's validated input, its signature and
-   its result are computed before each block (validation and the tool are not recording).
+2. Tool-call recording: what the executor adds around one write tool call, the tool itself
+   excluded — a call id, then inside ``DeferSignals`` a ``Recorder.record_unless_stopped(
+   ToolStart)`` (event built with its id and timestamp; ``lua/append.lua`` with the turn's Stop
+   flag as a third key, as ``ToolExecutor._start`` records a write's start) and a
+   ``Recorder.make(ToolDone)`` appended with ``Recorder.record_many`` (the one-XADD path) —
+   beside two raw XADDs of pre-serialised payloads of the same sizes (~500 bytes each). The
+   tool's validated input, its signature and its result are computed before each block
+   (validation and the tool are not recording).
 3. Journal rebuild: ``build_journal(ledger.events(turn_id))`` (paged XRANGE, pydantic decode of
    every entry, the fold) beside a raw paged XRANGE (COUNT 1000, exclusive start ``(id``) of the
    same stream with ``json.loads`` of every entry's ``e`` field. Each stream (1k, 10k, 100k entries,
@@ -21,7 +23,7 @@ What it measures, on a private redis-server (AOF on, ``appendfsync everysec``) s
 2g. Row 2 again in a process patched for gevent, in a greenlet (``bench.gevent_tool_call``):
    both sides on gevent's cooperative sockets, as a ``dres worker -P gevent`` records a call.
 
-Row 2 also times the parts of dres's own CPU per call with XADD stubbed out (``cpu_breakdown_us``
+Row 2 also times the parts of dres's own CPU per call with Redis stubbed out (``cpu_breakdown_us``
 in the JSON), the evidence for where its overhead goes.
 
 How: both sides share one process, one server and one ``redis.Redis`` client (hiredis parser,

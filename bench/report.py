@@ -168,7 +168,7 @@ def details(by: dict[str, Row], result: dict[str, Any]) -> list[str]:
         cpu = tool.extra["cpu_breakdown_us"]
         parts = "; ".join(f"{k} {v:.1f}" for k, v in cpu.items())
         lines.append(
-            f"Row 2, dres's own CPU per call (µs, medians, XADD stubbed out): {parts}. Means per "
+            f"Row 2, dres's own CPU per call (µs, medians, Redis stubbed out): {parts}. Means per "
             f"call: dres {_fmt(tool.extra['dres_mean_us'])}; raw {_fmt(tool.extra['raw_mean_us'])}."
         )
     resume = by.get("resume latency")
@@ -213,6 +213,9 @@ def details(by: dict[str, Row], result: dict[str, Any]) -> list[str]:
     failover = [row for row in failover if row.number in ("D5", "D6")]
     if failover:
         lines.append(failover_details(failover))
+    forks = [row for row in by.values() if row.number == "F1" and "events" in row.extra]
+    if forks:
+        lines.append(fork_details(forks))
     peer = result.get("peer")
     if peer:
         lines.append(
@@ -240,6 +243,22 @@ def gevent_resume_details(row: Row, info: dict[str, Any]) -> str:
         f"{x.get('boundaries', '?')} boundaries over 100 ms; run_ended -> "
         f"next run_started {x['dres_handoff_ms']:.2f} ms, run_started -> first model_start "
         f"{x['dres_startup_ms']:.2f} ms."
+    )
+
+
+def fork_details(rows: Sequence[Row]) -> str:
+    """Row F1's line under Details: per length, the request's own call and the first model call
+    (a fork's first run reads the inherited turns before it), fork / plain, medians in ms."""
+    parts = []
+    for row in rows:
+        x = row.extra
+        call, model = x["median_call_ms"], x["median_to_first_model_start_ms"]
+        parts.append(
+            f"{x['events']:,} events: the call {call['fork']:.2f} / {call['plain']:.2f} ms, the "
+            f"first model_start {model['fork']:.1f} / {model['plain']:.1f} ms"
+        )
+    return (
+        f"Row F1 ({rows[0].extra['rounds']} rounds; fork / plain turn): " + "; ".join(parts) + "."
     )
 
 

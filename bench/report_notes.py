@@ -7,9 +7,10 @@ METHOD = [
     "`XADD key * e <json>` of the same pre-serialised ~500-byte JSON; one redis-py client "
     "(hiredis), alternating blocks of single calls; p50 per block.",
     "**2** what `ToolExecutor._run` does around a call, the tool excluded: a call id, then "
-    "inside `DeferSignals` `Recorder.record(ToolStart)` and `Recorder.make(ToolDone)` + "
-    "`record_many` (both one fenced XADD), vs two raw XADDs of pre-serialised payloads of the "
-    "same sizes (~500 B each); p50 per call pair per block.",
+    "inside `DeferSignals` `Recorder.record_unless_stopped(ToolStart)` (a write's start, as "
+    "`ToolExecutor._start` records it: `lua/append.lua` with the turn's Stop flag as a third "
+    "key) and `Recorder.make(ToolDone)` + `record_many` (one fenced XADD), vs two raw XADDs of "
+    "pre-serialised payloads of the same sizes (~500 B each); p50 per call pair per block.",
     "**2g** (issue 37) row 2's blocks in a subprocess (`bench.gevent_tool_call`) that first "
     "patches the standard library as `dres worker -P gevent` does "
     "(`worker.edges.cli.pools.patch_for`) and runs them in a greenlet with a greenlet's "
@@ -116,6 +117,16 @@ METHOD = [
     "builds from `OTEL_EXPORTER_OTLP_ENDPOINT` (the SDK, a batch processor, OTLP/HTTP to a "
     "receiver on loopback that decodes every span) beside `OFF`, the tracer without an "
     "endpoint; alternating blocks, ratio on / off.",
+    "**F1** `bench.fork_bench`: a private redis-server and one `dres worker -c 2` (prefork); per "
+    "trial a fresh conversation of one ended turn whose stream holds 100 or 10,000 events "
+    "(~540-byte tool events between its `turn_started`/`run_started` and `run_ended`/"
+    "`turn_ended`, written through the lifecycle's create, claim, `append_many` and finish), "
+    "then in the bench process, as the API calls it, `Lifecycle.fork(turn)` (a regenerate) or "
+    "`Lifecycle.enqueue(message, conversation_id=…)` (a plain new message after that turn); "
+    "figure: the new turn's first `run_started` `ts` − `time.time()` just before the call. "
+    "Rounds measure both lengths and both kinds in alternating order, each on its own "
+    "conversation, erased after; ratios pair a round's fork and plain turn (and its fork at "
+    "10,000 and at 100 events for the growth row).",
 ]
 
 NOISE = [

@@ -11,7 +11,9 @@ S2. A streamed 2,000-token answer from a local fake provider, watched over SSE: 
     delta, as before coalescing). S2g (issue 37): the paced case's bytes with the worker on
     gevent (``-P gevent``: the process's one text flusher writes every run's text).
 S3. Redis per recorded tool call and per ended turn (``MEMORY USAGE`` of the turn's keys) beside
-    the raw size of its events' JSON, and what ``finished_ttl_s`` keeps at a million turns a day.
+    the raw size of its events' JSON, and what ``finished_ttl_s`` keeps at a million turns a day;
+    the short turn both as a conversation's first and as a new message after one (held, let
+    through its conversation's line with a ``context`` event).
 
 Every group runs on the private redis-server ``python -m bench`` hands it. Run alone:
 ``python -m bench --only scale [--quick] [--turns N]``.
@@ -44,6 +46,7 @@ from worker.edges.runtime import Runtime
 ABOUT = "rows S1-S3: scaling out, a streamed answer and a turn in Redis (issue 16)"
 #: issue 27: a short turn's Redis bytes beside its events' JSON (S3)
 SHORT_TURN_TARGET = 2.0
+SHORT_TURN_ROW = "Redis per ended short turn"
 
 
 FULL = ScalePlan(
@@ -117,6 +120,14 @@ def measure_costs(
             ]
             wait_ended(rt, ids, 120)
             cases[name] = ids
+        cases["follow-up"] = [
+            rt.lifecycle.enqueue(
+                "and what does the next one cost", conversation_id=conversation_id,
+                mode="background", model=short,
+            ).turn_id
+            for conversation_id in (rt.ledger.meta(t).conversation_id for t in cases["short"])
+        ]  # fmt: skip
+        wait_ended(rt, cases["follow-up"], 120)
     mem = {k: [float(turn_bytes(rt, t)) for t in ids] for k, ids in cases.items()}
     raw = {k: [float(events_json_bytes(rt, t)) for t in ids] for k, ids in cases.items()}
     per_call = [(t - s) / plan.calls for t, s in zip(mem["tools"], mem["short"], strict=True)]
@@ -129,12 +140,15 @@ def measure_costs(
         "finished_ttl_days": ttl_days,
         "gb_held_per_million_short_turns_a_day": held_gb,
         "events_per_short_turn": rt.redis.xlen(keys.turn_events(cases["short"][0])),
+        "events_per_follow_up_turn": rt.redis.xlen(keys.turn_events(cases["follow-up"][0])),
     }
     rows = [
         Row("Redis per recorded tool call", "B", per_call, raw_call, None, extra,
             number="S3", baseline="its events' JSON (tool_start + tool_done)"),
-        Row("Redis per ended short turn", "B", mem["short"], raw["short"], SHORT_TURN_TARGET, extra,
+        Row(SHORT_TURN_ROW, "B", mem["short"], raw["short"], SHORT_TURN_TARGET, extra,
             number="S3", baseline="its events' JSON"),
+        Row("Redis per ended short turn, a new message after one", "B", mem["follow-up"],
+            raw["follow-up"], SHORT_TURN_TARGET, extra, number="S3", baseline="its events' JSON"),
     ]  # fmt: skip
     return rows, extra
 
@@ -155,7 +169,8 @@ def measure(redis_url: str, plan: ScalePlan) -> tuple[list[Row], dict[str, Any]]
             costs, info["costs"] = measure_costs(rt, env, tmp, plan)
     finally:
         rt.redis.close()
-    short = statistics.median(costs[-1].dres)
+    # S2's text share is the streamed turn less a short turn of a conversation's own
+    short = statistics.median(next(r for r in costs if r.name == SHORT_TURN_ROW).dres)
     streaming += bytes_rows(info["streaming"]["streaming"], short, plan.tokens)
     streaming += bytes_rows(info["streaming"]["gevent"], short, plan.tokens, number="S2g")
     return [*rows, *streaming, *costs], info

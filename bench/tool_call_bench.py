@@ -1,6 +1,6 @@
 """Row 2 of ``make bench``: one tool call's recording, as the executor does it, beside two raw
 XADDs (``bench.ledger_bench`` runs it; its docstring says how), and dres's own CPU per call with
-XADD stubbed out. Row 2g (issue 37): the same row measured in a subprocess patched for gevent
+Redis stubbed out. Row 2g (issue 37): the same row measured in a subprocess patched for gevent
 (``bench.gevent_tool_call``), read back here.
 """
 
@@ -76,10 +76,12 @@ def call_data(recorder: Recorder, n: int) -> CallData:
 
 
 def record_call(recorder: Recorder, guard: Interrupts, data: CallData) -> None:
-    """What ``ToolExecutor._run`` does around ``spec.invoke``, with the tool's work taken out."""
+    """What ``ToolExecutor._run`` does around ``spec.invoke``, with the tool's work taken out: a
+    write's ``tool_start`` only while the turn's Stop flag is unset (``ToolExecutor._start``:
+    ``lua/append.lua`` with the flag as a third key), its ``tool_done`` one fenced XADD."""
     call_id = recorder.ids.new("call")
     with guard:
-        recorder.record(
+        recorder.record_unless_stopped(
             ToolStart,
             call_id=call_id,
             tool=TOOL,
@@ -92,10 +94,11 @@ def record_call(recorder: Recorder, guard: Interrupts, data: CallData) -> None:
 
 
 class _NoRedis:
-    """Stands in for ``redis.Redis``: every XADD lands at once, so what is left is dres's CPU."""
+    """Stands in for ``redis.Redis``: every XADD and script lands at once, so what is left is
+    dres's CPU."""
 
-    def register_script(self, script: str) -> None:
-        return None
+    def register_script(self, script: str) -> Callable[..., int]:
+        return lambda keys, args: 1
 
     def execute_command(self, *args: Any, **kwargs: Any) -> bytes:
         return b"1-1"
@@ -135,14 +138,14 @@ def recording_breakdown(ops: int) -> dict[str, float]:
 
     start, done = make_start(), make_done()
     parts: dict[str, Callable[[], object]] = {
-        "whole recording, XADD stubbed": lambda: record_call(recorder, guard, data),
+        "whole recording, Redis stubbed": lambda: record_call(recorder, guard, data),
         "call id (RandomIds.new)": lambda: recorder.ids.new("call"),
         "DeferSignals enter+exit": guarded,
         "Recorder.make ToolStart (its id, ts, pydantic)": make_start,
         "Recorder.make ToolDone (its id, ts, pydantic)": make_done,
         "encode both (codec.encode)": lambda: (encode(start), encode(done)),
-        "Ledger.append x2, XADD stubbed": lambda: (
-            ledger.append(start, lease=lease),
+        "Ledger.append_many(start, unless_stopped) + append(done), Redis stubbed": lambda: (
+            ledger.append_many([start], lease=lease, unless_stopped=True),
             ledger.append(done, lease=lease),
         ),
     }
@@ -164,7 +167,7 @@ def bench_tool_call(
 ) -> list[Row]:
     """Row 2: ``blocks`` alternating blocks of ``ops`` recorded calls on each side; ``guard``:
     the run's interrupts (prefork's ``DeferSignals`` unless given), armed here; ``breakdown``:
-    also time dres's CPU per call with XADD stubbed out."""
+    also time dres's CPU per call with Redis stubbed out."""
     turn_id = "bench-tool-call"
     lease = open_turn(ledger, turn_id)
     recorder = Recorder(ledger, RunContext(lease), SystemClock(), RandomIds(), [])

@@ -85,3 +85,15 @@ def test_row_2gs_process_imports_no_socket_user_before_it_patches_for_gevent() -
         [sys.executable, "-c", probe], cwd=ROOT, capture_output=True, text=True, timeout=60
     )
     assert (done.returncode, done.stdout.strip()) == (0, "[]"), done.stderr
+
+
+def test_row_4gs_baseline_is_row_4s_soft_limit_chain_not_the_plain_hop() -> None:
+    """Since issue 27 the plain hop's row has no target and the soft-limit row has one: the
+    baseline is picked by what it is, not by which row carries a target."""
+    from bench.celery_bench import soft_limit_row
+    from bench.resume_bench import RESUME_TARGET, SOFT_ROW
+
+    hop = Row("resume latency", "ms", [5.0], [1.2], None, number="4")
+    soft = Row(SOFT_ROW, "ms", [5.0], [3.0], RESUME_TARGET, number="4")
+
+    assert soft_limit_row([hop, soft]) is soft
