@@ -55,6 +55,8 @@ log = logging.getLogger("ledger.store")
 DEFAULT_FINISHED_TTL_S = 7 * 24 * 3600
 #: entries per XRANGE page when reading a whole turn
 DEFAULT_PAGE = 1000
+#: entries per XREVRANGE page when reading a turn's last response from its end
+TAIL_PAGE = 64
 #: seconds an operation rides out an unreachable Redis before it gives up with
 #: ``LedgerUnavailable`` (``DRES_STORE_OUTAGE_S``): a restart, a failover, a short partition
 DEFAULT_OUTAGE_S = 30.0
@@ -76,6 +78,13 @@ MetaValue = str | int | float | bytes
 #: the ledger's Redis: one server, or a Redis Cluster (``DRES_REDIS_CLUSTER=1``)
 Client = redis.Redis | RedisCluster
 T = TypeVar("T")
+
+
+def _opens_response(fields: Any) -> bool:
+    """Is this entry (its raw fields) a ``model_start``? Looked at without decoding it."""
+    raw = fields.get(FIELD) if FIELD in fields else fields.get(FIELD.encode())
+    marker = '"type":"model_start"'
+    return raw is not None and (marker in raw if isinstance(raw, str) else marker.encode() in raw)
 
 
 def stop_code(flag: str) -> str:
@@ -157,6 +166,7 @@ class Ledger:
         #: none yet); the reaper gives live runs a full lease after it before taking any over
         self.last_error_at: float | None = None
         self._append_batch_script = client.register_script(script("append.lua"))
+        self._start_script = client.register_script(script("start.lua"))
 
     def mend_after(self, error: BaseException) -> bool:
         """After an interrupt: drop the idle connections if ``error`` was raised inside the
@@ -186,27 +196,26 @@ class Ledger:
 
     # -- appending ---------------------------------------------------------------------------
 
-    def append(self, event: Event, *, lease: Lease) -> str:
+    def append(self, event: Event, *, lease: Lease, unless_stopped: bool = False) -> str:
         """Append one event under ``lease``; returns its stream id.
 
         Raises ``FencedOut`` when a newer run holds the turn, ``UnknownTurn`` when the turn's
         stream does not exist, ``LedgerUnavailable`` when Redis cannot be reached.
+        ``unless_stopped``: only while the turn's Stop flag is unset, in the same atomic step
+        (``lua/start.lua``: a write's ``tool_start``), else ``StopRequested``.
         """
         if lease.last[0] == event.event_id:
             return lease.last[1]
         stream = lease.stream
         payload = encode(event, lease.opened)
+        add = self._xadd if not unless_stopped else self._start
         outage: _Outage | None = None  # made at the first failure: the hot path has none
         refusals = 0
         while refusals < _REFUSALS:
             sid = lease.next_id()
             started = time.monotonic()
             try:
-                # the command itself, without ``xadd``'s checks of options it never passes:
-                # every tool call comes this way twice (redis-py leaves it unannotated)
-                added = self.client.execute_command(  # type: ignore[no-untyped-call]
-                    "XADD", stream, "NOMKSTREAM", sid, FIELD, payload
-                )
+                added = add(lease.turn_id, sid, payload)
             except redis.exceptions.OutOfMemoryError as e:
                 raise StoreFull(f"append to turn {lease.turn_id}", [event]) from e
             except STORE_ERRORS as e:  # before ResponseError: READONLY is one
@@ -216,7 +225,10 @@ class Ledger:
                 continue
             except redis.ResponseError as e:
                 if "equal or smaller" not in str(e):
-                    raise
+                    refused = self._translate(lease.turn_id, lease.epoch, e)
+                    if refused is e:
+                        raise
+                    raise refused from e
                 # Our own XADD, cut off with its connection, may have landed: the stream says.
                 if self._landed(stream, sid, payload, lease):
                     lease.last = (event.event_id, sid)
@@ -231,6 +243,25 @@ class Ledger:
             lease.last = (event.event_id, sid)
             return sid
         raise LedgerUnavailable(f"turn {lease.turn_id}: append of {event.event_id} kept failing")
+
+    def _xadd(self, turn_id: str, sid: str, payload: bytes) -> Any:
+        # the command itself, without ``xadd``'s checks of options it never passes: every tool
+        # call comes this way twice (redis-py leaves it unannotated)
+        return self.client.execute_command(  # type: ignore[no-untyped-call]
+            "XADD", keys.turn_events(turn_id), "NOMKSTREAM", sid, FIELD, payload
+        )
+
+    def _start(self, turn_id: str, sid: str, payload: bytes) -> Any:
+        """``lua/start.lua`` by its hash, as one command (a write's ``tool_start`` comes this
+        way: ``Script.__call__``'s own work would be a tenth of the call); loaded on a server
+        that does not have it yet (a restart, a new master)."""
+        turn = (keys.turn_events(turn_id), keys.turn_cancel(turn_id))
+        try:
+            return self.client.execute_command(  # type: ignore[no-untyped-call]
+                "EVALSHA", self._start_script.sha, 2, *turn, sid, payload
+            )
+        except redis.exceptions.NoScriptError:
+            return self._start_script(keys=turn, args=[sid, payload])
 
     def _landed(self, stream: str, sid: str, payload: bytes, lease: Lease) -> bool:
         """After a refused XADD: True if our event is already at ``sid`` (its very payload, as
@@ -256,8 +287,8 @@ class Ledger:
         or a new message that supersedes the turn is recorded, no write starts), else
         ``StopRequested`` and nothing written.
         """
-        if len(events) == 1 and not unless_stopped:  # most appends: a tool call's start, its end
-            return [self.append(events[0], lease=lease)]
+        if len(events) == 1:  # most appends: a tool call's start, its end
+            return [self.append(events[0], lease=lease, unless_stopped=unless_stopped)]
         if not events:
             return []
         turn_keys: Sequence[str] = keys.turn_keys(lease.turn_id)
@@ -369,6 +400,24 @@ class Ledger:
 
         found = [decode_one(entries) for entries in self.retry(read, "read")] if turn_ids else []
         return [event if isinstance(event, TurnStarted) else None for event in found]
+
+    def last_response(self, turn_id: str) -> list[Event]:
+        """The turn's events from its last ``model_start`` on (all of them when it has none):
+        what its final answer is made of. Read backwards from the stream's end a page at a time,
+        so a long turn's answer costs what its last response holds, not the turn."""
+        stream = keys.turn_events(turn_id)
+        found: list[tuple[Any, Any]] = []
+        bound = "+"
+        while True:
+            page = partial(self.client.xrevrange, stream, max=bound, min="-", count=TAIL_PAGE)
+            entries: Any = self.retry(page, "read")
+            found += entries
+            if len(entries) < TAIL_PAGE or any(_opens_response(e[1]) for e in entries):
+                break
+            bound = f"({text(entries[-1][0])}"
+        events = [envelope.event for envelope in self.decode(turn_id, found[::-1])]
+        starts = [i for i, event in enumerate(events) if event.type == "model_start"]
+        return events[starts[-1] :] if starts else events
 
     def read_turn(self, turn_id: str) -> list[Envelope]:
         """Every decodable event of the turn with its stream id, in order (paged XRANGE)."""

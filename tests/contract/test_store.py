@@ -16,8 +16,8 @@ import redis
 from factories import base, done, start, text, turn_started
 
 from ledger import keys
-from ledger.errors import CorruptTurn, FencedOut, TransitionRefused, UnknownTurn
-from ledger.events import RunEnded, RunStarted, TurnEnded
+from ledger.errors import CorruptTurn, FencedOut, StopRequested, TransitionRefused, UnknownTurn
+from ledger.events import ModelStart, RunEnded, RunStarted, Text, TurnEnded
 from ledger.store import Lease, Ledger
 from ledger.turn import Step
 from ledger.turns import EXPIRE, TurnStore
@@ -513,3 +513,95 @@ def test_a_write_a_demoted_master_refused_as_read_only_is_sent_again_and_lands_o
     assert refusals == ["xadd", "script"]
     texts = [e.text for e in ledger.events("t1") if e.type == "text"]
     assert texts == ["one", "two", "three"]
+
+
+# -- a write's start, only while the turn's Stop flag is unset ----------------------------------
+
+
+def test_a_start_unless_stopped_lands_while_the_flag_is_unset_and_nothing_once_it_is_set(
+    client: redis.Redis,
+) -> None:
+    ledger = Ledger(client)
+    lease = new_turn(ledger)
+    first = start("send_email", {"to": "a@x.io"}, call_id="c1")
+    sid = ledger.append(first, lease=lease, unless_stopped=True)
+    TurnStore(ledger).request_stop("t1", "superseded")
+    before = ledger.read_turn("t1")
+
+    with pytest.raises(StopRequested) as refused:
+        ledger.append(
+            start("send_email", {"to": "b@x.io"}, call_id="c2"), lease=lease, unless_stopped=True
+        )
+    with pytest.raises(StopRequested):
+        ledger.append_many([text("a"), text("b")], lease=lease, unless_stopped=True)
+
+    assert refused.value.code == "superseded"
+    assert ledger.read_turn("t1") == before
+    assert [env.stream_id for env in before if env.event.type == "tool_start"] == [sid]
+    ledger.append(text("the stopping run's own end goes on"), lease=lease)
+
+
+def test_a_start_whose_reply_was_lost_is_found_landed_even_once_the_flag_is_set(
+    client: redis.Redis, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The start ran, its reply was lost, then Stop came: the retry finds it there (its call
+    did start, and its effect must be recorded), not a refusal."""
+    ledger = Ledger(client)
+    lease = new_turn(ledger)
+    real = client.execute_command
+    lost: list[bool] = []
+
+    def reply_lost_once(*args: object, **kwargs: object) -> object:
+        reply = real(*args, **kwargs)
+        if args[0] == "EVALSHA" and not lost:
+            lost.append(True)
+            TurnStore(ledger).request_stop("t1")
+            raise redis.ConnectionError("connection reset after the command ran")
+        return reply
+
+    monkeypatch.setattr(client, "execute_command", reply_lost_once)
+    sid = ledger.append(start("send_email", {}, call_id="c1"), lease=lease, unless_stopped=True)
+    assert lost
+    assert [e.stream_id for e in ledger.read_turn("t1") if e.event.type == "tool_start"] == [sid]
+
+
+def test_a_start_is_fenced_as_an_append_is_and_loads_its_script_again_after_a_flush(
+    client: redis.Redis,
+) -> None:
+    ledger = Ledger(client)
+    store = TurnStore(ledger)
+    old = new_turn(ledger)
+    hand_over(store, old, "r2")
+    new = claim(store, "r2")
+    with pytest.raises(FencedOut):
+        ledger.append(start("send_email", {}, call_id="c0"), lease=old, unless_stopped=True)
+    client.script_flush()  # a restarted server: the script is loaded again
+    ledger.append(start("send_email", {}, call_id="c1"), lease=new, unless_stopped=True)
+    with pytest.raises(UnknownTurn):
+        ghost = Lease("ghost", "r1", epoch=1, chunk=0)
+        ledger.append(start("x", {}, turn_id="ghost"), lease=ghost, unless_stopped=True)
+
+
+@pytest.mark.parametrize("after", [3, 200])
+def test_the_last_response_is_read_from_the_end_back_to_its_model_start(
+    client: redis.Redis, after: int
+) -> None:
+    """What an earlier turn answered, for a new turn's history: the events from its last
+    model_start on, however many pages of them there are, and nothing before."""
+    ledger = Ledger(client)
+    lease = new_turn(ledger)
+    for step in range(3):
+        ledger.append(ModelStart(**base(), step=step), lease=lease)
+        ledger.append_many([text(f"step {step} part {n}") for n in range(after)], lease=lease)
+
+    last = ledger.last_response("t1")
+
+    assert isinstance(last[0], ModelStart) and last[0].step == 2
+    assert last[1:] == [e for e in ledger.events("t1") if isinstance(e, Text)][-after:]
+
+
+def test_a_turn_without_a_model_call_answers_with_all_it_holds(client: redis.Redis) -> None:
+    ledger = Ledger(client)
+    new_turn(ledger)
+    assert ledger.last_response("t1") == ledger.events("t1")
+    assert ledger.last_response("nobody") == []

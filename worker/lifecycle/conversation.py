@@ -57,11 +57,16 @@ def conversation_context(
             continue  # expired with its keys
         if meta.replaced_by:
             continue
-        events = ledger.events(turn_id)
-        started = next((e for e in events if isinstance(e, TurnStarted)), None)
         unfinished = None if meta.status == "completed" else _how_it_ended(meta)
         if not turns and unfinished is not None:
+            # the note of the newest earlier turn that did not complete needs its journal
+            events = ledger.events(turn_id)
             note = unfinished_turn_note(unfinished, build_journal(events), _not_run(events))
+            started = next((e for e in events if isinstance(e, TurnStarted)), None)
+        else:
+            # its message and final answer only: its first entry and its last response
+            (started,) = ledger.started([turn_id])
+            events = ledger.last_response(turn_id)
         if started is None:
             continue
         turns.append(_earlier(turn_id, started, events, unfinished))
