@@ -2,7 +2,8 @@
 
 - ``chaos_send``: a write identified by ``to`` + ``subject`` (like send_email);
 - ``chaos_charge``: an idempotent write whose provider applies each idempotency key once and
-  logs every attempt;
+  logs every attempt; like a real provider's, its keys are one store for every turn, so a fork
+  that retries a replaced turn's interrupted charge with that turn's key is not applied again;
 - ``chaos_note``: a plain write;
 - ``chaos_read``: read-only.
 Every effect row carries the call's ``call_id`` so it can be traced to its ``tool_start``.
@@ -53,8 +54,9 @@ def effects_key(turn_id: str) -> str:
     return f"chaos:effects:{turn_id}"
 
 
-def applied_key(turn_id: str) -> str:
-    return f"chaos:applied:{turn_id}"
+def applied_key() -> str:
+    """The provider's applied idempotency keys: one store, whichever turn sends the key."""
+    return "chaos:applied"
 
 
 def marks_key(turn_id: str) -> str:
@@ -78,9 +80,7 @@ def _record(ctx: ToolContext, apply: tuple[str, int] | None = None, **data: Any)
     deadline = time.monotonic() + OUTAGE_S
     while True:
         try:
-            applied = effect(
-                keys=[marks_key(turn), effects_key(turn), applied_key(turn)], args=args
-            )
+            applied = effect(keys=[marks_key(turn), effects_key(turn), applied_key()], args=args)
             return str(int(applied)) == "1"
         except STORE_ERRORS:
             if time.monotonic() > deadline:
