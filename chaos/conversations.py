@@ -179,8 +179,13 @@ class Sender:
             out += checks.retry_started_nothing(self.returned, first, listed)
         else:
             out += checks.listed_as_sent(listed, self.turn_ids)
-        out += checks.check(views, self.superseders)
+        out += checks.other_checks(views, self.superseders)
         outcome.violations += out
+        twice = checks.no_write_twice_across_forks(views)
+        if self.trial.naive:  # expected there: a naive fork inherits no journal
+            outcome.duplicate_notes += twice
+        else:
+            outcome.violations += twice
         outcome.line.update(counts(views, live=self.live, via=self.trial.second.via))
 
     def view(self, turn_id: str) -> checks.TurnView:
