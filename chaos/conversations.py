@@ -36,8 +36,9 @@ from dataclasses import dataclass, field
 
 from chaos import conversation_checks as checks
 from chaos.cluster import Cluster
+from chaos.invariants import IDEMPOTENT_WRITES
 from chaos.report import Outcome, render
-from chaos.tools import read_effects
+from chaos.tools import read_effects, slow_key
 from chaos.trial import Trial
 from ledger import keys
 from ledger.events import ToolBlocked
@@ -68,10 +69,12 @@ SECOND_MESSAGE = "Send the launch email again, charge 5, note it."
 
 def opening(cluster: Cluster, trial: Trial, model: str) -> TurnOptions:
     """What a trial's turns are sent with: its mode and ``model``; in a conversation trial, a
-    message id too (the retry's), and a new conversation's id when it comes through the line."""
+    message id too (the retry's), and a new conversation's id when it comes through the line
+    (and its writes are made as slow as drawn, before its first turn)."""
     options: TurnOptions = {"mode": trial.mode, "model": model}
     if not trial.second.action:
         return options
+    cluster.runtime.redis.set(slow_key(), trial.second.slow_s)
     ids = cluster.runtime.lifecycle.ids
     options["message_id"] = ids.new("msg")
     if trial.second.line:
@@ -186,7 +189,8 @@ class Sender:
             outcome.duplicate_notes += twice
         else:
             outcome.violations += twice
-        outcome.line.update(counts(views, live=self.live, via=self.trial.second.via))
+        second = self.trial.second
+        outcome.line.update(counts(views, live=self.live, via=second.via, slow=second.slow_s > 0))
 
     def view(self, turn_id: str) -> checks.TurnView:
         runtime = self.cluster.runtime
@@ -201,19 +205,34 @@ class Sender:
         )
 
 
-def counts(views: Sequence[checks.TurnView], *, live: bool, via: str) -> Counter[str]:
+def counts(
+    views: Sequence[checks.TurnView], *, live: bool, via: str, slow: bool = False
+) -> Counter[str]:
     """What one trial met: the second message sent while the first turn ran or after it ended,
-    and how; turns ended superseded; calls a fork answered from an inherited journal; the
-    conversation's newest turn completed."""
+    and how; whether its writes were slow; turns ended superseded; calls a fork answered from an
+    inherited journal (of them, writes left interrupted, refused), and idempotent writes a fork
+    ran again with the key of the turn it inherits; the conversation's newest turn completed."""
     found = Counter({"while live" if live else "after its end": 1, f"via {via}": 1})
+    found["slow writes"] = int(slow)
     found["superseded"] = sum(v.code == checks.SUPERSEDED for v in views)
-    found["inherited blocks"] = sum(
-        isinstance(e.event, ToolBlocked) and bool(e.event.inherited_from)
+    blocked = [
+        e.event
         for v in views
         for e in v.envelopes
-    )
+        if isinstance(e.event, ToolBlocked) and e.event.inherited_from
+    ]
+    found["inherited blocks"] = len(blocked)
+    found["of them interrupted"] = sum(b.reason == "interrupted" for b in blocked)
+    found["same-key retries"] = sum(same_key_retries(v, views) for v in views)
     found["newest completed"] = int(bool(views) and views[-1].status == "completed")
     return found
+
+
+def same_key_retries(fork: checks.TurnView, views: Sequence[checks.TurnView]) -> int:
+    """Executions of an idempotent write in ``fork`` with the key of a turn it inherits."""
+    inherited = checks.inherited(fork)
+    keys = {r["key"] for v in views if v.turn_id in inherited for r in v.effects}
+    return sum(r["tool"] in IDEMPOTENT_WRITES and r["key"] in keys for r in fork.effects)
 
 
 #: the per-action table's columns, after the trials
@@ -222,9 +241,12 @@ COLUMNS = (
     "after its end",
     "via turns",
     "via chat",
+    "slow writes",
     "fired",
     "superseded",
     "inherited blocks",
+    "of them interrupted",
+    "same-key retries",
     "newest completed",
     "violations",
 )

@@ -7,6 +7,8 @@
 - ``chaos_note``: a plain write;
 - ``chaos_read``: read-only.
 Every effect row carries the call's ``call_id`` so it can be traced to its ``tool_start``.
+A write takes ``slow_key()`` seconds (unset: none) between its start and its effect: a
+conversation trial sets it so that its second message may land while a write executes.
 
 The effects live in the trial's redis-server, which the store faults take away. A call's effect
 is one script, keyed by this execution's own id, that the tool sends again until Redis answers
@@ -20,6 +22,7 @@ must still log a row of its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -59,6 +62,11 @@ def applied_key() -> str:
     return "chaos:applied"
 
 
+def slow_key() -> str:
+    """Seconds each write waits before its effect (the runner's, for a conversation trial)."""
+    return "chaos:slow"
+
+
 def marks_key(turn_id: str) -> str:
     return f"chaos:marks:{turn_id}"
 
@@ -76,6 +84,8 @@ def _record(ctx: ToolContext, apply: tuple[str, int] | None = None, **data: Any)
     effect = ctx.redis.register_script(EFFECT_LUA)
     key, amount = apply or ("", 0)
     execution = uuid.uuid4().hex  # one per execution: its sends again share it, nothing else
+    with contextlib.suppress(*STORE_ERRORS):  # a store fault's trial sets none
+        time.sleep(float(ctx.redis.get(slow_key()) or 0))
     args = [execution, json.dumps(row, sort_keys=True), key, amount]
     deadline = time.monotonic() + OUTAGE_S
     while True:

@@ -130,6 +130,9 @@ VIAS = ("turns", "chat")
 #: the first turn's stream holds between these many events when the second is sent (if it ends
 #: before, the second is sent once it has ended; a turn of the trial's script has 36 or so)
 AT_EVENTS = (2, 40)
+#: seconds each write of a conversation trial takes between its start and its effect (drawn): a
+#: second message may then land while one executes (it finishes and is recorded; a fork waits)
+SLOW_S = (0.0, 0.0, 0.1, 0.3)
 #: hits of a tool failpoint a conversation trial may pass over besides the usual ones, so that
 #: the fault strikes the second turn too
 LATER_HITS = 4
@@ -148,12 +151,14 @@ class Second:
     line: bool = False
     #: tool failpoint hits passed over besides the trial's ``skip``
     later: int = 0
+    #: seconds each write takes between its start and its effect (``chaos.tools.slow_key``)
+    slow_s: float = 0.0
 
     @classmethod
     def draw(cls, rng: random.Random) -> Second:
         action, via = rng.choice(SECONDS), rng.choice(VIAS)
         at_events, line = rng.randrange(*AT_EVENTS), rng.random() < 0.5
-        return cls(action, at_events, via, line, rng.randrange(LATER_HITS))
+        return cls(action, at_events, via, line, rng.randrange(LATER_HITS), rng.choice(SLOW_S))
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ import pytest
 from chaos import conversation_checks as checks
 from chaos import invariants
 from chaos.cluster import GEVENT
-from chaos.conversations import CONVERSATION_FAULTS, action_table
+from chaos.conversations import CONVERSATION_FAULTS, action_table, counts
 from chaos.report import Outcome, TurnResult
 from chaos.runner import drawn
 from chaos.trial import APPROVAL, CONVERSATION, NOT_UNDER_GEVENT, SECONDS, VIAS, Trial
@@ -252,6 +252,7 @@ def test_conversation_trials_are_asked_for_alone_and_draw_every_second_message()
     assert {t.second.action for t in trials} == set(SECONDS)
     assert {t.second.via for t in trials} == set(VIAS)
     assert {t.second.line for t in trials} == {True, False}
+    assert {t.second.slow_s > 0 for t in trials} == {True, False}
     assert all(t.fault.startswith(f"{t.second.action}/") for t in trials)
     assert not any(Trial.draw(random.Random(1), naive=False).second.action for _ in range(20))
 
@@ -281,3 +282,27 @@ def test_a_conversation_trial_ends_as_its_newest_turn_and_tables_by_second_messa
     table = action_table([interrupted, interrupted]).splitlines()
     assert table[0].split()[:4] == ["second", "message", "trials", "while"]
     assert table[2].split()[:4] == ["interrupt", "2", "2", "0"]
+
+
+def test_a_trials_counts_say_what_a_fork_met_of_the_journal_it_inherits() -> None:
+    charge = {"tool": "chaos_charge", "amount": 5, "key": "k-A"}
+    a = Turn("A").effect(**charge, applied=True)
+    f = fork_of("A").effect(**charge, applied=False)
+    for reason in ("completed", "interrupted"):
+        f.add(
+            ToolBlocked, "r3", 2.0, tool="chaos_send", signature=SEND_SIG, reason=reason,
+            inherited_from="A",
+        )  # fmt: skip
+    found = counts([a.view("stopped", "superseded", "F"), f.view()], live=True, via="chat")
+    assert found == Counter(
+        {
+            "while live": 1,
+            "via chat": 1,
+            "slow writes": 0,
+            "superseded": 1,
+            "inherited blocks": 2,
+            "of them interrupted": 1,
+            "same-key retries": 1,
+            "newest completed": 1,
+        }
+    )
