@@ -101,14 +101,15 @@ class Sender:
     superseders: dict[str, str] = field(default_factory=dict)
 
     def look(self) -> None:
-        """Send once the first turn's stream holds ``at_events`` or the turn ended, looking at
-        its length every ``AIM_S`` for ``LOOK_S`` (the runner's own looks are far apart)."""
+        """Send once the first turn's stream holds ``at_events`` (or the worker's fault fired,
+        ``at_fault``) or the turn ended, looking every ``AIM_S`` for ``LOOK_S`` (the runner's
+        own looks are far apart)."""
         if self.sent:
             return
         runtime, first = self.cluster.runtime, self.turn_ids[0]
         meta = runtime.ledger.meta(first)
         deadline = time.monotonic() + LOOK_S
-        while not meta.ended and runtime.redis.xlen(keys.turn_events(first)) < self.at_events:
+        while not meta.ended and not self.due(first):
             if time.monotonic() > deadline:
                 return
             time.sleep(AIM_S)
@@ -124,9 +125,11 @@ class Sender:
         if self.trial.second.action == "interrupt":
             self.superseders[first] = self.returned
 
-    @property
-    def at_events(self) -> int:
-        return self.trial.second.at_events
+    def due(self, first: str) -> bool:
+        client = self.cluster.runtime.redis
+        if self.trial.second.at_fault:
+            return bool(client.hexists(keys.chaos_fault(), "fired"))
+        return int(client.xlen(keys.turn_events(first))) >= self.trial.second.at_events
 
     def send(self, conversation_id: str, message_id: str, model: str | None) -> str:
         """Send the second message; the turn it gave."""
@@ -191,6 +194,7 @@ class Sender:
             outcome.violations += twice
         second = self.trial.second
         outcome.line.update(counts(views, live=self.live, via=second.via, slow=second.slow_s > 0))
+        outcome.line["at the fault"] += second.at_fault
 
     def view(self, turn_id: str) -> checks.TurnView:
         runtime = self.cluster.runtime
@@ -242,6 +246,7 @@ COLUMNS = (
     "via turns",
     "via chat",
     "slow writes",
+    "at the fault",
     "fired",
     "superseded",
     "inherited blocks",

@@ -133,6 +133,8 @@ AT_EVENTS = (2, 40)
 #: seconds each write of a conversation trial takes between its start and its effect (drawn): a
 #: second message may then land while one executes (it finishes and is recorded; a fork waits)
 SLOW_S = (0.0, 0.0, 0.1, 0.3)
+#: the share of conversation trials whose second message is sent as the worker's fault fires
+AT_FAULT_P = 0.4
 #: hits of a tool failpoint a conversation trial may pass over besides the usual ones, so that
 #: the fault strikes the second turn too
 LATER_HITS = 4
@@ -153,12 +155,24 @@ class Second:
     later: int = 0
     #: seconds each write takes between its start and its effect (``chaos.tools.slow_key``)
     slow_s: float = 0.0
+    #: sent the moment the worker's fault fires instead (a run just killed at a write's effect:
+    #: the new message or fork meets a turn whose run is dead, its write interrupted), or once
+    #: the first turn ended if it never does
+    at_fault: bool = False
 
     @classmethod
     def draw(cls, rng: random.Random) -> Second:
         action, via = rng.choice(SECONDS), rng.choice(VIAS)
         at_events, line = rng.randrange(*AT_EVENTS), rng.random() < 0.5
-        return cls(action, at_events, via, line, rng.randrange(LATER_HITS), rng.choice(SLOW_S))
+        later, slow_s = rng.randrange(LATER_HITS), rng.choice(SLOW_S)
+        return cls(action, at_events, via, line, later, slow_s, rng.random() < AT_FAULT_P)
+
+    @property
+    def hits_later(self) -> int:
+        """Tool failpoint hits to pass over besides the trial's: only when the fault may aim at
+        a second turn's own writes (a new message's; a fork's are mostly answered from the
+        record, a retry has none) and not at the moment the second message is sent."""
+        return self.later if self.action in ("queue", "interrupt") and not self.at_fault else 0
 
 
 @dataclass(frozen=True)
@@ -207,8 +221,8 @@ class Trial:
         how = rng.choice(HOWS) if action == FAILOVER else ""  # last: the other draws stay
         person = Person.draw(rng) if approval else Person()  # and only for an approval trial
         second = Second.draw(rng) if conversation else Second()  # and for a conversation trial
-        if point.startswith("tool.") and second.action != "retry":  # a retry has one turn
-            skip += second.later
+        if point.startswith("tool."):
+            skip += second.hits_later
         drawn = (action, point, mode, skip, kill_after, naive, outage_s, how, approval, person)
         return cls(*drawn, second=second)
 

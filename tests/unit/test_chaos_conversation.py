@@ -253,6 +253,10 @@ def test_conversation_trials_are_asked_for_alone_and_draw_every_second_message()
     assert {t.second.via for t in trials} == set(VIAS)
     assert {t.second.line for t in trials} == {True, False}
     assert {t.second.slow_s > 0 for t in trials} == {True, False}
+    assert {t.second.at_fault for t in trials} == {True, False}
+    plain = [t for t in trials if t.point.startswith("tool.") and not t.second.hits_later]
+    assert plain and all(t.skip < 3 for t in plain)  # the fault aims at the first turn
+    assert {t.second.action for t in trials if t.second.hits_later} <= {"queue", "interrupt"}
     assert all(t.fault.startswith(f"{t.second.action}/") for t in trials)
     assert not any(Trial.draw(random.Random(1), naive=False).second.action for _ in range(20))
 
