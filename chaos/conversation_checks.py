@@ -27,6 +27,8 @@ conversation's turns (``TurnView``, in the order of its list) and plain values i
   no write of it started after that message's turn was recorded (docs/semantics.md: the Stop flag
   is set before the new message is recorded, and a write's ``tool_start`` lands only while it is
   unset).
+- ``context_leaves_out_replaced``: a turn's model sees the conversation's earlier turns, and no turn
+  a fork replaced (docs/semantics.md: a turn a fork replaced is no earlier turn of any later one).
 - ``forks_recorded``, ``retry_started_nothing``, ``listed_as_sent``: the conversation's list holds
   the turns the trial started and no other, a fork names what it replaces and inherits, and the
   same message id and text again started nothing.
@@ -43,7 +45,7 @@ from typing import Any
 
 from chaos.invariants import IDEMPOTENT_WRITES, PLAIN_WRITES, WRITES
 from ledger.codec import Envelope
-from ledger.events import RunEnded, RunStarted, ToolStart, TurnStarted
+from ledger.events import RunEnded, RunStarted, ToolStart, TurnContext, TurnStarted
 
 #: the stop code of a turn a new message of its conversation stopped
 SUPERSEDED = "superseded"
@@ -94,6 +96,7 @@ def other_checks(
     return [
         *runs_never_overlap(turns),
         *forks_recorded(turns),
+        *context_leaves_out_replaced(turns),
         *superseded_only_by_a_later_message(turns, by),
         *no_write_after_superseded(turns, by),
     ]
@@ -227,6 +230,39 @@ def forks_recorded(turns: Sequence[TurnView]) -> list[str]:
             if t in views and views[t].replaced_by != fork.turn_id
         ]
     return out
+
+
+def context_leaves_out_replaced(turns: Sequence[TurnView]) -> list[str]:
+    """A turn no fork replaced saw as earlier turns those of the conversation before it that no
+    fork replaced (the oldest may be left out, past the history budget): a fork that replaced an
+    earlier turn replaced every later one, so for a turn still current, a replaced earlier turn
+    was replaced before it was let through, or by it. A turn never let through (no ``context``,
+    no run) saw nothing to judge."""
+    out: list[str] = []
+    current: list[str] = []
+    for turn in turns:
+        if turn.replaced_by:
+            continue
+        earlier = _earlier_turns(turn)
+        seen = [t.turn_id for t in earlier or ()]
+        if earlier is not None and (
+            seen != current[len(current) - len(seen) :] or (current and not seen)
+        ):
+            out.append(f"{turn.turn_id} saw {seen} as its earlier turns, not {current}")
+        current.append(turn.turn_id)
+    return out
+
+
+def _earlier_turns(turn: TurnView) -> Sequence[Any] | None:
+    """The turn's ``context`` (recorded when it was let through), else, for a turn that ran, its
+    ``turn_started``'s; None: it was never let through."""
+    events = [e.event for e in turn.envelopes]
+    context = [e for e in events if isinstance(e, TurnContext)]
+    if context:
+        return context[-1].earlier_turns
+    started = turn.started
+    ran = any(isinstance(e, RunStarted) for e in events)
+    return started.earlier_turns if started is not None and ran else None
 
 
 # -- superseded, and nothing written after --------------------------------------------------------

@@ -23,6 +23,7 @@ from ledger.events import (
     ToolBlocked,
     ToolDone,
     ToolStart,
+    TurnContext,
     TurnEnded,
     TurnStarted,
 )
@@ -31,6 +32,7 @@ from ledger.signature import input_signature
 SEND = {"to": "ada@example.com", "subject": "Launch", "body": "Friday at 10."}
 SEND_SIG = input_signature(SEND)
 SEND_ROW = {"tool": "chaos_send", "to": "ada@example.com", "subject": "Launch"}
+SEEN_A = {"turn_id": "A", "message": "hi", "answer": "All done."}
 
 
 class Turn:
@@ -178,6 +180,29 @@ def test_a_fork_names_what_it_replaces_and_each_is_marked_replaced_by_it() -> No
     ]
 
 
+def with_context(turn: Turn, *earlier: str) -> Turn:
+    seen = [{"turn_id": t, "message": "hi", "answer": "done"} for t in earlier]
+    return turn.add(TurnContext, "control", 1.0, earlier_turns=seen).run("r", 1.1, 1.2)
+
+
+def test_a_turn_sees_the_earlier_turns_no_fork_replaced() -> None:
+    a = Turn("A").run("r1", 0.1, 0.2)  # started its conversation: no context event
+    queued = with_context(Turn("B"), "A")
+    assert checks.context_leaves_out_replaced([a.view(), queued.view()]) == []
+    blind = with_context(Turn("B"))
+    assert checks.context_leaves_out_replaced([a.view(), blind.view()]) == [
+        "B saw [] as its earlier turns, not ['A']"
+    ]
+    fork = with_context(fork_of("A"))
+    assert checks.context_leaves_out_replaced([a.view(replaced_by="F"), fork.view()]) == []
+    sees_replaced = with_context(fork_of("A"), "A")
+    assert checks.context_leaves_out_replaced([a.view(replaced_by="F"), sees_replaced.view()]) == [
+        "F saw ['A'] as its earlier turns, not []"
+    ]
+    held = Turn("B")  # never let through: nothing seen to judge
+    assert checks.context_leaves_out_replaced([a.view(), held.view()]) == []
+
+
 # -- superseded, and no write after ---------------------------------------------------------------
 
 
@@ -231,7 +256,8 @@ def test_a_whole_conversation_of_a_queue_is_clean() -> None:
     a.add(ToolDone, "r1", 1.2, call_id="A-c", tool="chaos_send").add(
         RunEnded, "r1", 1.3, reason="completed"
     )
-    b = Turn("B", 1.15).run("r2", 1.4, 2.0).start("r2", 1.5).effect(**SEND_ROW)
+    b = Turn("B", 1.15).add(TurnContext, "control", 1.35, earlier_turns=[SEEN_A])
+    b.run("r2", 1.4, 2.0).start("r2", 1.5).effect(**SEND_ROW)
     assert checks.check([a.view(), b.view()]) == []
 
 
