@@ -117,7 +117,8 @@ clean:
 # master over instead, on a primary, a replica and three Sentinels; KINDS=elsewhere (alone too)
 # runs a turn of tools from an MCP server and an HTTP API under worker kills, soft limits, and
 # servers that hang or die mid-write (chaos/elsewhere.py); KINDS=approval (alone, never drawn
-# otherwise) has every write wait for a person the runner plays, faults around a decision.
+# otherwise) has every write wait for a person the runner plays, faults around a decision;
+# KINDS=conversation (alone too) sends a second message, a regenerate or a retry mid-turn.
 # HOG=N runs N busy loops beside the worker (a host at load) and counts false takeovers.
 # POOL=gevent runs them on `dres worker -P gevent` workers, 50 more turns in flight per trial.
 TRIALS ?= 200

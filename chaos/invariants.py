@@ -66,11 +66,14 @@ def other_checks(
     status: str,
     code: str,
     soft_limit_in_tool: bool,
+    newest: bool = True,
 ) -> list[str]:
+    """``newest``: the turn is its conversation's newest (a conversation trial's earlier turn
+    is not: it may end stopped without Continue)."""
     events = [env.event for env in envelopes]
     end = last_turn_ended(events)
     return [
-        *terminal(status, end.can_continue if end else False, code),
+        *terminal(status, end.can_continue if end else False, code, newest=newest),
         *meta_matches_stream(events, status, code),
         *nothing_after_turn_ended(envelopes),
         *runs_closed(envelopes, ended=status in ENDED),
@@ -215,10 +218,13 @@ def _approved(
 # -- the turn's end -----------------------------------------------------------------------------
 
 
-def terminal(status: str, can_continue: bool, code: str = "") -> list[str]:
+def terminal(status: str, can_continue: bool, code: str = "", *, newest: bool = True) -> list[str]:
     """The turn completed, or stopped with Continue available (each trial's turn is its
-    conversation's newest, and every newest stop may be continued)."""
-    if status == "completed" or (status == "stopped" and can_continue):
+    conversation's newest, and every newest stop may be continued). A turn that is no longer its
+    conversation's newest (``newest`` False) may have stopped without Continue: only the newest
+    stop may be continued, and a superseded turn never (``chaos.conversation_checks`` says when
+    one may be superseded)."""
+    if status == "completed" or (status == "stopped" and (can_continue or not newest)):
         return []
     if status == "stopped":
         return [f"the turn stopped ({code or 'no code'}) without can_continue"]

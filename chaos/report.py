@@ -41,19 +41,28 @@ class Outcome:
     duplicate_notes: list[str] = field(default_factory=list)
     #: an approval trial's decisions, by decision (``approve``, ``deny``)
     decisions: Counter[str] = field(default_factory=Counter)
+    #: a conversation trial's counts (``chaos.conversations.counts``): when and how its second
+    #: message was sent, turns superseded, calls answered from an inherited journal
+    line: Counter[str] = field(default_factory=Counter)
     #: runs started to take a turn over, in the trial's turns (judged after the trial)
     taken: int = 0
     takeovers: Takeovers = field(default_factory=lambda: Takeovers(0, 0, 0))
 
     @property
+    def ending(self) -> list[TurnResult]:
+        """The turns whose end is the trial's: all of them, but in a conversation trial its
+        newest (the one that answers; an earlier one may end superseded, not continuable)."""
+        return self.turns[-1:] if self.line else self.turns
+
+    @property
     def status(self) -> str:
         """The trial's end: its first turn that did not complete, else ``completed``."""
-        first = next((t for t in self.turns if t.status != "completed"), self.turns[0])
+        first = next((t for t in self.ending if t.status != "completed"), self.ending[0])
         return f"{first.status} (timed out)" if first.timed_out else first.status
 
     @property
     def can_continue(self) -> bool:
-        return all(t.can_continue for t in self.turns if t.status == "stopped")
+        return all(t.can_continue for t in self.ending if t.status == "stopped")
 
     @property
     def continues(self) -> int:

@@ -36,6 +36,13 @@ on every turn. A fault that kills a process running a turn explains one takeover
 trial's turns (they all ran in it). ``chaos.trial.NOT_UNDER_GEVENT`` lists the faults such a run
 does not draw, and why.
 
+``conversation`` trials (``only=["conversation"]``, alone, not drawn by default: the runner
+sends a second message of its own mid-turn) run the same turn in a conversation and, at a point
+drawn from the seed, a second message under ``queue`` or ``interrupt``, a regenerate (a fork of
+the turn) or the same message again, beside a worker fault (``chaos.conversations``); every turn
+of the conversation is checked, and the conversation itself (``chaos.conversation_checks``): no
+two turns' runs overlap, no write twice across a fork.
+
 ``naive=True`` runs the same trials on a worker started with ``DRES_NAIVE=1`` (no journal note,
 no hard-block, no interrupted-write guard) and counts the duplicate effects that causes.
 """
@@ -55,19 +62,13 @@ from typing import Any, TypeVar
 from chaos import invariants
 from chaos.approvals import APPROVAL_FAULTS, DECISION_POINTS, Decider
 from chaos.cluster import FLIGHT, GEVENT, BrokerCensus, Cluster
+from chaos.conversations import Sender, action_table, opening
 from chaos.failover import SentinelCluster
+from chaos.kinds import drawn
 from chaos.report import Outcome, TurnResult, naive_table, table
 from chaos.takeovers import WorkerLogs, count, cpu_hog, taken_over
 from chaos.tools import read_effects
-from chaos.trial import (
-    APPROVAL,
-    FAILOVER,
-    FAILOVER_FAULTS,
-    FAULTS,
-    NOT_UNDER_GEVENT,
-    RUNNER_FAULTS,
-    Trial,
-)
+from chaos.trial import CONVERSATION, FAILOVER_FAULTS, RUNNER_FAULTS, Trial
 from ledger import keys
 from ledger.errors import LedgerUnavailable
 from ledger.store import STORE_ERRORS
@@ -76,7 +77,8 @@ from worker.base.logging import configure_logging
 
 #: seconds a trial's turns have to reach a terminal state (beyond a store fault's outage)
 BOUND_S = 40.0
-#: the same for an approval trial's turn, which also waits for three decisions or more
+#: the same for an approval trial's turn, which also waits for three decisions or more, and for
+#: a conversation trial's, which run one after the other
 APPROVAL_BOUND_S = 60.0
 #: the same for a gevent trial's many turns, which share the one process a fault restarts
 FLIGHT_BOUND_S = 60.0
@@ -123,23 +125,27 @@ class Watch:
     continues: dict[str, int] = field(default_factory=dict)
     #: the person who decides an approval trial's requests (None in the other trials)
     decider: Decider | None = None
+    #: who sends a conversation trial's second message (None in the other trials)
+    sender: Sender | None = None
     #: seconds the runner's own faults took (not the turns' time)
     faults_s: float = 0.0
 
     def __post_init__(self) -> None:
         if self.trial.approval:
             self.decider = Decider(self.cluster, self.trial, self.pause)
+        if self.trial.second.action:
+            self.sender = Sender(self.cluster, self.trial, self.turn_ids)
 
     def pause(self, seconds: float) -> None:
         self.faults_s += seconds
 
     def run(self) -> None:
-        bound = APPROVAL_BOUND_S if self.trial.approval else BOUND_S
+        bound = APPROVAL_BOUND_S if self.trial.approval or self.sender is not None else BOUND_S
         if self.trial.flight:
             bound = max(bound, FLIGHT_BOUND_S)
         deadline = time.monotonic() + bound
         # the runner's own faults' time (``faults_s``) is not the turns'
-        while len(self.done) < len(self.turn_ids) and time.monotonic() < deadline + self.faults_s:
+        while self.open() and time.monotonic() < deadline + self.faults_s:
             self.cluster.ensure_worker()
             # Redis may not answer yet (a store fault ends with redis-server still loading its
             # AOF, or the worker's fault left it busy): look again
@@ -150,6 +156,11 @@ class Watch:
                     continue
                 self.look()
             time.sleep(POLL_S)
+
+    def open(self) -> bool:
+        """A turn has not ended yet, or the second message is still to be sent."""
+        unsent = self.sender is not None and not self.sender.sent
+        return unsent or len(self.done) < len(self.turn_ids)
 
     def strikes(self) -> bool:
         """Make the runner's fault if its moment came (once); True if it did."""
@@ -170,6 +181,8 @@ class Watch:
         runtime = self.cluster.runtime
         if self.census is not None:
             self.census.look()
+        if self.sender is not None:  # first: it may add a turn, or send once the first ended
+            self.sender.look()
         for turn_id in self.turn_ids:
             if turn_id in self.done:
                 continue
@@ -224,9 +237,9 @@ def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
     cluster.ensure_worker(trial.profile)
     restarts = cluster.restarts
     started = time.monotonic()
+    options = opening(cluster, trial, script)
     turn_ids = [
-        cluster.runtime.lifecycle.enqueue(MESSAGE, mode=trial.mode, model=script).turn_id
-        for _ in range(trial.turns)
+        cluster.runtime.lifecycle.enqueue(MESSAGE, **options).turn_id for _ in range(trial.turns)
     ]
     watch = Watch(
         cluster,
@@ -248,6 +261,8 @@ def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
     for index, turn_id in enumerate(turn_ids):
         prefix = f"turn {index + 1}: " if len(turn_ids) > 1 else ""
         judge(cluster, trial, watch, outcome, turn_id, prefix)
+    if watch.sender is not None:
+        watch.sender.judge(outcome)
     if watch.census is not None:
         outcome.violations += invariants.one_message_per_run(watch.census.most)
     if trial.store:
@@ -274,8 +289,10 @@ def judge(
     status, code = str(meta.status), meta.code
     end = invariants.last_turn_ended([env.event for env in envelopes])
     soft_limit = trial.action == "soft_limit"
+    # a turn no longer its conversation's newest may end stopped without Continue
+    newest = watch.sender is None or watch.sender.newest(turn_id)
     others = invariants.other_checks(
-        envelopes, effects, status=status, code=code, soft_limit_in_tool=soft_limit
+        envelopes, effects, status=status, code=code, soft_limit_in_tool=soft_limit, newest=newest
     )
     if trial.backlog:
         others += invariants.completed_despite_backlog(status, code)
@@ -299,35 +316,6 @@ def judge(
     )
 
 
-def drawn(only: Collection[str], pool: str = "prefork") -> list[tuple[str, str]]:
-    """The faults a run draws from, given ``only`` (the actions wanted; all when empty) and the
-    workers' ``pool`` (a gevent run draws none of ``NOT_UNDER_GEVENT``)."""
-    if pool == GEVENT:
-        if APPROVAL in only or FAILOVER in only:
-            raise ValueError("gevent runs draw the default faults (store faults included)")
-        faults = [f for f in drawn(only) if f[0] not in NOT_UNDER_GEVENT]
-        if not faults:
-            raise ValueError(f"{sorted(only)}: not drawn under gevent ({NOT_UNDER_GEVENT})")
-        return faults
-    if APPROVAL in only:
-        if set(only) != {APPROVAL}:
-            raise ValueError(
-                f"{APPROVAL} trials run on a worker where writes wait for a person: ask for "
-                "them alone"
-            )
-        return APPROVAL_FAULTS
-    if FAILOVER in only:
-        if set(only) != {FAILOVER}:
-            raise ValueError(
-                f"{FAILOVER} trials run on a Sentinel set-up of their own: ask for them alone"
-            )
-        return FAILOVER_FAULTS
-    faults = [fault for fault in FAULTS if not only or fault[0] in only]
-    if not faults:
-        raise ValueError(f"no fault has one of the actions {sorted(only)}")
-    return faults
-
-
 def run(
     trials: int,
     seed: int,
@@ -336,9 +324,10 @@ def run(
     hog: int = 0,
     pool: str = "prefork",
 ) -> tuple[list[Outcome], Cluster]:
-    """Run the trials; ``only``: draw just the faults of these actions (all but ``failover``
-    and ``approval`` when empty; ``failover`` alone, on a Sentinel set-up; ``approval`` alone,
-    on a worker where writes wait for a person); ``hog``: busy loops beside the worker;
+    """Run the trials; ``only``: draw just the faults of these actions (all but ``failover``,
+    ``approval`` and ``conversation`` when empty; each of those alone: on a Sentinel set-up; on
+    a worker where writes wait for a person; with a second message mid-turn); ``hog``: busy
+    loops beside the worker;
     ``pool``: the workers' (gevent: ``FLIGHT`` more turns in each trial)."""
     faults = drawn(only, pool)
     approval = faults == APPROVAL_FAULTS
@@ -346,15 +335,15 @@ def run(
     tmp = Path(tempfile.mkdtemp(prefix="dres-chaos-"))
     script = write_script(tmp / "script.json", STEPS, on_resume="restart")
     sentinel = faults == FAILOVER_FAULTS
-    if approval:
-        configure_logging("WARNING")  # the person's decisions: the trials' lines say enough
+    if approval or CONVERSATION in only:
+        configure_logging("WARNING")  # decisions, second messages: the trials' lines say enough
     cluster = (
         SentinelCluster(tmp, naive=naive) if sentinel else Cluster(tmp, naive=naive, pool=pool)
     )
     outcomes: list[Outcome] = []
     try:
         with cpu_hog(hog):
-            trial_loop(cluster, rng, trials, faults, script, outcomes)
+            trial_loop(cluster, rng, trials, faults, script, outcomes, CONVERSATION in only)
     finally:
         cluster.close()
     return outcomes, cluster
@@ -367,12 +356,15 @@ def trial_loop(
     faults: Sequence[tuple[str, str]],
     script: str,
     outcomes: list[Outcome],
+    conversation: bool = False,
 ) -> None:
-    """Draw and run each trial into ``outcomes``, printing its line as it ends."""
+    """Draw and run each trial into ``outcomes``, printing its line as it ends;
+    ``conversation``: each with a second message mid-turn (``chaos.conversations``)."""
     naive, approval = cluster.naive, faults == APPROVAL_FAULTS
-    flight = FLIGHT if cluster.pool == GEVENT else 0
+    # a conversation trial's turns are its conversation's: no turns in flight beside them
+    flight = FLIGHT if cluster.pool == GEVENT and not conversation else 0
     for index in range(trials):
-        trial = replace(Trial.draw(rng, naive, faults, approval), flight=flight)
+        trial = replace(Trial.draw(rng, naive, faults, approval, conversation), flight=flight)
         outcome = run_trial(cluster, trial, script)
         outcomes.append(outcome)
         mark = "VIOLATION" if outcome.violations else "ok"
@@ -409,6 +401,9 @@ def main(
     outcomes, cluster = run(trials, seed, naive, only, hog, pool)
     print()
     print(table(outcomes))
+    if any(o.line for o in outcomes):
+        print("\nper second message:\n")
+        print(action_table(outcomes))
     if naive:
         print("\nnaive resume (DRES_NAIVE=1):\n")
         print(naive_table(outcomes))

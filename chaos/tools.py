@@ -2,10 +2,13 @@
 
 - ``chaos_send``: a write identified by ``to`` + ``subject`` (like send_email);
 - ``chaos_charge``: an idempotent write whose provider applies each idempotency key once and
-  logs every attempt;
+  logs every attempt; like a real provider's, its keys are one store for every turn, so a fork
+  that retries a replaced turn's interrupted charge with that turn's key is not applied again;
 - ``chaos_note``: a plain write;
 - ``chaos_read``: read-only.
 Every effect row carries the call's ``call_id`` so it can be traced to its ``tool_start``.
+A write takes ``slow_key()`` seconds (unset: none) between its start and its effect: a
+conversation trial sets it so that its second message may land while a write executes.
 
 The effects live in the trial's redis-server, which the store faults take away. A call's effect
 is one script, keyed by this execution's own id, that the tool sends again until Redis answers
@@ -19,6 +22,7 @@ must still log a row of its own.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 import uuid
@@ -53,8 +57,14 @@ def effects_key(turn_id: str) -> str:
     return f"chaos:effects:{turn_id}"
 
 
-def applied_key(turn_id: str) -> str:
-    return f"chaos:applied:{turn_id}"
+def applied_key() -> str:
+    """The provider's applied idempotency keys: one store, whichever turn sends the key."""
+    return "chaos:applied"
+
+
+def slow_key() -> str:
+    """Seconds each write waits before its effect (the runner's, for a conversation trial)."""
+    return "chaos:slow"
 
 
 def marks_key(turn_id: str) -> str:
@@ -74,13 +84,13 @@ def _record(ctx: ToolContext, apply: tuple[str, int] | None = None, **data: Any)
     effect = ctx.redis.register_script(EFFECT_LUA)
     key, amount = apply or ("", 0)
     execution = uuid.uuid4().hex  # one per execution: its sends again share it, nothing else
+    with contextlib.suppress(*STORE_ERRORS):  # a store fault's trial sets none
+        time.sleep(float(ctx.redis.get(slow_key()) or 0))
     args = [execution, json.dumps(row, sort_keys=True), key, amount]
     deadline = time.monotonic() + OUTAGE_S
     while True:
         try:
-            applied = effect(
-                keys=[marks_key(turn), effects_key(turn), applied_key(turn)], args=args
-            )
+            applied = effect(keys=[marks_key(turn), effects_key(turn), applied_key()], args=args)
             return str(int(applied)) == "1"
         except STORE_ERRORS:
             if time.monotonic() > deadline:

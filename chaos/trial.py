@@ -1,5 +1,6 @@
 """A chaos trial's draw (``Trial``): its fault, where it strikes, the turns' mode and, in an
-approval trial, what its person decides (``Person``); with the tables the faults are drawn from.
+approval trial, what its person decides (``Person``), in a conversation trial, what the runner
+sends mid-turn (``Second``); with the tables the faults are drawn from.
 
 Below both ``chaos.runner``, which runs the trials, and ``chaos.approvals``, which plays the
 person: each takes the trial from here, so neither imports the other back.
@@ -117,6 +118,63 @@ class Person:
         return "approve", 0.0
 
 
+#: the kind's name (``--only conversation``): its trials are drawn only from
+#: ``chaos.conversations.CONVERSATION_FAULTS``
+CONVERSATION = "conversation"
+#: what a conversation trial sends mid-turn: a second message under ``double_text`` queue or
+#: interrupt, a regenerate (a fork of the first turn), the first message again (same id, text)
+SECONDS = ("queue", "interrupt", "regenerate", "retry")
+#: how it is sent: ``Lifecycle.enqueue`` / ``fork`` (as POST /v1/turns and /fork do), or
+#: ``Lifecycle.send`` (as the chat protocols do, matching the message by its id)
+VIAS = ("turns", "chat")
+#: the first turn's stream holds between these many events when the second is sent (if it ends
+#: before, the second is sent once it has ended; a turn of the trial's script has 36 or so)
+AT_EVENTS = (2, 40)
+#: seconds each write of a conversation trial takes between its start and its effect (drawn): a
+#: second message may then land while one executes (it finishes and is recorded; a fork waits)
+SLOW_S = (0.0, 0.0, 0.1, 0.3)
+#: the share of conversation trials whose second message is sent as the worker's fault fires
+AT_FAULT_P = 0.4
+#: hits of a tool failpoint a conversation trial may pass over besides the usual ones, so that
+#: the fault strikes the second turn too
+LATER_HITS = 4
+
+
+@dataclass(frozen=True)
+class Second:
+    """What a conversation trial sends while its first turn runs (or once it ended), drawn from
+    the seed alone: ``action`` (``SECONDS``), once the first turn's stream holds ``at_events``;
+    ``via`` (``VIAS``); whether the first turn came through its conversation's line (``line``:
+    sent with a conversation id) or started one (none given, as a first POST /v1/turns does)."""
+
+    action: str = ""
+    at_events: int = 0
+    via: str = ""
+    line: bool = False
+    #: tool failpoint hits passed over besides the trial's ``skip``
+    later: int = 0
+    #: seconds each write takes between its start and its effect (``chaos.tools.slow_key``)
+    slow_s: float = 0.0
+    #: sent the moment the worker's fault fires instead (a run just killed at a write's effect:
+    #: the new message or fork meets a turn whose run is dead, its write interrupted), or once
+    #: the first turn ended if it never does
+    at_fault: bool = False
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Second:
+        action, via = rng.choice(SECONDS), rng.choice(VIAS)
+        at_events, line = rng.randrange(*AT_EVENTS), rng.random() < 0.5
+        later, slow_s = rng.randrange(LATER_HITS), rng.choice(SLOW_S)
+        return cls(action, at_events, via, line, later, slow_s, rng.random() < AT_FAULT_P)
+
+    @property
+    def hits_later(self) -> int:
+        """Tool failpoint hits to pass over besides the trial's: only when the fault may aim at
+        a second turn's own writes (a new message's; a fork's are mostly answered from the
+        record, a retry has none) and not at the moment the second message is sent."""
+        return self.later if self.action in ("queue", "interrupt") and not self.at_fault else 0
+
+
 @dataclass(frozen=True)
 class Trial:
     """One trial's draw: its fault, where it strikes, and the turns' mode."""
@@ -139,6 +197,8 @@ class Trial:
     #: turns enqueued beside the one the fault aims at (a gevent run's many turns in flight;
     #: set after the draw, which it never changes)
     flight: int = 0
+    #: a conversation trial's second message (``chaos.conversations``); none in the others
+    second: Second = field(default_factory=Second)
 
     @classmethod
     def draw(
@@ -147,6 +207,7 @@ class Trial:
         naive: bool,
         faults: Sequence[tuple[str, str]] = FAULTS,
         approval: bool = False,
+        conversation: bool = False,
     ) -> Trial:
         # The draws depend on the seed alone, never on an outcome: a naive run meets the same
         # faults in the same order.
@@ -159,7 +220,11 @@ class Trial:
             mode = "foreground"  # a foreground turn is the one a lost handoff would stop
         how = rng.choice(HOWS) if action == FAILOVER else ""  # last: the other draws stay
         person = Person.draw(rng) if approval else Person()  # and only for an approval trial
-        return cls(action, point, mode, skip, kill_after, naive, outage_s, how, approval, person)
+        second = Second.draw(rng) if conversation else Second()  # and for a conversation trial
+        if point.startswith("tool."):
+            skip += second.hits_later
+        drawn = (action, point, mode, skip, kill_after, naive, outage_s, how, approval, person)
+        return cls(*drawn, second=second)
 
     @property
     def store(self) -> bool:
@@ -189,6 +254,8 @@ class Trial:
             label += f" x{self.turns}"
         if self.approval:
             label = f"{APPROVAL}/{label}"
+        if self.second.action:
+            label = f"{self.second.action}/{label}"
         if self.how:
             label += f"/{self.how}"
         where = f" {self.point}" if self.point != "-" else ""
