@@ -240,3 +240,27 @@ def test_a_chat_message_is_a_repeat_an_edit_or_a_regenerate_by_its_id(h: Harness
     h.follow(edited.turn_id)
     h.run_to_end()
     assert len(outbox(h.client)) == 1
+
+
+def test_a_fork_whose_creator_died_before_marking_is_released_without_the_replaced_turns(
+    h: Harness,
+) -> None:
+    """The API process recorded the fork and died before it marked the turns it replaces: the
+    reaper's release marks them first, so the fork's model does not see them as history."""
+    first = completed(h, [DONE], "one")
+    second = completed(h, [DONE], "two")
+    source = h.lifecycle.fork_source(second)
+    plan = h.lifecycle.plan_fork(source, "same")
+    fork = h.lifecycle.create(
+        "two, again", held=True, fork=plan, conversation_id="conv-1", model=h.script([DONE])
+    )
+
+    released = h.lifecycle.advance("conv-1")  # the reaper's look at the held fork
+
+    assert released is not None and released.turn_id == fork.turn_id
+    assert h.lifecycle.store.meta(second).replaced_by == fork.turn_id
+    h.follow(fork.turn_id)
+    h.run_to_end()
+    history = [m.text for m in h.requests[-1].messages if isinstance(m, UserMessage)]
+    assert len(history) == 2 and history[0] == "one" and history[1].endswith("two, again")
+    assert first in h.lifecycle.store.lines.turn_ids("conv-1")

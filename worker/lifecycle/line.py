@@ -146,6 +146,9 @@ class Line(LifecycleBase):
     def _release(self, meta: TurnMeta) -> Released | None:
         """Let a held turn through: its context (a turn's first release) and its first run
         pending, in one step; then its message."""
+        if meta.fork_of:
+            # first: the context below leaves the replaced turns out by their marks
+            self.mark_replaced(meta.turn_id)
         events = []
         if not meta.runs:
             context = conversation_context(
@@ -159,8 +162,6 @@ class Line(LifecycleBase):
                     prior_turn_note=context.prior_turn_note,
                 )
             )
-        if meta.fork_of:
-            self.mark_replaced(meta.turn_id)
         run_id = self.ids.new("run")
         fields: dict[str, MetaValue] = {
             "held": "",
