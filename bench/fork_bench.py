@@ -104,6 +104,9 @@ class Sample:
 
 # -- a conversation of one ended turn of N events --------------------------------------------
 
+#: events of each model call in a crafted turn: its model_start, then tool events
+RESPONSE = 5
+
 
 def long_turn(rt: Runtime, length: int, model: str) -> tuple[str, str]:
     """A new conversation whose one turn ended (completed) with ``length`` events in its stream,
@@ -116,8 +119,15 @@ def long_turn(rt: Runtime, length: int, model: str) -> tuple[str, str]:
         raise RuntimeError(f"could not claim {turn.turn_id}")
     now = time.time()
     header = {"run_id": run.run_id, "chunk": run.chunk, "ts": now}
+    # as a real turn's: each model call's start before its tool events (a new message's history
+    # reads the replaced-or-not turn's last response, from its last model_start)
     events: list[Event] = [
-        tool_event(turn.turn_id, n).model_copy(update=header) for n in range(length - 4)
+        ModelStart(
+            event_id=f"{turn.turn_id}:m{n}", turn_id=turn.turn_id, step=n // RESPONSE, **header
+        )
+        if n % RESPONSE == 0
+        else tool_event(turn.turn_id, n).model_copy(update=header)
+        for n in range(length - 4)
     ]
     rt.ledger.append_many(events, lease=run.lease)
     rt.lifecycle.finish(run, RunResult(TurnStatus.COMPLETED.value))

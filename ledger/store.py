@@ -403,18 +403,19 @@ class Ledger:
 
     def last_response(self, turn_id: str) -> list[Event]:
         """The turn's events from its last ``model_start`` on (all of them when it has none):
-        what its final answer is made of. Read backwards from the stream's end a page at a time,
-        so a long turn's answer costs what its last response holds, not the turn."""
+        what its final answer is made of. Read backwards from the stream's end, each page twice
+        the last up to a whole-turn read's, so a long turn's answer costs what its last response
+        holds, and one with no model call what reading it forwards would."""
         stream = keys.turn_events(turn_id)
         found: list[tuple[Any, Any]] = []
-        bound = "+"
+        bound, count = "+", TAIL_PAGE
         while True:
-            page = partial(self.client.xrevrange, stream, max=bound, min="-", count=TAIL_PAGE)
+            page = partial(self.client.xrevrange, stream, max=bound, min="-", count=count)
             entries: Any = self.retry(page, "read")
             found += entries
-            if len(entries) < TAIL_PAGE or any(_opens_response(e[1]) for e in entries):
+            if len(entries) < count or any(_opens_response(e[1]) for e in entries):
                 break
-            bound = f"({text(entries[-1][0])}"
+            bound, count = f"({text(entries[-1][0])}", min(count * 2, self.page)
         events = [envelope.event for envelope in self.decode(turn_id, found[::-1])]
         starts = [i for i, event in enumerate(events) if event.type == "model_start"]
         return events[starts[-1] :] if starts else events
