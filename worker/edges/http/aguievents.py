@@ -48,8 +48,17 @@ class AguiEvents(Fold):
     """The AG-UI events of one run (thread ``thread_id``, run ``run_id``) over a turn's events;
     ``done`` once the run has finished or failed."""
 
-    def __init__(self, thread_id: str, run_id: str, *, announced: Iterable[str] = ()) -> None:
+    def __init__(
+        self,
+        thread_id: str,
+        run_id: str,
+        *,
+        announced: Iterable[str] = (),
+        answered: Iterable[str] = (),
+    ) -> None:
         super().__init__(announced)
+        #: calls whose output this run's input carried (the client has them): no result sent
+        self.answered = set(answered)
         self.thread_id, self.run_id = thread_id, run_id
         #: the approval requests of the turn's current run (its interrupts if it ends waiting)
         self.interrupts: list[Message] = []
@@ -99,16 +108,16 @@ class AguiEvents(Fold):
             if event.approval_id is None:  # an approved call was announced with its request
                 out += self._announce(event.call_id or event.event_id, event.tool, event.input)
         elif isinstance(event, ToolDone):
-            out += self._end_text() + self._result(
-                event.event_id, event.call_id or "", event.result
-            )
+            out += self._end_text()
+            if event.call_id not in self.answered:
+                out += self._result(event.event_id, event.call_id or "", event.result)
         elif isinstance(event, ToolBlocked):
             call_id = event.call_id or event.event_id
             out += self._end_text() + self._announce(call_id, event.tool, event.input)
             out += self._result(event.event_id, call_id, event.result)
         elif isinstance(event, RunEnded):
             out += self._end_text()
-            self.paused = event.reason == "waiting" and bool(self.interrupts)
+            self.paused = event.reason == "waiting"
         elif isinstance(event, TurnEnded):
             out += self._end_text()
             out.append(self._ending(event))
@@ -116,8 +125,11 @@ class AguiEvents(Fold):
         return out
 
     def finish_waiting(self) -> list[Message]:
-        """The end of a run whose turn waits (``paused`` on it): its interrupts."""
+        """The end of a run whose turn waits (``paused`` on it): its interrupts, or, waiting on
+        the client's tools alone, a finished run whose calls the client answers."""
         self.done = True
+        if not self.interrupts:
+            return [self._finished({"type": "success"})]
         return [self._finished({"type": "interrupt", "interrupts": self.interrupts})]
 
     def _announce(self, call_id: str, tool: str, value: Any) -> list[Message]:

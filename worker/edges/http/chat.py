@@ -28,10 +28,10 @@ from starlette.exceptions import HTTPException
 
 from ledger import keys
 from ledger.codec import text
-from ledger.event_models import ApprovalRequested, RunEnded
+from ledger.events import ClientTool
 from ledger.turn import TurnStatus
 from worker.base.settings import Settings
-from worker.edges.http.decisions import DECIDED_STATUS
+from worker.edges.http.answers import Taken, answers_of, dicts, outputs_of, take
 from worker.edges.http.deps import RT, authorize, decider
 from worker.edges.http.fanout import Fanout
 from worker.edges.http.models import admit_model
@@ -39,7 +39,6 @@ from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, ID, MAX_MESSAGE_CHA
 from worker.edges.http.sse import KEEPALIVE, LiveStream, admit_stream, event_stream
 from worker.edges.http.uichunks import DONE, UIChunks, events_of, sse_data
 from worker.edges.runtime import Runtime
-from worker.lifecycle.approvals import DecidedKind
 from worker.lifecycle.service import NOT_BLANK, Sent, is_blank
 
 #: the header that tells the AI SDK the body is its UI message stream
@@ -50,11 +49,6 @@ MAX_MODEL_CHARS = 500
 #: reloaded meanwhile is shown what it waits for, its stream ending there)
 RECONNECTS = frozenset(
     {TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING, TurnStatus.WAITING}
-)
-#: why a request whose last message is the assistant's starts nothing
-NOTHING_TO_TAKE = (
-    "the last message is the assistant's and carries nothing to take (no approval decision): "
-    "send a user message, or regenerate (trigger regenerate-message)"
 )
 ID_FORM = re.compile(ID)
 #: a request with no user message whose text dres takes
@@ -112,40 +106,11 @@ class ChatRequest(BaseModel):
     )
 
 
-@dataclass(frozen=True)
-class Answer:
-    """A person's answer to one approval request, as the client's tool part carries it."""
-
-    approval_id: str
-    approved: bool
-    reason: str
-
-
-def answers_of(message: dict[str, Any]) -> list[Answer]:
-    """The ``approval-responded`` tool parts of an assistant message."""
-    found: list[Answer] = []
-    for part in _dicts(message.get("parts")):
-        kind = str(part.get("type", ""))
-        approval = part.get("approval")
-        if not (kind.startswith("tool-") or kind == "dynamic-tool"):
-            continue
-        if part.get("state") != "approval-responded" or not isinstance(approval, dict):
-            continue
-        found.append(
-            Answer(
-                str(approval.get("id")),
-                approval.get("approved") is True,
-                approval.get("reason") or "",
-            )
-        )
-    return found
-
-
 def text_of(message: dict[str, Any]) -> str:
     """A UI message's text: its text parts, joined (``content`` for an older client)."""
     parts = message.get("parts")
     if isinstance(parts, list):
-        return "".join(str(p.get("text", "")) for p in _dicts(parts) if p.get("type") == "text")
+        return "".join(str(p.get("text", "")) for p in dicts(parts) if p.get("type") == "text")
     return str(message.get("content") or "")
 
 
@@ -153,11 +118,6 @@ def last_user_text(messages: list[dict[str, Any]], text: Callable[[dict[str, Any
     """The text of the last user message that has any (empty when none has)."""
     said = (text(m) for m in reversed(messages) if m.get("role") == "user")
     return next((t for t in said if not is_blank(t)), "")
-
-
-def _dicts(values: Any) -> list[dict[str, Any]]:
-    """The objects of a list a client sent (anything else in it is no part of ours)."""
-    return [v for v in values if isinstance(v, dict)] if isinstance(values, list) else []
 
 
 async def caller(
@@ -194,28 +154,26 @@ async def chat(
     requests; the turn streamed as UI message chunks."""
     streams = admit_stream(request)
     try:
-        turn_id, start, announced = await _begin(request, rt, body, approver)
+        taken = await _begin(request, rt, body, approver)
     except BaseException:
         streams.release()
         raise
-    response = LiveStream(ui_stream(streams, request, turn_id, start, announced), streams.release)
+    stream = ui_stream(streams, request, taken.turn_id, taken.start, taken.announced)
+    response = LiveStream(stream, streams.release)
     response.headers.update(UI_STREAM_HEADERS)
     return response
 
 
-async def _begin(
-    request: Request, rt: Runtime, body: ChatRequest, approver: str | None
-) -> tuple[str, str, list[str]]:
+async def _begin(request: Request, rt: Runtime, body: ChatRequest, approver: str | None) -> Taken:
     last = body.messages[-1]
     regenerate = body.trigger == "regenerate-message"
     message = last_user_text(body.messages, text_of)
     if not regenerate and last.get("role") == "assistant":
-        answers = answers_of(last)
-        if not answers:
-            raise HTTPException(*((409, NOTHING_TO_TAKE) if message else NO_TEXT))
-        return await run_in_threadpool(
-            decide_answers, rt, request.app.state.settings, body.id, answers, approver
-        )
+        answers, outputs = answers_of(last), outputs_of(last)
+        if not answers and not outputs and not message:
+            raise HTTPException(*NO_TEXT)
+        settings = request.app.state.settings
+        return await run_in_threadpool(take, rt, settings, body.id, answers, outputs, approver)
     if approver is not None:
         raise HTTPException(
             403, "an approver's token decides approvals only: a message wants the API token"
@@ -230,7 +188,7 @@ async def _begin(
         double_text=body.double_text,
     )
     sent = await run_in_threadpool(send_message, rt, said)
-    return sent.turn_id, "0-0", []
+    return Taken(sent.turn_id, "0-0")
 
 
 @router.get(
@@ -270,6 +228,8 @@ class Said:
     #: a regenerate: True, or the id of the answer to regenerate
     regenerate: str | bool = False
     double_text: str | None = None
+    #: tools the client runs, declared by the request (AG-UI's ``tools``)
+    client_tools: tuple[ClientTool, ...] = ()
 
 
 def send_message(rt: Runtime, said: Said) -> Sent:
@@ -293,6 +253,7 @@ def send_message(rt: Runtime, said: Said) -> Sent:
         model=model,
         trace_parent=said.trace_parent,
         double_text=said.double_text,
+        client_tools=said.client_tools,
     )
 
 
@@ -319,58 +280,6 @@ def _reconnect_turn(rt: Runtime, conversation_id: str) -> str | None:
         return None
     meta = rt.ledger.meta(newest[0])
     return meta.turn_id if meta.status in RECONNECTS else None
-
-
-def decide_answers(
-    rt: Runtime,
-    settings: Settings,
-    conversation_id: str,
-    answers: list[Answer],
-    approver: str | None,
-) -> tuple[str, str, list[str]]:
-    """Take each answer once (a repeat decides nothing again) and say where the resumed turn's
-    stream starts: after the run that ended waiting on the requests, whose calls the client
-    already shows."""
-    if settings.approvers and approver is None:
-        raise HTTPException(
-            403, "only an approver's token (DRES_APPROVER_TOKENS) decides approvals"
-        )
-    newest = rt.lifecycle.store.conversations.newest_turns(conversation_id, 1)
-    if not newest:
-        raise HTTPException(404, f"conversation {conversation_id!r} has no turn")
-    turn_id = newest[0]
-    envelopes = rt.ledger.read_turn(turn_id)
-    asked = {
-        e.event.approval_id: e.event for e in envelopes if isinstance(e.event, ApprovalRequested)
-    }
-    for answer in answers:
-        request = asked.get(answer.approval_id)
-        if request is None:
-            # a decision dres cannot take (an answer replaced or superseded since, a stale tab):
-            # refused, starting nothing (docs/semantics.md, forks)
-            raise HTTPException(
-                409,
-                f"the conversation's newest turn {turn_id} has no approval request "
-                f"{answer.approval_id}: nothing to take",
-            )
-        decided = rt.lifecycle.decide(
-            turn_id,
-            answer.approval_id,
-            "approve" if answer.approved else "deny",
-            request.signature,
-            reason=answer.reason,
-            by=approver or "chat",
-        )
-        if not decided.ok and decided.kind != DecidedKind.ALREADY:
-            raise HTTPException(DECIDED_STATUS[decided.kind], decided.detail)
-    answered = {a.approval_id for a in answers}
-    asked_at = next(
-        i
-        for i, e in enumerate(envelopes)
-        if isinstance(e.event, ApprovalRequested) and e.event.approval_id in answered
-    )
-    waited = next((e for e in envelopes[asked_at:] if isinstance(e.event, RunEnded)), envelopes[-1])
-    return turn_id, waited.stream_id, [r.call_id for r in asked.values()]
 
 
 async def turn_waits(streams: Fanout, turn_id: str) -> bool:
