@@ -24,6 +24,7 @@ from worker.edges.http.aguievents import AguiEvents
 from worker.edges.http.chat import (
     TEXT,
     Answer,
+    Begun,
     Said,
     caller,
     decide_answers,
@@ -106,19 +107,23 @@ async def run_agent(
     the turn streamed as AG-UI events."""
     streams = admit_stream(request)
     try:
-        turn_id, start, announced = await _begin(
-            rt, body, approver, request.headers.get("traceparent")
-        )
+        begun = await _begin(rt, body, approver, request.headers.get("traceparent"))
     except BaseException:
         streams.release()
         raise
-    events = AguiEvents(body.threadId, body.runId, announced=announced)
-    return LiveStream(agui_stream(streams, request, turn_id, start, events), streams.release)
+    events = AguiEvents(
+        body.threadId,
+        body.runId,
+        turn_id=begun.turn_id,
+        announced=begun.announced,
+        spent=begun.spent,
+    )
+    return LiveStream(agui_stream(streams, request, begun, events), streams.release)
 
 
 async def _begin(
     rt: Runtime, body: RunAgentInput, approver: str | None, trace_parent: str | None
-) -> tuple[str, str, list[str]]:
+) -> Begun:
     if body.resume:
         answers = [answer_of(entry) for entry in body.resume]
         return await run_in_threadpool(
@@ -147,15 +152,16 @@ async def _begin(
         double_text=double_text,
     )
     sent = await run_in_threadpool(send_message, rt, said)
-    return sent.turn_id, "0-0", []
+    return Begun(sent.turn_id)
 
 
 async def agui_stream(
-    streams: Fanout, request: Request, turn_id: str, start: str, events: AguiEvents
+    streams: Fanout, request: Request, begun: Begun, events: AguiEvents
 ) -> AsyncIterator[bytes]:
-    """The turn after ``start`` as AG-UI events, until the run finishes or fails."""
+    """The turn after ``begun.start`` as AG-UI events, until the run finishes or fails."""
+    turn_id = begun.turn_id
     yield sse_data(events.opening())
-    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, start))
+    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, begun.start))
     async with aclosing(follow):
         async for message in follow:
             out = [m for event in events_of(message) for m in events.map(event)]

@@ -30,6 +30,7 @@ from ledger import keys
 from ledger.codec import text
 from ledger.event_models import ApprovalRequested, RunEnded
 from ledger.turn import TurnStatus
+from ledger.usage import UsageFold
 from worker.base.settings import Settings
 from worker.edges.http.decisions import DECIDED_STATUS
 from worker.edges.http.deps import RT, authorize, decider
@@ -194,18 +195,28 @@ async def chat(
     requests; the turn streamed as UI message chunks."""
     streams = admit_stream(request)
     try:
-        turn_id, start, announced = await _begin(request, rt, body, approver)
+        begun = await _begin(request, rt, body, approver)
     except BaseException:
         streams.release()
         raise
-    response = LiveStream(ui_stream(streams, request, turn_id, start, announced), streams.release)
+    response = LiveStream(ui_stream(streams, request, begun), streams.release)
     response.headers.update(UI_STREAM_HEADERS)
     return response
 
 
-async def _begin(
-    request: Request, rt: Runtime, body: ChatRequest, approver: str | None
-) -> tuple[str, str, list[str]]:
+@dataclass(frozen=True)
+class Begun:
+    """Where a chat protocol's answer streams its turn from: after ``start`` (a stream id), the
+    client already showing the calls ``announced``, the turn having spent ``spent`` before."""
+
+    turn_id: str
+    start: str = "0-0"
+    announced: tuple[str, ...] = ()
+    #: the model calls' spend before ``start`` (None: nothing comes before it)
+    spent: UsageFold | None = None
+
+
+async def _begin(request: Request, rt: Runtime, body: ChatRequest, approver: str | None) -> Begun:
     last = body.messages[-1]
     regenerate = body.trigger == "regenerate-message"
     message = last_user_text(body.messages, text_of)
@@ -230,7 +241,7 @@ async def _begin(
         double_text=body.double_text,
     )
     sent = await run_in_threadpool(send_message, rt, said)
-    return sent.turn_id, "0-0", []
+    return Begun(sent.turn_id)
 
 
 @router.get(
@@ -252,7 +263,7 @@ async def reconnect(
     if turn_id is None:
         return Response(status_code=204)
     streams = admit_stream(request)
-    response = LiveStream(ui_stream(streams, request, turn_id, "0-0", []), streams.release)
+    response = LiveStream(ui_stream(streams, request, Begun(turn_id)), streams.release)
     response.headers.update(UI_STREAM_HEADERS)
     return response
 
@@ -327,10 +338,11 @@ def decide_answers(
     conversation_id: str,
     answers: list[Answer],
     approver: str | None,
-) -> tuple[str, str, list[str]]:
+) -> Begun:
     """Take each answer once (a repeat decides nothing again) and say where the resumed turn's
     stream starts: after the run that ended waiting on the requests, whose calls the client
-    already shows."""
+    already shows, and what the turn spent until then (folded from the events read here, so a
+    resumed stream's usage is the turn's sum at no further read)."""
     if settings.approvers and approver is None:
         raise HTTPException(
             403, "only an approver's token (DRES_APPROVER_TOKENS) decides approvals"
@@ -369,8 +381,17 @@ def decide_answers(
         for i, e in enumerate(envelopes)
         if isinstance(e.event, ApprovalRequested) and e.event.approval_id in answered
     )
-    waited = next((e for e in envelopes[asked_at:] if isinstance(e.event, RunEnded)), envelopes[-1])
-    return turn_id, waited.stream_id, [r.call_id for r in asked.values()]
+    waited = next(
+        (i for i in range(asked_at, len(envelopes)) if isinstance(envelopes[i].event, RunEnded)),
+        len(envelopes) - 1,
+    )
+    before = envelopes[: waited + 1]
+    return Begun(
+        turn_id,
+        before[-1].stream_id,
+        tuple(r.call_id for r in asked.values()),
+        UsageFold().feed(e.event for e in before),
+    )
 
 
 async def turn_waits(streams: Fanout, turn_id: str) -> bool:
@@ -380,14 +401,13 @@ async def turn_waits(streams: Fanout, turn_id: str) -> bool:
     return status is not None and text(status) == TurnStatus.WAITING.value
 
 
-async def ui_stream(
-    streams: Fanout, request: Request, turn_id: str, start: str, announced: list[str]
-) -> AsyncIterator[bytes]:
-    """The turn after ``start`` as UI message chunks, ``[DONE]`` once it has said all."""
-    chunks = UIChunks(turn_id, announced=announced)
+async def ui_stream(streams: Fanout, request: Request, begun: Begun) -> AsyncIterator[bytes]:
+    """The turn after ``begun.start`` as UI message chunks, ``[DONE]`` once it has said all."""
+    turn_id = begun.turn_id
+    chunks = UIChunks(turn_id, announced=begun.announced, spent=begun.spent)
     yield sse_data(chunks.opening())
     # an async generator: closed here, so that the reader is left at once
-    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, start))
+    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, begun.start))
     async with aclosing(follow):
         async for message in follow:
             out = []
