@@ -25,7 +25,7 @@ from starlette.exceptions import HTTPException
 
 from ledger.events import ClientTool
 from worker.edges.http.aguievents import AguiEvents
-from worker.edges.http.answers import Answer, Output, Taken, take
+from worker.edges.http.answers import Answer, Begun, Output, take
 from worker.edges.http.chat import (
     TEXT,
     Said,
@@ -54,14 +54,6 @@ NOTHING_TO_TAKE = (
 TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
 
 
-class ResumeEntry(BaseModel):
-    model_config = ConfigDict(extra="ignore")
-
-    interruptId: str = Field(pattern=ID)
-    status: Literal["resolved", "cancelled"]
-    payload: Any = None
-
-
 class FrontendTool(BaseModel):
     """An AG-UI ``Tool``: the client runs it (CopilotKit's ``useCopilotAction``)."""
 
@@ -79,6 +71,14 @@ class FrontendTool(BaseModel):
         except SchemaError as e:
             raise ValueError(f"not a JSON schema: {e.message}") from None
         return parameters
+
+
+class ResumeEntry(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    interruptId: str = Field(pattern=ID)
+    status: Literal["resolved", "cancelled"]
+    payload: Any = None
 
 
 class RunAgentInput(BaseModel):
@@ -143,15 +143,19 @@ async def run_agent(
     the turn streamed as AG-UI events."""
     streams = admit_stream(request)
     try:
-        taken = await _begin(rt, body, approver, request.headers.get("traceparent"))
+        begun = await _begin(rt, body, approver, request.headers.get("traceparent"))
     except BaseException:
         streams.release()
         raise
     events = AguiEvents(
-        body.threadId, body.runId, announced=taken.announced, answered=taken.answered
+        body.threadId,
+        body.runId,
+        turn_id=begun.turn_id,
+        announced=begun.announced,
+        answered=begun.answered,
+        spent=begun.spent,
     )
-    stream = agui_stream(streams, request, taken.turn_id, taken.start, events)
-    return LiveStream(stream, streams.release)
+    return LiveStream(agui_stream(streams, request, begun, events), streams.release)
 
 
 def outputs_of(messages: list[dict[str, Any]]) -> list[Output]:
@@ -168,16 +172,15 @@ def outputs_of(messages: list[dict[str, Any]]) -> list[Output]:
         except ValueError:
             value = content
         error = message.get("error")
-        if error:
-            found.append(Output(call_id, {"error": str(error)}, True))
-        else:
-            found.append(Output(call_id, value))
+        found.append(
+            Output(call_id, {"error": str(error)}, True) if error else Output(call_id, value)
+        )
     return found[::-1]
 
 
 async def _begin(
     rt: Runtime, body: RunAgentInput, approver: str | None, trace_parent: str | None
-) -> Taken:
+) -> Begun:
     outputs = outputs_of(body.messages)
     if body.resume or outputs:
         answers = [answer_of(entry) for entry in body.resume or ()]
@@ -211,15 +214,16 @@ async def _begin(
         ),
     )
     sent = await run_in_threadpool(send_message, rt, said)
-    return Taken(sent.turn_id, "0-0")
+    return Begun(sent.turn_id)
 
 
 async def agui_stream(
-    streams: Fanout, request: Request, turn_id: str, start: str, events: AguiEvents
+    streams: Fanout, request: Request, begun: Begun, events: AguiEvents
 ) -> AsyncIterator[bytes]:
-    """The turn after ``start`` as AG-UI events, until the run finishes or fails."""
+    """The turn after ``begun.start`` as AG-UI events, until the run finishes or fails."""
+    turn_id = begun.turn_id
     yield sse_data(events.opening())
-    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, start))
+    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, begun.start))
     async with aclosing(follow):
         async for message in follow:
             out = [m for event in events_of(message) for m in events.map(event)]

@@ -10,12 +10,13 @@ routes (``chat``, ``agui``) read them and this module takes them, as ``POST
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from starlette.exceptions import HTTPException
 
 from ledger.event_models import ApprovalRequested, RunEnded, ToolStart
+from ledger.usage import UsageFold
 from worker.base.settings import Settings
 from worker.edges.http.decisions import DECIDED_STATUS
 from worker.edges.runtime import Runtime
@@ -49,16 +50,18 @@ class Output:
     is_error: bool = False
 
 
-@dataclass
-class Taken:
-    """Where the resumed turn's stream starts, and what the client already shows of it."""
+@dataclass(frozen=True)
+class Begun:
+    """Where a chat protocol's answer streams its turn from: after ``start`` (a stream id), the
+    client already showing the calls ``announced`` (and having given the results of
+    ``answered`` itself), the turn having spent ``spent`` before."""
 
     turn_id: str
-    start: str
-    #: calls the client has (announced again: never)
-    announced: list[str] = field(default_factory=list)
-    #: calls whose result the client gave itself (sent back: never)
-    answered: list[str] = field(default_factory=list)
+    start: str = "0-0"
+    announced: tuple[str, ...] = ()
+    answered: tuple[str, ...] = ()
+    #: the model calls' spend before ``start`` (None: nothing comes before it)
+    spent: UsageFold | None = None
 
 
 def dicts(values: Any) -> list[dict[str, Any]]:
@@ -114,11 +117,12 @@ def take(
     answers: list[Answer],
     outputs: list[Output],
     approver: str | None,
-) -> Taken:
+) -> Begun:
     """Take each decision and each output of a call the newest turn waited on, once (a repeat
     takes nothing again), and say where the resumed turn's stream starts: after the run that
-    ended waiting on them, whose calls the client already shows. Nothing of the newest turn's
-    among them: 409, nothing taken."""
+    ended waiting on them, whose calls the client already shows, with what the turn spent
+    before (from the same read: the resumed stream's usage is the turn's sum). Nothing of the
+    newest turn's among them: 409, nothing taken."""
     if answers and settings.approvers and approver is None:
         raise HTTPException(
             403, "only an approver's token (DRES_APPROVER_TOKENS) decides approvals"
@@ -152,13 +156,18 @@ def take(
         if (isinstance(e.event, ApprovalRequested) and e.event.approval_id in taken)
         or (isinstance(e.event, ToolStart) and e.event.call_id in taken)
     )
-    waited = next((e for e in envelopes[first:] if isinstance(e.event, RunEnded)), envelopes[-1])
+    waited = next(
+        (i for i in range(first, len(envelopes)) if isinstance(envelopes[i].event, RunEnded)),
+        len(envelopes) - 1,
+    )
+    before = envelopes[: waited + 1]
     client_calls = [call_id for call_id, _, _ in meta.client_calls]
-    return Taken(
+    return Begun(
         turn_id,
-        waited.stream_id,
-        [r.call_id for r in asked.values()] + client_calls,
-        [o.call_id for o in mine],
+        before[-1].stream_id,
+        tuple([r.call_id for r in asked.values()] + client_calls),
+        tuple(o.call_id for o in mine),
+        UsageFold().feed(e.event for e in before),
     )
 
 
@@ -193,8 +202,8 @@ def _decide(
 __all__ = [
     "NOTHING_TO_TAKE",
     "Answer",
+    "Begun",
     "Output",
-    "Taken",
     "answers_of",
     "dicts",
     "outputs_of",

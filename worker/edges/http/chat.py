@@ -31,7 +31,7 @@ from ledger.codec import text
 from ledger.events import ClientTool
 from ledger.turn import TurnStatus
 from worker.base.settings import Settings
-from worker.edges.http.answers import Taken, answers_of, dicts, outputs_of, take
+from worker.edges.http.answers import Begun, answers_of, dicts, outputs_of, take
 from worker.edges.http.deps import RT, authorize, decider
 from worker.edges.http.fanout import Fanout
 from worker.edges.http.models import admit_model
@@ -154,17 +154,16 @@ async def chat(
     requests; the turn streamed as UI message chunks."""
     streams = admit_stream(request)
     try:
-        taken = await _begin(request, rt, body, approver)
+        begun = await _begin(request, rt, body, approver)
     except BaseException:
         streams.release()
         raise
-    stream = ui_stream(streams, request, taken.turn_id, taken.start, taken.announced)
-    response = LiveStream(stream, streams.release)
+    response = LiveStream(ui_stream(streams, request, begun), streams.release)
     response.headers.update(UI_STREAM_HEADERS)
     return response
 
 
-async def _begin(request: Request, rt: Runtime, body: ChatRequest, approver: str | None) -> Taken:
+async def _begin(request: Request, rt: Runtime, body: ChatRequest, approver: str | None) -> Begun:
     last = body.messages[-1]
     regenerate = body.trigger == "regenerate-message"
     message = last_user_text(body.messages, text_of)
@@ -188,7 +187,7 @@ async def _begin(request: Request, rt: Runtime, body: ChatRequest, approver: str
         double_text=body.double_text,
     )
     sent = await run_in_threadpool(send_message, rt, said)
-    return Taken(sent.turn_id, "0-0")
+    return Begun(sent.turn_id)
 
 
 @router.get(
@@ -210,7 +209,7 @@ async def reconnect(
     if turn_id is None:
         return Response(status_code=204)
     streams = admit_stream(request)
-    response = LiveStream(ui_stream(streams, request, turn_id, "0-0", []), streams.release)
+    response = LiveStream(ui_stream(streams, request, Begun(turn_id)), streams.release)
     response.headers.update(UI_STREAM_HEADERS)
     return response
 
@@ -289,14 +288,13 @@ async def turn_waits(streams: Fanout, turn_id: str) -> bool:
     return status is not None and text(status) == TurnStatus.WAITING.value
 
 
-async def ui_stream(
-    streams: Fanout, request: Request, turn_id: str, start: str, announced: list[str]
-) -> AsyncIterator[bytes]:
-    """The turn after ``start`` as UI message chunks, ``[DONE]`` once it has said all."""
-    chunks = UIChunks(turn_id, announced=announced)
+async def ui_stream(streams: Fanout, request: Request, begun: Begun) -> AsyncIterator[bytes]:
+    """The turn after ``begun.start`` as UI message chunks, ``[DONE]`` once it has said all."""
+    turn_id = begun.turn_id
+    chunks = UIChunks(turn_id, announced=begun.announced, spent=begun.spent)
     yield sse_data(chunks.opening())
     # an async generator: closed here, so that the reader is left at once
-    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, start))
+    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, begun.start))
     async with aclosing(follow):
         async for message in follow:
             out = []
