@@ -185,7 +185,7 @@ async def _begin(
     if body.resume or outputs:
         answers = [answer_of(entry) for entry in body.resume or ()]
         return await run_in_threadpool(
-            take, rt, rt.settings, body.threadId, answers, outputs, approver
+            take, rt, rt.settings, body.threadId, answers, outputs, approver, NOTHING_TO_TAKE
         )
     if approver is not None:
         raise HTTPException(

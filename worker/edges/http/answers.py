@@ -117,12 +117,13 @@ def take(
     answers: list[Answer],
     outputs: list[Output],
     approver: str | None,
+    nothing: str = NOTHING_TO_TAKE,
 ) -> Begun:
     """Take each decision and each output of a call the newest turn waited on, once (a repeat
     takes nothing again), and say where the resumed turn's stream starts: after the run that
     ended waiting on them, whose calls the client already shows, with what the turn spent
     before (from the same read: the resumed stream's usage is the turn's sum). Nothing of the
-    newest turn's among them: 409, nothing taken."""
+    newest turn's among them: 409 (``nothing`` says why), nothing taken."""
     if answers and settings.approvers and approver is None:
         raise HTTPException(
             403, "only an approver's token (DRES_APPROVER_TOKENS) decides approvals"
@@ -140,7 +141,7 @@ def take(
     if mine and approver is not None:
         raise HTTPException(403, "a client's tool output wants the API token, not an approver's")
     if not answers and not mine:
-        raise HTTPException(409, NOTHING_TO_TAKE)
+        raise HTTPException(409, nothing)
     for answer in answers:
         _decide(rt, turn_id, asked, answer, approver)
     for output in mine:
