@@ -16,7 +16,6 @@ hands the turn to its next chunk. No celery here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
@@ -60,6 +59,7 @@ from worker.engine.models.base import (
     ToolSchema,
     Usage,
 )
+from worker.engine.outcome import RunResult, Waits, waiting_on
 from worker.engine.reading import READ_ERRORS, TurnReader
 from worker.engine.recorder import Recorder, RunContext
 from worker.engine.tools.approval import ApprovalPolicy
@@ -75,37 +75,6 @@ SYSTEM_PROMPT = (
     "You are an agent that completes the user's request with the tools you are given. Tool calls "
     "with side effects (sending, creating) must not be repeated once they have succeeded."
 )
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """How a run ended, for the lifecycle to record (the loop writes no ending itself)."""
-
-    #: completed or stopped
-    status: str
-    #: why it stopped (a ``ledger.turn.StopCode``)
-    code: str = ""
-    detail: str = ""
-    #: the ``run_ended`` reason
-    run_reason: str = "completed"
-    #: the run's events not yet written (``Recorder.hold``): the ending writes them first
-    held: tuple[Event, ...] = ()
-    #: the turn's open approval requests when the run ends ``waiting`` (docs/semantics.md)
-    requests: tuple[ApprovalRequested, ...] = ()
-    #: the client calls (call_id, tool) whose answers the turn waits for when it ends waiting
-    calls: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass
-class Waits:
-    """What a run ends waiting on: approval requests, client calls (docs/semantics.md)."""
-
-    requests: list[ApprovalRequested] = field(default_factory=list)
-    #: (call_id, tool) of each client call
-    calls: list[tuple[str, str]] = field(default_factory=list)
-
-    def __bool__(self) -> bool:
-        return bool(self.requests or self.calls)
 
 
 class AgentLoop:
@@ -221,7 +190,7 @@ class AgentLoop:
             seen = len(recorder.events)
             waiting = self._settle_approvals(run, recorder, executor, journal)
             if waiting:
-                return self._waiting(recorder, Waits(waiting))
+                return waiting_on(Waits(waiting), recorder.take_unwritten())
             if len(recorder.events) > seen and not self.settings.naive:
                 # An approved call ran (or a denial was recorded): both layers see it.
                 journal = recorder.journal()
@@ -328,7 +297,7 @@ class AgentLoop:
                 if waiting is None:
                     return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
                 if waiting:
-                    return self._waiting(recorder, waiting)
+                    return waiting_on(waiting, recorder.take_unwritten())
                 continue
             except ModelError as e:
                 ended = self._after_model_error(recorder, e, transport_resumes)
@@ -444,21 +413,6 @@ class AgentLoop:
         )
 
     # -- ending ------------------------------------------------------------------------------
-
-    @staticmethod
-    def _waiting(recorder: Recorder, waits: Waits) -> RunResult:
-        details = []
-        if waits.requests:
-            tools = ", ".join(sorted({r.tool for r in waits.requests}))
-            details.append(f"a person's decision on {len(waits.requests)} call(s): {tools}")
-        if waits.calls:
-            tools = ", ".join(sorted({tool for _, tool in waits.calls}))
-            details.append(f"the client's output of {len(waits.calls)} call(s): {tools}")
-        detail = "waiting for " + " and ".join(details)
-        unwritten = tuple(recorder.take_unwritten())
-        return RunResult(
-            "waiting", "", detail, "waiting", unwritten, tuple(waits.requests), tuple(waits.calls)
-        )
 
     @staticmethod
     def _end(

@@ -36,7 +36,7 @@ from ledger.turn import (
     client_field,
 )
 from worker.base import metrics
-from worker.engine.loop import RunResult
+from worker.engine.outcome import RunResult
 from worker.engine.recorder import RunContext
 from worker.lifecycle.base import LifecycleBase
 
