@@ -2,8 +2,10 @@
 Chromium, against a real ``dres api`` (with a token, which only the example's server holds) and a
 real ``dres worker``: a page reloaded mid-answer loads the chat's history (``GET
 /v1/chat/{id}/messages``) and reconnects (``resume: true``, ``GET /v1/chat/{id}/stream``) to
-show the whole answer once; reloaded after it, the history alone shows the same. The example's
-route handlers refuse another ``Host`` or ``Origin`` before anything reaches dres.
+show the whole answer once; reloaded after it, the history alone shows the same. Reloaded while a
+write waits for approval, it shows the request, and Approve sends the email once. Regenerate and
+Edit fork the turn. The example's route handlers refuse another ``Host`` or ``Origin`` before
+anything reaches dres.
 
 The example's packages are installed by ``npm ci`` in its directory (once; gitignored); without
 node, or when they cannot be installed, the test skips with the reason, except under
@@ -22,12 +24,14 @@ from typing import Any
 
 import httpx
 import pytest
+import redis
 from page_support import ONE_CHUNK, model_worker
 from playwright.sync_api import expect
 
-from rigs import ROOT, ApiProcess, DresProcess, Script, stop_all, subprocess_env, wait_until
+from rigs import EMAIL, ROOT, ApiProcess, DresProcess, Script, stop_all, subprocess_env, wait_until
 from tests.support import DRES_ENV, IN_CI, TESTS
 from tests.support.fixtures import StartWorker
+from worker.demo_tools import outbox
 from worker.dev.redis_server import RedisServer, free_port
 
 pytestmark = pytest.mark.redis_server
@@ -213,6 +217,29 @@ def test_regenerate_and_edit_fork_the_answer_and_the_history_shows_the_forks_onl
     expect(tab.get_by_test_id("message-user")).to_have_count(1)
     expect(tab.get_by_test_id("message-user")).to_contain_text("talk again")
     expect(tab.get_by_test_id("message-assistant")).to_have_count(1)
+
+
+def test_a_reload_while_a_write_waits_shows_the_request_and_approve_sends_it_once(
+    app: str, tab: Any, start_worker: StartWorker, script: Script, rdb: redis.Redis
+) -> None:
+    send = {"text": "Sending.", "tool_calls": [{"name": "send_email", "input": EMAIL}]}
+    model_worker(start_worker, script([send, {"text": "Done."}]), DRES_APPROVAL="send_email")
+    tab.goto(app + "/")
+    tab.get_by_test_id("composer").fill("send it")
+    tab.get_by_test_id("composer").press("Enter")
+    call = tab.get_by_test_id("tool")
+    expect(call).to_have_attribute("data-state", "approval-requested")
+
+    tab.reload()  # the turn waits: the history shows the request, and so does the reconnect
+
+    expect(call).to_have_attribute("data-state", "approval-requested")
+    tab.get_by_role("button", name="Approve").click()
+    expect(call).to_have_attribute("data-state", "output-available")
+    expect(tab.get_by_test_id("message-assistant")).to_contain_text("Done.")
+    tab.reload()
+    expect(tab.get_by_test_id("message-assistant")).to_contain_text("Done.")
+    expect(call).to_have_attribute("data-state", "output-available")
+    assert len(outbox(rdb)) == 1
 
 
 def test_the_examples_routes_refuse_another_host_or_origin_before_dres(
