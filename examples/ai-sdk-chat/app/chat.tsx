@@ -48,7 +48,7 @@ function Conversation({ id, history }: { id: string; history: UIMessage[] }) {
       <a href="/">New chat</a>
       {messages.map((m) => (
         <div key={m.id} data-testid={`message-${m.role}`}>
-          <b>{m.role}</b>
+          <b style={{ marginRight: 8 }}>{m.role}</b>
           {m.role === "user" && !busy && (
             <button
               data-testid="edit"
