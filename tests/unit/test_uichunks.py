@@ -6,6 +6,7 @@ from itertools import count
 from typing import Any
 
 from ledger.event_models import (
+    ApprovalDecided,
     ApprovalRequested,
     Event,
     ModelDone,
@@ -160,6 +161,40 @@ def test_an_approved_call_is_not_announced_again_and_a_denied_one_is_denied() ->
     assert out[1:] == [
         {"type": "tool-output-available", "toolCallId": "c1", "output": "sent"},
         {"type": "tool-output-denied", "toolCallId": "c2"},
+    ]
+
+
+def test_a_decision_on_a_request_the_stream_showed_is_its_approval_response() -> None:
+    request = ApprovalRequested(
+        **env(), approval_id="ap_1", call_id="c1", tool="send_email", signature="s", expires_at=9.0
+    )
+    approve = ApprovalDecided(**env(), approval_id="ap_1", decision="approve")
+    out = fold([request, RunEnded(**env(), reason="waiting"), approve])
+    assert out[-1] == {"type": "tool-approval-response", "approvalId": "ap_1", "approved": True}
+    deny = ApprovalDecided(**env(), approval_id="ap_1", decision="deny", reason="no")
+    assert fold([request, deny])[-1] == {
+        "type": "tool-approval-response",
+        "approvalId": "ap_1",
+        "approved": False,
+        "reason": "no",
+    }
+    # a stream that begins after the request (the client's own answer resumes it) says nothing
+    assert fold([approve], announced=["c1"])[1:] == []
+
+
+def test_a_request_that_expired_denies_its_call_on_it() -> None:
+    request = ApprovalRequested(
+        **env(), approval_id="ap_1", call_id="c1", tool="send_email", signature="s", expires_at=9.0
+    )
+    expired = ApprovalDecided(**env(), approval_id="ap_1", decision="expired")
+    assert fold([request, expired])[-2:] == [
+        {
+            "type": "tool-approval-response",
+            "approvalId": "ap_1",
+            "approved": False,
+            "reason": "expired",
+        },
+        {"type": "tool-output-denied", "toolCallId": "c1"},
     ]
 
 

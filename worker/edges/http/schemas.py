@@ -251,6 +251,19 @@ class ConversationDetail(BaseModel):
     turns: list[ConversationTurn]
 
 
+class UIMessageOut(BaseModel):
+    """A message of the AI SDK's ``UIMessage`` list (docs/chat.md): its ``parts`` as
+    ``readUIMessageStream`` builds them (text, ``step-start``, ``tool-NAME`` in its last state)."""
+
+    id: str
+    role: Literal["user", "assistant"]
+    parts: list[dict[str, Any]] = Field(
+        description="the AI SDK's UI message parts, each with its `type`"
+    )
+    #: the stream's message metadata, when it carries any
+    metadata: Any = None
+
+
 class Error(BaseModel):
     """Every error's body (4xx, 5xx): what is wrong, in one sentence."""
 

@@ -6,9 +6,11 @@ its ``model_start``, closed by the next one or by the run's end), its text one t
 by ``model_done``). A call cut by its run's end is made again by the next run, so its step is
 reset (``reset-step``: the client drops the cut text) rather than followed by another. A tool call
 is one tool part, announced once (``tool-input-available``) and then answered
-(``tool-output-available`` / ``-error`` / ``-denied``). A run that ends waiting closes the
-message if the turn still waits: the client answers the approval with a new request (a
-replay of a turn that has been decided since goes on through its wait).
+(``tool-output-available`` / ``-error`` / ``-denied``); a decision on an approval request this
+stream showed is its ``tool-approval-response``, so a replay folds into the part the client's own
+answer makes. A run that ends waiting closes the message if the turn still waits: the client
+answers the approval (or the client tool's call) with a new request (a replay of a turn that has
+been decided since goes on through its wait).
 
 Wherever the message closes, ``message-metadata`` comes first: the turn's id, its status there and
 its usage, the sum of every ``model_done`` of the turn so far (those before the stream's start
@@ -25,6 +27,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from ledger.event_models import (
+    ApprovalDecided,
     ApprovalRequested,
     Event,
     ModelDone,
@@ -117,6 +120,8 @@ class UIChunks(Fold):
         #: the last event was a run's end waiting for approval: the stream ends there if the
         #: turn still waits (``finish_waiting``), and goes on if it was decided since (a replay)
         self.paused = False
+        #: the approval requests this stream showed and not yet their decisions: id -> call id
+        self.asked: dict[str, str] = {}
 
     def opening(self) -> list[Chunk]:
         return [{"type": "start", "messageId": self.turn_id}]
@@ -154,6 +159,9 @@ class UIChunks(Fold):
                     "toolCallId": event.call_id,
                 }
             )
+            self.asked[event.approval_id] = event.call_id
+        elif isinstance(event, ApprovalDecided):
+            out += self._decided(event)
         elif isinstance(event, ToolStart):
             out += self._end_text()
             if event.approval_id is None:  # an approved call was announced with its request
@@ -169,6 +177,11 @@ class UIChunks(Fold):
             out += self._end_text() + self._end_step() + self._ending(event)
             self.done = True
         return out
+
+    def go_on(self) -> None:
+        """The turn was continued after its ``turn_ended`` (docs/events.md): a fold of its whole
+        ledger goes on with the new run, keeping the calls and requests it has shown."""
+        self.done = False
 
     def finish_waiting(self) -> list[Chunk]:
         """The end of a stream whose turn waits (``paused`` on it): the client answers."""
@@ -199,6 +212,23 @@ class UIChunks(Fold):
                 "input": value,
             }
         ]
+
+    def _decided(self, event: ApprovalDecided) -> list[Chunk]:
+        """A decision on a request this stream showed (on another, the client shows its own
+        answer). A request that expired or was voided (Stop, a new message) runs nothing: its
+        call is denied on it (a Continue asks again, a new request for the same call)."""
+        call_id = self.asked.pop(event.approval_id, None)
+        if call_id is None:
+            return []
+        response: Chunk = {
+            "type": "tool-approval-response",
+            "approvalId": event.approval_id,
+            "approved": event.decision == "approve",
+        }
+        if event.decision in ("approve", "deny"):
+            return [response | ({"reason": event.reason} if event.reason else {})]
+        response["reason"] = event.reason or event.decision
+        return [response, {"type": "tool-output-denied", "toolCallId": call_id}]
 
     def _output(self, call_id: str, result: Any, is_error: bool) -> list[Chunk]:
         if is_error:
