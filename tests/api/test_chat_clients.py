@@ -430,3 +430,27 @@ def test_a_reconnect_to_a_turn_resumed_by_an_approval_replays_through_its_wait(
     assert part["state"] == "output-available"
     assert again["chunks"][-1] == "finish"
     assert len(outbox(rdb)) == 1
+
+
+def test_a_turn_stopped_then_continued_is_streamed_through_its_old_stop_to_its_end(
+    chat: Any, http: httpx.Client, start_worker: StartWorker, script: Script
+) -> None:
+    """A retried request (the same message) of a turn that stopped and was continued since is
+    streamed from its start: the stop it went on from is passed through, not its end."""
+    start_worker()
+    spec = script([{"fail": "auth", **DONE_STEP}])  # a failure on the step's first attempt
+    first = chat("send", "chat-continued", messages=[user("hi")], body={"model": spec})
+    assert first["chunks"][-1] == "finish" and "error" in first["chunks"]
+    turn_id = newest_turn(http, "chat-continued")["turn_id"]
+    assert http.post(f"/v1/turns/{turn_id}/continue", json={"auto": False}).status_code == 202
+    wait_until(
+        lambda: http.get(f"/v1/turns/{turn_id}").json()["status"] == "completed",
+        timeout=20,
+        what="the continued turn completed",
+    )
+
+    again = chat("send", "chat-continued", messages=[user("hi")], body={"model": spec})
+
+    assert again["chunks"][-1] == "finish" and "error" not in again["chunks"]
+    assert text_of(again["message"]) == DONE_STEP["text"]
+    assert again["message"]["metadata"]["status"] == "completed"

@@ -33,6 +33,7 @@ from worker.edges.http.chat import (
     last_user,
     last_user_text,
     message_id_of,
+    replayed_ends,
     send_message,
     turn_waits,
     user_message_schema,
@@ -226,7 +227,11 @@ async def agui_stream(
     follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, begun.start))
     async with aclosing(follow):
         async for message in follow:
-            out = [m for event in events_of(message) for m in events.map(event)]
+            said = events_of(message)
+            replayed = await replayed_ends(streams, turn_id, said)
+            out = [
+                m for i, event in enumerate(said) if i not in replayed for m in events.map(event)
+            ]
             if events.paused and await turn_waits(streams, turn_id):
                 out += events.finish_waiting()
             if out:

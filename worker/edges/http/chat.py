@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException
 
 from ledger import keys
 from ledger.codec import text
-from ledger.events import ClientTool
+from ledger.events import ClientTool, Event, TurnEnded
 from ledger.turn import TurnStatus
 from worker.base.settings import Settings
 from worker.edges.http.answers import Begun, answers_of, dicts, outputs_of, take
@@ -50,6 +50,8 @@ MAX_MODEL_CHARS = 500
 RECONNECTS = frozenset(
     {TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING, TurnStatus.WAITING}
 )
+#: the statuses of a turn that ended
+ENDED = frozenset({TurnStatus.COMPLETED.value, TurnStatus.STOPPED.value})
 ID_FORM = re.compile(ID)
 #: a request with no user message whose text dres takes
 NO_TEXT = (
@@ -281,11 +283,32 @@ def _reconnect_turn(rt: Runtime, conversation_id: str) -> str | None:
     return meta.turn_id if meta.status in RECONNECTS else None
 
 
-async def turn_waits(streams: Fanout, turn_id: str) -> bool:
-    """The turn waits for a decision now (its wait is not one a replay passes through)."""
+async def turn_status(streams: Fanout, turn_id: str) -> str | None:
     async with streams.reads:
         status = await streams.reader.hget(keys.turn_meta(turn_id), "status")
-    return status is not None and text(status) == TurnStatus.WAITING.value
+    return None if status is None else text(status)
+
+
+async def turn_waits(streams: Fanout, turn_id: str) -> bool:
+    """The turn waits for a decision now (its wait is not one a replay passes through)."""
+    return await turn_status(streams, turn_id) == TurnStatus.WAITING.value
+
+
+async def replayed_ends(streams: Fanout, turn_id: str, events: list[Event]) -> set[int]:
+    """The positions in ``events`` of the ``turn_ended`` events the turn has gone on from since
+    (a Continue): one a later one follows, or one that is not the turn's end now (it is live
+    again, or ended otherwise). A stream replaying a continued turn passes through them to the
+    runs after, as the ledger does."""
+    ends = [i for i, event in enumerate(events) if isinstance(event, TurnEnded)]
+    if not ends:
+        return set()
+    async with streams.reads:
+        status, code = await streams.reader.hmget(keys.turn_meta(turn_id), ["status", "code"])
+    now = (text(status) if status else "", text(code) if code else "")
+    last = events[ends[-1]]
+    assert isinstance(last, TurnEnded)
+    gone_on = now[0] not in ENDED or now != (last.status, last.code)
+    return set(ends if gone_on else ends[:-1])
 
 
 async def ui_stream(streams: Fanout, request: Request, begun: Begun) -> AsyncIterator[bytes]:
@@ -298,8 +321,11 @@ async def ui_stream(streams: Fanout, request: Request, begun: Begun) -> AsyncIte
     async with aclosing(follow):
         async for message in follow:
             out = []
-            for event in events_of(message):
-                out += chunks.map(event)
+            events = events_of(message)
+            replayed = await replayed_ends(streams, turn_id, events)
+            for i, event in enumerate(events):
+                if i not in replayed:
+                    out += chunks.map(event)
             if chunks.paused and await turn_waits(streams, turn_id):
                 out += chunks.finish_waiting()
             if out:
