@@ -225,6 +225,18 @@ def test_a_running_turn_shows_its_text_so_far_and_a_queued_one_nothing() -> None
     assert parts([]) == []
 
 
+def test_a_waiting_turn_ends_as_its_stream_ends_there_with_its_metadata() -> None:
+    """A client tool's call the turn waits on: the stream closes the message with its status."""
+    events = [started(), *said("Asking.", tool_calls=1), call("c1", tool="pick_date"), waiting()]
+    message = turn_message("turn_1", events, waiting=True)
+    chunks = UIChunks("turn_1")
+    stream = chunks.opening() + [c for e in events for c in chunks.map(e)]
+    assert chunks.paused
+    assert message == fold_chunks("turn_1", stream + chunks.finish_waiting())
+    assert message["metadata"]["status"] == "waiting"
+    assert "metadata" not in turn_message("turn_1", events)  # answered since: it goes on
+
+
 def test_a_continued_turn_goes_on_after_its_first_end() -> None:
     events = [
         *said("Part one."),

@@ -12,6 +12,7 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path
 from starlette.exceptions import HTTPException
 
+from ledger.turn import TurnStatus
 from worker.edges.http.deps import RT, authorize
 from worker.edges.http.schemas import ERRORS, ID, UIMessageOut
 from worker.edges.http.uimessages import TurnRecord, UIMessage, conversation_messages
@@ -39,6 +40,7 @@ def chat_messages(
             message=message,
             events=() if meta.replaced_by else rt.ledger.events(meta.turn_id),
             replaced_by=meta.replaced_by,
+            waiting=meta.status == TurnStatus.WAITING,
         )
         for meta, message in found.turns
     )

@@ -35,6 +35,8 @@ class TurnRecord:
     events: Sequence[Event]
     #: the fork that replaced the turn ("" if none): a replaced turn is no part of the history
     replaced_by: str = ""
+    #: the turn waits now (for a person or a client): its stream ends there
+    waiting: bool = False
 
 
 def conversation_messages(turns: Iterable[TurnRecord]) -> list[UIMessage]:
@@ -44,7 +46,7 @@ def conversation_messages(turns: Iterable[TurnRecord]) -> list[UIMessage]:
         if turn.replaced_by:
             continue
         messages.append(user_message(turn.message_id or f"{turn.turn_id}:message", turn.message))
-        messages.append(turn_message(turn.turn_id, turn.events))
+        messages.append(turn_message(turn.turn_id, turn.events, waiting=turn.waiting))
     return messages
 
 
@@ -52,19 +54,22 @@ def user_message(message_id: str, text: str) -> UIMessage:
     return {"id": message_id, "role": "user", "parts": [{"type": "text", "text": text}]}
 
 
-def turn_message(turn_id: str, events: Iterable[Event]) -> UIMessage:
+def turn_message(turn_id: str, events: Iterable[Event], *, waiting: bool = False) -> UIMessage:
     """The turn's answer so far: one assistant message whose id is the turn id."""
-    return fold_chunks(turn_id, turn_chunks(turn_id, events))
+    return fold_chunks(turn_id, turn_chunks(turn_id, events, waiting=waiting))
 
 
-def turn_chunks(turn_id: str, events: Iterable[Event]) -> list[Chunk]:
-    """Every chunk of the turn's stream, through a continued turn's later runs too."""
+def turn_chunks(turn_id: str, events: Iterable[Event], *, waiting: bool = False) -> list[Chunk]:
+    """Every chunk of the turn's stream, through a continued turn's later runs too; a turn that
+    waits ends as its stream does there (``message-metadata``, ``finish``: status ``waiting``)."""
     chunks = UIChunks(turn_id)
     out = chunks.opening()
     for event in events:
         if chunks.done and isinstance(event, RunStarted):
             chunks.go_on()
         out += chunks.map(event)
+    if waiting and not chunks.done:
+        out += chunks.finish_waiting()
     return out
 
 
