@@ -161,7 +161,8 @@ async def run_agent(
 
 def outputs_of(messages: list[dict[str, Any]]) -> list[Output]:
     """The ``tool`` messages that end the input: a client's outputs of its tools' calls
-    (``content`` as JSON when it is, else its text; an ``error`` makes it an error result)."""
+    (``content`` as JSON when it is, else its text; an ``error`` makes it an error result, that
+    text)."""
     found: list[Output] = []
     for message in reversed(messages):
         call_id = message.get("toolCallId")
@@ -173,9 +174,7 @@ def outputs_of(messages: list[dict[str, Any]]) -> list[Output]:
         except ValueError:
             value = content
         error = message.get("error")
-        found.append(
-            Output(call_id, {"error": str(error)}, True) if error else Output(call_id, value)
-        )
+        found.append(Output(call_id, str(error), True) if error else Output(call_id, value))
     return found[::-1]
 
 

@@ -97,7 +97,8 @@ def answers_of(message: dict[str, Any]) -> list[Answer]:
 def outputs_of(message: dict[str, Any]) -> list[Output]:
     """The tool parts of an AI SDK assistant message that carry an output (``addToolOutput``:
     ``output-available``, ``output-error``). Server calls' parts are among them: ``take`` keeps
-    only the calls the turn waits on."""
+    only the calls the turn waits on. An error's result is its ``errorText`` as it is, so that the
+    streams and the history give the client back the text it sent."""
     found = []
     for part in _tool_parts(message):
         call_id = part.get("toolCallId")
@@ -106,7 +107,7 @@ def outputs_of(message: dict[str, Any]) -> list[Output]:
         if part.get("state") == "output-available":
             found.append(Output(call_id, part.get("output")))
         elif part.get("state") == "output-error":
-            found.append(Output(call_id, {"error": str(part.get("errorText") or "")}, True))
+            found.append(Output(call_id, str(part.get("errorText") or ""), True))
     return found
 
 
