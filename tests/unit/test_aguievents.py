@@ -106,6 +106,17 @@ def test_a_replay_goes_on_through_a_wait_that_was_decided_since() -> None:
     assert out[-1]["outcome"] == {"type": "success"}
 
 
+def test_a_run_that_begins_at_a_wait_still_open_finishes_with_the_requests_left() -> None:
+    """A run whose input answered a client's call but not the turn's approval request."""
+    events = agui(answered=["c1"], waited_run="r", asking=[request("ap_2")])
+    out = events.map(ToolDone(**env(), call_id="c1", tool="pick", result="red"))
+    assert out == [] and events.paused
+    (finished,) = events.finish_waiting()
+    (interrupt,) = finished["outcome"]["interrupts"]
+    assert (interrupt["id"], interrupt["toolCallId"]) == ("ap_2", "c-ap_2")
+    assert finished["result"]["status"] == "waiting"
+
+
 def test_a_stopped_turn_is_a_run_error_naming_its_code_and_whether_continue_is_available() -> None:
     events = agui()
     (error,) = events.map(

@@ -149,6 +149,25 @@ def test_a_replay_goes_on_through_a_wait_that_was_decided_since() -> None:
     assert out == [{"type": "tool-output-available", "toolCallId": "c1", "output": "sent"}]
 
 
+def test_a_wait_holds_through_answers_until_the_next_run_starts() -> None:
+    """An answer that leaves the turn waiting (one of two calls) is no resumed turn: the stream
+    still waits on the run that ended waiting, whose id the stream checks the turn's against."""
+    chunks = UIChunks("turn_1", announced=["c1", "c2"], waited_run="run_1")
+    assert chunks.waited_run == "run_1"
+    out = chunks.map(ToolDone(**env(), call_id="c1", tool="ask_user", result={"a": 1}))
+    assert chunks.paused
+    assert types(out + chunks.finish_waiting()) == [
+        "tool-output-available",
+        "message-metadata",
+        "finish",
+    ]
+    chunks = UIChunks("turn_1")
+    chunks.map(RunEnded(**{**env(), "run_id": "run_2"}, reason="waiting"))
+    assert chunks.waited_run == "run_2"
+    chunks.map(RunStarted(**env(), cause="tool_output"))
+    assert not chunks.paused
+
+
 def test_an_approved_call_is_not_announced_again_and_a_denied_one_is_denied() -> None:
     out = fold(
         [

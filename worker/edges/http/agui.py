@@ -155,6 +155,8 @@ async def run_agent(
         announced=begun.announced,
         answered=begun.answered,
         spent=begun.spent,
+        waited_run=begun.waited_run,
+        asking=begun.asking,
     )
     return LiveStream(agui_stream(streams, request, begun, events), streams.release)
 
@@ -231,7 +233,7 @@ async def agui_stream(
             out = [
                 m for i, event in enumerate(said) if i not in replayed for m in events.map(event)
             ]
-            if events.paused and await turn_waits(streams, turn_id):
+            if events.paused and await turn_waits(streams, turn_id, events.waited_run):
                 out += events.finish_waiting()
             if out:
                 yield sse_data(out)

@@ -54,6 +54,18 @@ def iso(ts: float) -> str:
     return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
 
 
+def interrupt(request: ApprovalRequested) -> Message:
+    """An approval request as the interrupt a run that ends waiting on it lists."""
+    return {
+        "id": request.approval_id,
+        "reason": APPROVAL_REASON,
+        "message": f"{request.tool} waits for approval",
+        "toolCallId": request.call_id,
+        "expiresAt": iso(request.expires_at),
+        "metadata": {"tool": request.tool, "input": request.input, "signature": request.signature},
+    }
+
+
 class AguiEvents(Fold):
     """The AG-UI events of one run (thread ``thread_id``, run ``run_id``) over a turn's events;
     ``done`` once the run has finished or failed."""
@@ -67,18 +79,18 @@ class AguiEvents(Fold):
         announced: Iterable[str] = (),
         answered: Iterable[str] = (),
         spent: UsageFold | None = None,
+        waited_run: str | None = None,
+        asking: Iterable[ApprovalRequested] = (),
     ) -> None:
-        super().__init__(announced, spent)
+        super().__init__(announced, spent, waited_run)
         #: calls whose output this run's input carried (the client has them): no result sent
         self.answered = set(answered)
         self.thread_id, self.run_id, self.turn_id = thread_id, run_id, turn_id
         #: the name of the model call's step open, if one is
         self.step: str | None = None
-        #: the approval requests of the turn's current run (its interrupts if it ends waiting)
-        self.interrupts: list[Message] = []
-        #: the last event was a run's end waiting for approval: the run finishes there if the
-        #: turn still waits (``finish_waiting``), and goes on if it was decided since (a replay)
-        self.paused = False
+        #: the approval requests of the turn's current run (its interrupts if it ends waiting):
+        #: a run that begins at a wait starts with those still ``asking``
+        self.interrupts: list[Message] = [interrupt(request) for request in asking]
 
     def opening(self) -> list[Message]:
         return [{"type": "RUN_STARTED", "threadId": self.thread_id, "runId": self.run_id}]
@@ -87,7 +99,6 @@ class AguiEvents(Fold):
         if self.done:
             return []
         self.count(event)
-        self.paused = False  # whatever follows a wait is its resumed turn
         out: list[Message] = []
         if isinstance(event, Text):
             if self.text_id is None:
@@ -109,20 +120,7 @@ class AguiEvents(Fold):
             self.interrupts = []
         elif isinstance(event, ApprovalRequested):
             out += self._end_text() + self._announce(event.call_id, event.tool, event.input)
-            self.interrupts.append(
-                {
-                    "id": event.approval_id,
-                    "reason": APPROVAL_REASON,
-                    "message": f"{event.tool} waits for approval",
-                    "toolCallId": event.call_id,
-                    "expiresAt": iso(event.expires_at),
-                    "metadata": {
-                        "tool": event.tool,
-                        "input": event.input,
-                        "signature": event.signature,
-                    },
-                }
-            )
+            self.interrupts.append(interrupt(event))
         elif isinstance(event, ToolStart):
             out += self._end_text()
             if event.approval_id is None:  # an approved call was announced with its request
@@ -137,7 +135,6 @@ class AguiEvents(Fold):
             out += self._result(event.event_id, call_id, event.result)
         elif isinstance(event, RunEnded):
             out += self._end_text() + self._end_step()
-            self.paused = event.reason == "waiting"
         elif isinstance(event, TurnEnded):
             out += self._end_text() + self._end_step()
             out.append(self._ending(event))

@@ -16,6 +16,7 @@ from typing import Any
 from starlette.exceptions import HTTPException
 
 from ledger.event_models import ApprovalRequested, RunEnded, ToolStart
+from ledger.turn import PENDING
 from ledger.usage import UsageFold
 from worker.base.settings import Settings
 from worker.edges.http.decisions import DECIDED_STATUS
@@ -62,6 +63,11 @@ class Begun:
     answered: tuple[str, ...] = ()
     #: the model calls' spend before ``start`` (None: nothing comes before it)
     spent: UsageFold | None = None
+    #: the run whose end ``start`` is, which waited: while the turn still waits on it (the
+    #: answer left calls or requests open), the stream ends at once, as that run's did
+    waited_run: str | None = None
+    #: the approval requests still open after the answer (AG-UI's interrupts of such a run)
+    asking: tuple[ApprovalRequested, ...] = ()
 
 
 def dicts(values: Any) -> list[dict[str, Any]]:
@@ -163,13 +169,17 @@ def take(
         len(envelopes) - 1,
     )
     before = envelopes[: waited + 1]
+    ended = before[-1].event
     client_calls = [call_id for call_id, _, _ in meta.client_calls]
+    open_ = {aid for aid, state, _ in meta.approvals if state == PENDING} - taken
     return Begun(
         turn_id,
         before[-1].stream_id,
         tuple([r.call_id for r in asked.values()] + client_calls),
         tuple(o.call_id for o in mine),
         UsageFold().feed(e.event for e in before),
+        ended.run_id if isinstance(ended, RunEnded) and ended.reason == "waiting" else None,
+        tuple(r for r in asked.values() if r.approval_id in open_),
     )
 
 

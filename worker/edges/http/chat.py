@@ -283,15 +283,18 @@ def _reconnect_turn(rt: Runtime, conversation_id: str) -> str | None:
     return meta.turn_id if meta.status in RECONNECTS else None
 
 
-async def turn_status(streams: Fanout, turn_id: str) -> str | None:
+async def turn_waits(streams: Fanout, turn_id: str, run_id: str | None) -> bool:
+    """The turn waits now on the end of run ``run_id``: not a wait a replay passes through (it
+    was answered since, and the turn went on or waits again on a later run), nor one a partial
+    answer left (it waits on the rest)."""
     async with streams.reads:
-        status = await streams.reader.hget(keys.turn_meta(turn_id), "status")
-    return None if status is None else text(status)
-
-
-async def turn_waits(streams: Fanout, turn_id: str) -> bool:
-    """The turn waits for a decision now (its wait is not one a replay passes through)."""
-    return await turn_status(streams, turn_id) == TurnStatus.WAITING.value
+        status, current = await streams.reader.hmget(keys.turn_meta(turn_id), ["status", "run_id"])
+    return (
+        status is not None
+        and text(status) == TurnStatus.WAITING.value
+        and current is not None
+        and text(current) == run_id
+    )
 
 
 async def replayed_ends(streams: Fanout, turn_id: str, events: list[Event]) -> set[int]:
@@ -314,7 +317,9 @@ async def replayed_ends(streams: Fanout, turn_id: str, events: list[Event]) -> s
 async def ui_stream(streams: Fanout, request: Request, begun: Begun) -> AsyncIterator[bytes]:
     """The turn after ``begun.start`` as UI message chunks, ``[DONE]`` once it has said all."""
     turn_id = begun.turn_id
-    chunks = UIChunks(turn_id, announced=begun.announced, spent=begun.spent)
+    chunks = UIChunks(
+        turn_id, announced=begun.announced, spent=begun.spent, waited_run=begun.waited_run
+    )
     yield sse_data(chunks.opening())
     # an async generator: closed here, so that the reader is left at once
     follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, begun.start))
@@ -326,7 +331,7 @@ async def ui_stream(streams: Fanout, request: Request, begun: Begun) -> AsyncIte
             for i, event in enumerate(events):
                 if i not in replayed:
                     out += chunks.map(event)
-            if chunks.paused and await turn_waits(streams, turn_id):
+            if chunks.paused and await turn_waits(streams, turn_id, chunks.waited_run):
                 out += chunks.finish_waiting()
             if out:
                 yield sse_data(out)

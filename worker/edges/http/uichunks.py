@@ -33,6 +33,7 @@ from ledger.event_models import (
     ModelDone,
     ModelStart,
     RunEnded,
+    RunStarted,
     Text,
     ToolBlocked,
     ToolDone,
@@ -79,19 +80,37 @@ DONE = b"data: [DONE]\n\n"
 
 class Fold:
     """What a fold of a turn's events into a protocol keeps, whichever the protocol: the text
-    message open, the calls announced, and whether the stream has said all."""
+    message open, the calls announced, the wait it is at, and whether the stream has said all."""
 
-    def __init__(self, announced: Iterable[str], spent: UsageFold | None = None) -> None:
+    def __init__(
+        self,
+        announced: Iterable[str],
+        spent: UsageFold | None = None,
+        waited_run: str | None = None,
+    ) -> None:
         #: calls the client has already (a resumed stream's approved calls)
         self.announced = set(announced)
         self.text_id: str | None = None
         self.done = False
         #: the turn's spend so far: ``spent`` before the stream's start, and every model call since
         self.usage = UsageFold() if spent is None else spent.copy()
+        #: the run that ended waiting, until the turn's next run starts (answers and decisions
+        #: in between leave it): the stream ends there if the turn still waits on that run's end
+        #: (``finish_waiting``), and goes on if it was answered since (a replay)
+        self.waited_run = waited_run
+
+    @property
+    def paused(self) -> bool:
+        return self.waited_run is not None
 
     def count(self, event: Event) -> None:
-        """An event of the stream, counted in the turn's spend when it is a model call's end."""
+        """An event of the stream, counted in the turn's spend when it is a model call's end,
+        and the wait it ends or begins."""
         self.usage.feed((event,))
+        if isinstance(event, RunStarted):
+            self.waited_run = None  # whatever follows is the resumed turn
+        elif isinstance(event, RunEnded):
+            self.waited_run = event.run_id if event.reason == "waiting" else None
 
     def first_sight(self, call_id: str) -> bool:
         """True the first time a call is met: it is announced then, never again."""
@@ -110,16 +129,18 @@ class UIChunks(Fold):
     """The chunks of one stream of a turn; ``done`` once the stream has nothing more to say."""
 
     def __init__(
-        self, turn_id: str, *, announced: Iterable[str] = (), spent: UsageFold | None = None
+        self,
+        turn_id: str,
+        *,
+        announced: Iterable[str] = (),
+        spent: UsageFold | None = None,
+        waited_run: str | None = None,
     ) -> None:
-        super().__init__(announced, spent)
+        super().__init__(announced, spent, waited_run)
         self.turn_id = turn_id
         self.step_open = False
         #: a model call of the open step has begun and not ended
         self.calling = False
-        #: the last event was a run's end waiting for approval: the stream ends there if the
-        #: turn still waits (``finish_waiting``), and goes on if it was decided since (a replay)
-        self.paused = False
         #: the approval requests this stream showed and not yet their decisions: id -> call id
         self.asked: dict[str, str] = {}
 
@@ -130,7 +151,6 @@ class UIChunks(Fold):
         if self.done:
             return []
         self.count(event)
-        self.paused = False  # whatever follows a wait is its resumed turn
         out: list[Chunk] = []
         if isinstance(event, ModelStart):
             out += self._end_text()
@@ -172,7 +192,6 @@ class UIChunks(Fold):
             out += self._blocked(event)
         elif isinstance(event, RunEnded):
             out += self._end_text()
-            self.paused = event.reason == "waiting"
         elif isinstance(event, TurnEnded):
             out += self._end_text() + self._end_step() + self._ending(event)
             self.done = True
