@@ -3,9 +3,10 @@ Chromium, against a real ``dres api`` (with a token, which only the example's se
 real ``dres worker``: a page reloaded mid-answer loads the chat's history (``GET
 /v1/chat/{id}/messages``) and reconnects (``resume: true``, ``GET /v1/chat/{id}/stream``) to
 show the whole answer once; reloaded after it, the history alone shows the same. Reloaded while a
-write waits for approval, it shows the request, and Approve sends the email once. Regenerate and
-Edit fork the turn. The example's route handlers refuse another ``Host`` or ``Origin`` before
-anything reaches dres.
+write waits for approval, it shows the request, and Approve sends the email once. The example's
+client tool (``chat_tools.ask_user``, on the worker) waits for the person's answer in the page,
+recorded once. Regenerate and Edit fork the turn. The example's route handlers refuse another
+``Host`` or ``Origin`` before anything reaches dres.
 
 The example's packages are installed by ``npm ci`` in its directory (once; gitignored); without
 node, or when they cannot be installed, the test skips with the reason, except under
@@ -28,7 +29,18 @@ import redis
 from page_support import ONE_CHUNK, model_worker
 from playwright.sync_api import expect
 
-from rigs import EMAIL, ROOT, ApiProcess, DresProcess, Script, stop_all, subprocess_env, wait_until
+from ledger.store import Ledger
+from rigs import (
+    EMAIL,
+    ROOT,
+    ApiProcess,
+    DresProcess,
+    Script,
+    of,
+    stop_all,
+    subprocess_env,
+    wait_until,
+)
 from tests.support import DRES_ENV, IN_CI, TESTS
 from tests.support.fixtures import StartWorker
 from worker.demo_tools import outbox
@@ -240,6 +252,39 @@ def test_a_reload_while_a_write_waits_shows_the_request_and_approve_sends_it_onc
     expect(tab.get_by_test_id("message-assistant")).to_contain_text("Done.")
     expect(call).to_have_attribute("data-state", "output-available")
     assert len(outbox(rdb)) == 1
+
+
+def test_the_examples_client_tool_waits_for_the_answer_given_in_the_page(
+    app: str,
+    tab: Any,
+    start_worker: StartWorker,
+    dres_env: dict[str, str],
+    dres: ApiProcess,
+    ledger: Ledger,
+) -> None:
+    """``ask.json``, the script the README offers, on a worker with the example's tools."""
+    tools = {
+        "DRES_TOOLS": "worker.demo_tools,chat_tools",
+        "PYTHONPATH": os.pathsep.join([str(EXAMPLE), dres_env["PYTHONPATH"]]),
+    }
+    model_worker(start_worker, f"scripted:{EXAMPLE / 'ask.json'}", **tools)
+    tab.goto(app + "/")
+    tab.get_by_test_id("composer").fill("ask me")
+    tab.get_by_test_id("composer").press("Enter")
+    call = tab.get_by_test_id("tool")
+    expect(call).to_have_attribute("data-state", "input-available")
+    tab.reload()  # the turn waits: the history shows the question again
+    expect(call).to_have_attribute("data-state", "input-available")
+
+    tab.get_by_test_id("tool-answer").fill("green")
+    tab.get_by_role("button", name="Answer").click()
+
+    expect(call).to_have_attribute("data-state", "output-available")
+    expect(tab.get_by_test_id("message-assistant")).to_contain_text("Thanks, noted.")
+    expect(tab.get_by_test_id("message-assistant")).to_have_count(1)
+    (turn,) = turns_of(dres, tab.url.rsplit("/", 1)[-1])
+    (done,) = of(ledger.events(turn["turn_id"]), "tool_done", tool="ask_user")
+    assert done.result == {"answer": "green"}
 
 
 def test_the_examples_routes_refuse_another_host_or_origin_before_dres(

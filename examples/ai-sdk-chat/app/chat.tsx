@@ -6,11 +6,18 @@ import {
   getToolName,
   isToolUIPart,
   lastAssistantMessageIsCompleteWithApprovalResponses,
+  lastAssistantMessageIsCompleteWithToolCalls,
   type UIMessage,
 } from "ai";
 import { useEffect, useState } from "react";
 
 const transport = new DefaultChatTransport({ api: "/api/chat" });
+
+// an answer goes back to dres as soon as the page has it: an approval decided, or an output
+// for every call of the step that the page runs (ask_user, declared in chat_tools.py)
+const answered = (chat: { messages: UIMessage[] }) =>
+  lastAssistantMessageIsCompleteWithApprovalResponses(chat) ||
+  lastAssistantMessageIsCompleteWithToolCalls(chat);
 
 // The chat `id` (a dres conversation): its history first, then the chat itself.
 export function Chat({ id }: { id: string }) {
@@ -31,13 +38,14 @@ export function Chat({ id }: { id: string }) {
 }
 
 function Conversation({ id, history }: { id: string; history: UIMessage[] }) {
-  const { messages, sendMessage, regenerate, addToolApprovalResponse, status, error } = useChat({
-    id,
-    messages: history,
-    transport,
-    resume: true, // GET /api/chat/{id}/stream: a reload mid-answer follows the live turn
-    sendAutomaticallyWhen: lastAssistantMessageIsCompleteWithApprovalResponses,
-  });
+  const { messages, sendMessage, regenerate, addToolApprovalResponse, addToolOutput, status, error } =
+    useChat({
+      id,
+      messages: history,
+      transport,
+      resume: true, // GET /api/chat/{id}/stream: a reload mid-answer follows the live turn
+      sendAutomaticallyWhen: answered,
+    });
   const [input, setInput] = useState("");
   const [editing, setEditing] = useState<string | null>(null); // the user message being edited
   const busy = status === "submitted" || status === "streaming";
@@ -68,6 +76,13 @@ function Conversation({ id, history }: { id: string; history: UIMessage[] }) {
                 {getToolName(part)} {part.state} {JSON.stringify(part.input)}
                 {part.state === "output-available" && ` → ${JSON.stringify(part.output)}`}
                 {part.state === "output-error" && ` → ${part.errorText}`}
+                {part.state === "input-available" && getToolName(part) === "ask_user" && (
+                  <Answer
+                    onAnswer={(answer) =>
+                      addToolOutput({ tool: "ask_user", toolCallId: part.toolCallId, output: { answer } })
+                    }
+                  />
+                )}
                 {part.state === "approval-requested" && (
                   <>
                     <button onClick={() => addToolApprovalResponse({ id: part.approval.id, approved: true })}>
@@ -108,5 +123,21 @@ function Conversation({ id, history }: { id: string; history: UIMessage[] }) {
         />
       </form>
     </main>
+  );
+}
+
+// The person's answer to ask_user: the turn waits for it, and goes on in the same message.
+function Answer({ onAnswer }: { onAnswer: (answer: string) => void }) {
+  const [answer, setAnswer] = useState("");
+  return (
+    <form
+      onSubmit={(e) => {
+        e.preventDefault();
+        onAnswer(answer);
+      }}
+    >
+      <input data-testid="tool-answer" value={answer} onChange={(e) => setAnswer(e.target.value)} aria-label="answer" />
+      <button type="submit">Answer</button>
+    </form>
   );
 }
