@@ -1,6 +1,8 @@
 """``POST /v1/ag-ui``: the AG-UI protocol (docs/chat.md). A ``RunAgentInput`` whose thread is the
-conversation: its ``resume`` entries are the person's decisions on the waiting turn's requests;
-else its last message, the user's, is matched to the thread's turns by its id as the AI SDK's is
+conversation: its ``resume`` entries are the person's decisions on the waiting turn's requests,
+and the ``tool`` messages that end it the client's outputs of the frontend tools' calls the turn
+waits on (its ``tools``: the client tools of the turn the input starts); else its last message,
+the user's, is matched to the thread's turns by its id as the AI SDK's is
 (``worker.edges.http.chat``): a re-run of the newest (same id, same text) starts nothing and
 streams that turn, an earlier turn's id with other text is an edit (a fork), ``forwardedProps``
 ``regenerate: true`` forks the turn answering it, any other is a new turn; a last message that is

@@ -1,12 +1,13 @@
 """``POST /v1/chat`` and ``GET /v1/chat/{id}/stream``: the AI SDK's chat protocol, as its
 ``DefaultChatTransport`` sends and reads it (docs/chat.md).
 
-The chat's id is the conversation id. What a request is, in this order (docs/semantics.md,
-forks): ``trigger: "regenerate-message"`` forks the turn answering the last user message; a last
-message of the assistant's with tool parts in state ``approval-responded`` is the person's
-decisions on the waiting turn's requests, and one that carries nothing to take is refused; a last
-user message is matched to the conversation's turns by its id: the newest turn's own message again
-(a retried request, a second tab) starts nothing, an earlier turn's with other text is an edit (a
+The chat's id is the conversation id. What a request is, in this order (docs/semantics.md, forks):
+``trigger: "regenerate-message"`` forks the turn answering the last user message; a last message of
+the assistant's answers the waiting turn (tool parts in state ``approval-responded``: the person's
+decisions on its requests; a client tool's part in state ``output-available`` or ``output-error``:
+the client's output of that call), and one that carries nothing to take is refused; a last user
+message is matched to the conversation's turns by its id: the newest turn's own message again (a
+retried request, a second tab) starts nothing, an earlier turn's with other text is an edit (a
 fork), any other is a new turn. Either way the answer is the turn's events as UI message chunks
 (``worker.edges.http.uichunks``), read through the same live streams as ``GET
 /v1/turns/{id}/events`` (``worker.edges.http.sse``) and counted in DRES_MAX_STREAMS.
@@ -152,8 +153,9 @@ async def chat(
     body: ChatRequest,
     approver: Annotated[str | None, Depends(caller)],
 ) -> Response:
-    """A message (a new turn of the conversation ``id``) or decisions on the waiting turn's
-    requests; the turn streamed as UI message chunks."""
+    """A message (a new turn of the conversation ``id``), or decisions on the waiting turn's
+    requests and outputs of the client calls it waits on; the turn streamed as UI message
+    chunks."""
     streams = admit_stream(request)
     try:
         begun = await _begin(request, rt, body, approver)
