@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,9 @@ from api_support import (
     CLIENT_TIMEOUT_S,
     DONE_STEP,
     SEND_STEP,
+    ag_ui_validate,
+    kinds,
+    post_agui,
     run_client,
     text_of,
     tool_parts,
@@ -198,10 +200,6 @@ def agui(node_clients: Path, api: ApiProcess, redis_url: str) -> Any:
     return run
 
 
-def kinds(events: list[dict[str, Any]]) -> list[str]:
-    return [e["type"] for e in events]
-
-
 def test_an_agui_run_with_a_tool_call_streams_its_text_and_tool_events(
     agui: Any, http: httpx.Client, start_worker: StartWorker, script: Script
 ) -> None:
@@ -281,29 +279,6 @@ def agui_input(thread_id: str, message: str, model: str) -> dict[str, Any]:
         "messages": [{"id": "u1", "role": "user", "content": message}],
         "forwardedProps": {"model": model},
     }
-
-
-def post_agui(http: httpx.Client, body: dict[str, Any], capture: Path) -> list[dict[str, Any]]:
-    """``POST /v1/ag-ui`` with ``body``: its raw stream written to ``capture``; its events."""
-    with http.stream("POST", "/v1/ag-ui", json=body) as response:
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("text/event-stream")
-        capture.write_bytes(response.read())
-    datas = [line[6:] for line in capture.read_text().splitlines() if line.startswith("data: ")]
-    return [json.loads(data) for data in datas]
-
-
-def ag_ui_validate(capture: Path) -> None:
-    """``ag-ui-validate`` on a captured stream: no error, no warning."""
-    validator = Path(sys.executable).with_name("ag-ui-validate")
-    done = subprocess.run(
-        [str(validator), str(capture), "--json", "--fail-on", "warning"],
-        capture_output=True,
-        text=True,
-        timeout=CLIENT_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_raw_agui_streams_of_an_interrupt_and_of_a_completed_run_pass_ag_ui_validate(

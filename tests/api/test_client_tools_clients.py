@@ -14,8 +14,6 @@ is recorded once, resumes the same turn, and a repeat records nothing.
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,8 +22,10 @@ import httpx
 import pytest
 import redis
 from api_support import (
-    CLIENT_TIMEOUT_S,
     DONE_STEP,
+    ag_ui_validate,
+    kinds,
+    post_agui,
     run_client,
     status_of,
     text_of,
@@ -117,10 +117,6 @@ def model(provider: FakeProvider, module_worker: WorkerProcess, http: httpx.Clie
         provider.replies.clear()
         provider.received.clear()
     return provider
-
-
-def user(text: str) -> dict[str, Any]:
-    return {"id": "u1", "role": "user", "parts": [{"type": "text", "text": text}]}
 
 
 def only_turn(http: httpx.Client, conversation_id: str) -> str:
@@ -268,10 +264,6 @@ def agui(nodedir: Path, url: str, thread_id: str, **command: Any) -> dict[str, A
     return run_client(nodedir, "agui_client.mjs", {"url": url, "threadId": thread_id, **command})
 
 
-def kinds(events: list[dict[str, Any]]) -> list[str]:
-    return [e["type"] for e in events]
-
-
 def test_an_agui_frontend_tool_finishes_the_run_and_a_tool_message_resumes_the_turn_once(
     node_clients: Path, api: ApiProcess, http: httpx.Client, model: FakeProvider, ledger: Ledger
 ) -> None:
@@ -321,29 +313,6 @@ def agui_input(thread_id: str, model: str, messages: list[dict[str, Any]]) -> di
         "tools": [PICK],
         "forwardedProps": {"model": model},
     }
-
-
-def post_agui(http: httpx.Client, body: dict[str, Any], capture: Path) -> list[dict[str, Any]]:
-    """``POST /v1/ag-ui`` with ``body``: its raw stream written to ``capture``; its events."""
-    with http.stream("POST", "/v1/ag-ui", json=body) as response:
-        assert response.status_code == 200
-        capture.write_bytes(response.read())
-    datas = [line[6:] for line in capture.read_text().splitlines() if line.startswith("data: ")]
-    return [json.loads(data) for data in datas]
-
-
-def ag_ui_validate(capture: Path, *off: str) -> None:
-    """``ag-ui-validate`` on a captured stream: no error, no warning (but the rules ``off``)."""
-    validator = Path(sys.executable).with_name("ag-ui-validate")
-    rules = [arg for rule in off for arg in ("--off", rule)]
-    done = subprocess.run(
-        [str(validator), str(capture), "--json", "--fail-on", "warning", *rules],
-        capture_output=True,
-        text=True,
-        timeout=CLIENT_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
 
 
 def test_agui_runs_with_a_frontend_tool_and_an_interrupt_pass_ag_ui_validate(
