@@ -50,6 +50,18 @@ class EarlierTurn(BaseModel):
     answer: str
 
 
+class ClientTool(BaseModel):
+    """A tool the client runs, declared with the turn's request (an AG-UI request's ``tools``):
+    its calls wait for the client's answer (docs/semantics.md, waits)."""
+
+    model_config = ConfigDict(frozen=True, extra="ignore")
+
+    name: str = Field(min_length=1, max_length=128)
+    description: str = ""
+    #: the input's JSON schema
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+
 class TurnStarted(_Event):
     type: Literal["turn_started"] = "turn_started"
     conversation_id: str
@@ -72,6 +84,8 @@ class TurnStarted(_Event):
     inherits: tuple[str, ...] = ()
     #: a fork's: the turns of its conversation it replaces (marked ``replaced_by`` it)
     replaces: tuple[str, ...] = ()
+    #: tools the client runs, declared by the turn's request (beside ``@tool(client=True)``)
+    client_tools: tuple[ClientTool, ...] = ()
 
 
 class TurnContext(_Event):
@@ -97,7 +111,14 @@ class Inherited(_Event):
 
 #: why a run exists
 RunCause = Literal[
-    "first", "next_chunk", "redelivery", "reaper", "auto_continue", "continue", "approval"
+    "first",
+    "next_chunk",
+    "redelivery",
+    "reaper",
+    "auto_continue",
+    "continue",
+    "approval",
+    "tool_output",
 ]
 #: every cause a run may have (the claim's script checks the pending run's against them)
 RUN_CAUSES: tuple[str, ...] = get_args(RunCause)

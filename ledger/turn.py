@@ -91,6 +91,8 @@ class Step(StrEnum):
     DECIDE_LAST = "decide_last"  # the last open request is decided: a run resumes the turn
     STOP_WAITING = "stop_waiting"  # Stop, expiry or a new message ends a waiting turn
     RELEASE = "release"  # a held turn is let through its conversation's line: its run pending
+    ANSWER = "answer"  # a client tool's output for one of several awaited calls; still waits
+    ANSWER_LAST = "answer_last"  # the last awaited output (or decision): a run resumes the turn
 
 
 _Q, _RUN, _RES = TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING
@@ -116,12 +118,18 @@ TABLE: Mapping[tuple[TurnStatus, Step], TurnStatus] = {
     (_WAIT, Step.DECIDE_LAST): _RES,
     (_WAIT, Step.STOP_WAITING): _STOP,
     (_Q, Step.RELEASE): _Q,
+    (_WAIT, Step.ANSWER): _WAIT,
+    (_WAIT, Step.ANSWER_LAST): _RES,
 }
 
 #: the prefix of a turn's metadata fields that hold its approval requests' states
 APPROVAL_FIELD = "ap:"
-#: the state of an approval request not yet decided
+#: the prefix of a turn's metadata fields that hold its awaited client calls' states
+CLIENT_FIELD = "cl:"
+#: the state of an approval request not yet decided (of a client call not yet answered)
 PENDING = "pending"
+#: a client call's state once its output is recorded, or once its wait ended without one
+ANSWERED, VOIDED = "answered", "voided"
 
 
 def approval_field(approval_id: str) -> str:
@@ -132,6 +140,10 @@ def approval_state(state: str, signature: str) -> str:
     """An approval request's metadata value: its state (``pending`` or its decision) and the
     signature it was requested for, so one condition of a step checks both."""
     return f"{state}|{signature}"
+
+
+def client_field(call_id: str) -> str:
+    return CLIENT_FIELD + call_id
 
 
 def allowed_from(step: Step) -> tuple[TurnStatus, ...]:
@@ -191,6 +203,10 @@ class TurnMeta:
     #: every approval request of the turn: (approval_id, state, signature), state ``pending`` or
     #: its decision
     approvals: tuple[tuple[str, str, str], ...] = ()
+    #: client calls awaited (not yet answered), and every client call the turn waited on:
+    #: (call_id, state, tool), state ``pending``, ``answered`` or ``voided``
+    clients_pending: int = 0
+    client_calls: tuple[tuple[str, str, str], ...] = ()
     #: the turn's trace context (a W3C ``traceparent``) when it was recorded traced, else ""
     trace: str = ""
     #: queued behind its conversation's line: no run pending, no message sent (docs/semantics.md)
@@ -238,7 +254,9 @@ class TurnMeta:
                 stop_requested=stop_requested,
                 approvals_pending=int(fields.get("approvals_pending", 0) or 0),
                 approval_expires=float(fields.get("approval_expires", 0) or 0),
-                approvals=_approvals(fields),
+                approvals=_states(fields, APPROVAL_FIELD),
+                clients_pending=int(fields.get("clients_pending", 0) or 0),
+                client_calls=_states(fields, CLIENT_FIELD),
                 trace=fields.get("trace", ""),
                 held=fields.get("held") == "1",
                 message_id=fields.get("message_id", ""),
@@ -263,13 +281,34 @@ class TurnMeta:
     def pending_approvals(self) -> list[str]:
         return [aid for aid, state, _ in self.approvals if state == PENDING]
 
+    @property
+    def pending_calls(self) -> list[tuple[str, str]]:
+        """The client calls the turn waits on: (call_id, tool)."""
+        return [(cid, tool) for cid, state, tool in self.client_calls if state == PENDING]
 
-def _approvals(fields: Mapping[str, str]) -> tuple[tuple[str, str, str], ...]:
+    def client_call(self, call_id: str) -> tuple[str, str] | None:
+        """(state, tool) of one of the turn's client calls; None: not one it waited on."""
+        for cid, state, tool in self.client_calls:
+            if cid == call_id:
+                return state, tool
+        return None
+
+    @property
+    def waiting_for(self) -> str | None:
+        """What a waiting turn waits on first: ``approval`` or ``client_tool`` (None: it does
+        not wait)."""
+        if self.status != TurnStatus.WAITING:
+            return None
+        return "approval" if self.approvals_pending else "client_tool"
+
+
+def _states(fields: Mapping[str, str], prefix: str) -> tuple[tuple[str, str, str], ...]:
+    """The turn's waits of one kind: (id, state, what follows the state's ``|``)."""
     found = []
     for name, value in fields.items():
-        if name.startswith(APPROVAL_FIELD):
-            state, _, signature = value.partition("|")
-            found.append((name[len(APPROVAL_FIELD) :], state, signature))
+        if name.startswith(prefix):
+            state, _, rest = value.partition("|")
+            found.append((name[len(prefix) :], state, rest))
     return tuple(sorted(found))
 
 

@@ -139,6 +139,12 @@ def write_superseded(label: str, *, ctx: ToolContext) -> dict[str, Any]:
     return {"written": label}
 
 
+@tool(client=True)
+def ask_user(question: str) -> dict[str, Any]:
+    """Asks the person at the client; the client answers (its body is never called)."""
+    raise AssertionError("a client tool's body is never called")
+
+
 @tool(needs_approval=lambda data, ctx: data["amount"] > 100)
 def transfer(amount: int, to: str, *, ctx: ToolContext) -> dict[str, Any]:
     """Moves money: a person approves transfers over 100 (a per-call approval rule)."""

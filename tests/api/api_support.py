@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -302,3 +303,35 @@ def text_of(message: dict[str, Any]) -> str:
 
 def tool_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
     return [p for p in message["parts"] if p["type"].startswith("tool-")]
+
+
+# -- raw AG-UI streams --------------------------------------------------------------------------
+
+
+def kinds(events: list[dict[str, Any]]) -> list[str]:
+    """AG-UI events' types."""
+    return [e["type"] for e in events]
+
+
+def post_agui(http: httpx.Client, body: dict[str, Any], capture: Path) -> list[dict[str, Any]]:
+    """``POST /v1/ag-ui`` with ``body``: its raw stream written to ``capture``; its events."""
+    with http.stream("POST", "/v1/ag-ui", json=body) as response:
+        assert response.status_code == 200
+        assert response.headers["content-type"].startswith("text/event-stream")
+        capture.write_bytes(response.read())
+    datas = [line[6:] for line in capture.read_text().splitlines() if line.startswith("data: ")]
+    return [json.loads(data) for data in datas]
+
+
+def ag_ui_validate(capture: Path, *off: str) -> None:
+    """``ag-ui-validate`` on a captured stream: no error, no warning (but the rules ``off``)."""
+    validator = Path(sys.executable).with_name("ag-ui-validate")
+    rules = [arg for rule in off for arg in ("--off", rule)]
+    done = subprocess.run(
+        [str(validator), str(capture), "--json", "--fail-on", "warning", *rules],
+        capture_output=True,
+        text=True,
+        timeout=CLIENT_TIMEOUT_S,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr

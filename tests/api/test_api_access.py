@@ -98,6 +98,11 @@ def test_a_cross_site_form_post_is_refused_with_403_and_changes_nothing(
         assert "origin" in reply.json()["detail"]
     created = http.post("/v1/turns", json={"message": "hi"}, headers={"Origin": FOREIGN})
     assert created.status_code == 403, created.text
+    # a browser that left Origin out still says where the request came from
+    unnamed = http.post(
+        "/v1/turns", json={"message": "hi"}, headers={"Sec-Fetch-Site": "cross-site"}
+    )
+    assert unnamed.status_code == 403 and "cross-site" in unnamed.json()["detail"]
     assert redis_state(rdb) == before
     assert status_of(http, turn_id)["status"] == "queued"
 
@@ -113,6 +118,8 @@ def test_a_write_from_the_apis_own_origin_or_with_no_origin_is_taken(
     localhost = {"Origin": f"http://localhost:{port_of(api)}", "Host": f"localhost:{port_of(api)}"}
     assert http.post(f"/v1/turns/{turn_id}/stop", headers=localhost).status_code == 202
     assert http.get("/v1/approvals", headers={"Origin": FOREIGN}).status_code == 200
+    same = {"Sec-Fetch-Site": "same-origin"}
+    assert http.post("/v1/turns", json={"message": "hi"}, headers=same).status_code == 202
 
 
 def test_with_a_token_a_write_from_another_origin_is_still_refused(

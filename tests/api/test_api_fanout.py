@@ -33,7 +33,7 @@ from worker.edges.http.fanout import Fanout
 from worker.edges.http.sse import event_stream
 from worker.edges.redis.clients import API_STORE_TIMEOUT_S, ledger_reader
 from worker.edges.runtime import Runtime
-from worker.engine.loop import RunResult
+from worker.engine.outcome import RunResult
 from worker.engine.recorder import RunContext
 
 #: Redis connections the API may hold while it serves 500 streams ("a few dozen")

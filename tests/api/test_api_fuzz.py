@@ -6,8 +6,10 @@ id of a real turn (a crashed stop), so that they reach the ledger. Only the
 ``not_a_server_error`` check runs: a 4xx is a fine answer to anything, a 5xx never is. The event
 stream is left out: on a real turn it streams until the turn ends, and its bad input is tested
 in ``test_api_requests``; so are the chat front ends' routes that start a turn and stream it
-(no worker runs here: their turns never end), whose bad input ``test_api_chat`` tests and which
-``test_api_schemathesis`` fuzzes on a real worker.
+(no worker runs here: their turns never end), and the chat's reconnect, which streams a turn the
+fuzzed ``POST /v1/turns`` left queued in the conversation it names (``0``, say) until it ends:
+their bad input ``test_api_chat`` tests and ``test_api_schemathesis`` fuzzes them on a real
+worker.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ MAX_EXAMPLES = 30
 #: seconds one fuzzed request may take
 CALL_TIMEOUT_S = 10
 STREAMING = "/v1/turns/{turn_id}/events"
-#: the routes that start a turn and stream it to its end
-TURN_STREAMS = {STREAMING, "/v1/chat", "/v1/ag-ui"}
+#: the routes that stream a turn to its end (those that start one, and the chat's reconnect)
+TURN_STREAMS = {STREAMING, "/v1/chat", "/v1/chat/{chat_id}/stream", "/v1/ag-ui"}
 
 
 def fuzz(operation: APIOperation, base_url: str, **path: str) -> list[str]:

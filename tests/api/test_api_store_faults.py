@@ -31,7 +31,7 @@ from tests.support.fixtures import started
 from worker.base.settings import load_settings
 from worker.dev.redis_server import RedisServer
 from worker.edges.runtime import Runtime
-from worker.engine.loop import RunResult
+from worker.engine.outcome import RunResult
 from worker.engine.recorder import RunContext
 
 pytestmark = pytest.mark.redis_server

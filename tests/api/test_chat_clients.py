@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,9 @@ from api_support import (
     CLIENT_TIMEOUT_S,
     DONE_STEP,
     SEND_STEP,
+    ag_ui_validate,
+    kinds,
+    post_agui,
     run_client,
     text_of,
     tool_parts,
@@ -38,6 +40,17 @@ LOOK_STEP = {"text": "Let me look at the outbox.", "tool_calls": [{"name": "list
 #: characters, 80 ms apart (within the 6 s chunk these tests give it)
 SLOW_TEXT = "".join(f"word{n:02d} " for n in range(50))
 SLOW_STEP = {"text": SLOW_TEXT, "chunk_chars": 5, "stream_delay_s": 0.08}
+
+
+def spending(step: dict[str, Any], input_tokens: int, output_tokens: int) -> dict[str, Any]:
+    """A scripted model step whose call reports that usage (docs/models.md)."""
+    return {**step, "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens}}
+
+
+def ui_usage(input_tokens: int, output_tokens: int) -> dict[str, int]:
+    """Usage as the AI SDK stream's message metadata carries it."""
+    total = input_tokens + output_tokens
+    return {"inputTokens": input_tokens, "outputTokens": output_tokens, "totalTokens": total}
 
 
 def user(text: str, n: int = 1) -> dict[str, Any]:
@@ -108,7 +121,7 @@ def test_a_reconnect_after_the_request_was_cut_mid_answer_yields_the_whole_text(
 def test_a_reconnect_with_no_live_turn_yields_no_stream(chat: Any, http: httpx.Client) -> None:
     assert http.get("/v1/chat/chat-none/stream").status_code == 204
 
-    assert chat("reconnect", "chat-none") == {"message": None, "chunks": []}
+    assert chat("reconnect", "chat-none") == {"message": None, "chunks": [], "ends": []}
 
 
 def test_an_approval_answered_through_the_transport_sends_once_and_a_repeat_sends_nothing(
@@ -119,13 +132,25 @@ def test_an_approval_answered_through_the_transport_sends_once_and_a_repeat_send
     rdb: redis.Redis,
 ) -> None:
     start_worker(overrides={"DRES_APPROVAL": "send_email"})
-    spec = script([SEND_STEP, DONE_STEP])
+    spec = script([spending(SEND_STEP, 100, 10), spending(DONE_STEP, 200, 20)])
     asked = chat("send", "chat-send", messages=[user("send it")], body={"model": spec})
 
     message = asked["message"]
+    turn_id = message["id"]
     (part,) = tool_parts(message)
     assert (part["type"], part["state"]) == ("tool-send_email", "approval-requested")
-    assert asked["chunks"][-3:] == ["tool-approval-request", "finish-step", "finish"]
+    assert asked["chunks"][-4:] == [
+        "tool-approval-request",
+        "finish-step",
+        "message-metadata",
+        "finish",
+    ]
+    waiting = {"turnId": turn_id, "status": "waiting", "usage": ui_usage(100, 10)}
+    assert asked["ends"] == [
+        {"type": "message-metadata", "messageMetadata": waiting},
+        {"type": "finish", "finishReason": "tool-calls", "messageMetadata": waiting},
+    ]
+    assert message["metadata"] == waiting
     assert outbox(rdb) == []
     part["state"] = "approval-responded"
     part["approval"] = {"id": part["approval"]["id"], "approved": True}
@@ -137,6 +162,16 @@ def test_an_approval_answered_through_the_transport_sends_once_and_a_repeat_send
     (part,) = tool_parts(final)
     assert part["state"] == "output-available"
     assert text_of(final) == "Sending.Done."
+    # the resumed stream starts mid-turn: its usage is still the turn's, the first call's too
+    done = {"turnId": turn_id, "status": "completed", "usage": ui_usage(300, 30)}
+    assert final["metadata"] == done
+    assert resumed["ends"][-1] == {
+        "type": "finish",
+        "finishReason": "stop",
+        "messageMetadata": done,
+    }
+    turn = http.get(f"/v1/turns/{turn_id}").json()
+    assert turn["usage"] == {"input_tokens": 300, "output_tokens": 30}
     assert len(outbox(rdb)) == 1
 
     repeated = chat("send", "chat-send", messages=answered, body={"model": spec})
@@ -165,10 +200,6 @@ def agui(node_clients: Path, api: ApiProcess, redis_url: str) -> Any:
     return run
 
 
-def kinds(events: list[dict[str, Any]]) -> list[str]:
-    return [e["type"] for e in events]
-
-
 def test_an_agui_run_with_a_tool_call_streams_its_text_and_tool_events(
     agui: Any, http: httpx.Client, start_worker: StartWorker, script: Script
 ) -> None:
@@ -179,19 +210,25 @@ def test_an_agui_run_with_a_tool_call_streams_its_text_and_tool_events(
 
     assert kinds(run["events"]) == [
         "RUN_STARTED",
+        "STEP_STARTED",
         "TEXT_MESSAGE_START",
         "TEXT_MESSAGE_CONTENT",
         "TEXT_MESSAGE_END",
+        "STEP_FINISHED",
         "TOOL_CALL_START",
         "TOOL_CALL_ARGS",
         "TOOL_CALL_END",
         "TOOL_CALL_RESULT",
+        "STEP_STARTED",
         "TEXT_MESSAGE_START",
         "TEXT_MESSAGE_CONTENT",
         "TEXT_MESSAGE_END",
+        "STEP_FINISHED",
         "RUN_FINISHED",
     ]
     assert run["outcome"] == {"type": "success"}
+    steps = [e["stepName"] for e in run["events"] if e["type"].startswith("STEP_")]
+    assert steps == ["model_call_1"] * 2 + ["model_call_2"] * 2
     texts = [e["delta"] for e in run["events"] if e["type"] == "TEXT_MESSAGE_CONTENT"]
     assert texts == ["Let me look at the outbox.", "Nothing was sent."]
     assert newest_turn(http, "thread-look")["status"] == "completed"
@@ -201,7 +238,7 @@ def test_an_agui_write_needing_approval_is_an_interrupt_whose_resume_runs_it_onc
     agui: Any, http: httpx.Client, start_worker: StartWorker, script: Script, rdb: redis.Redis
 ) -> None:
     start_worker(overrides={"DRES_APPROVAL": "send_email"})
-    spec = script([SEND_STEP, DONE_STEP])
+    spec = script([spending(SEND_STEP, 100, 10), spending(DONE_STEP, 200, 20)])
 
     asked, resumed = agui("thread-send", "send it", spec, approve=True)["runs"]
 
@@ -217,35 +254,50 @@ def test_an_agui_write_needing_approval_is_an_interrupt_whose_resume_runs_it_onc
     assert kinds(resumed["events"])[0] == "RUN_STARTED"
     assert "TOOL_CALL_RESULT" in kinds(resumed["events"])
     assert resumed["outcome"] == {"type": "success"}
+    turn_id = turn["turn_id"]
+    (waited,) = [e for e in asked["events"] if e["type"] == "RUN_FINISHED"]
+    assert waited["result"] == {
+        "turn_id": turn_id,
+        "status": "waiting",
+        "usage": {"input_tokens": 100, "output_tokens": 10},
+    }
+    (finished,) = [e for e in resumed["events"] if e["type"] == "RUN_FINISHED"]
+    assert finished["result"] == {
+        "turn_id": turn_id,
+        "status": "completed",
+        "usage": {"input_tokens": 300, "output_tokens": 30},
+    }
     assert len(outbox(rdb)) == 1
     assert turn["status"] == "completed"
 
 
-def test_a_raw_agui_stream_passes_ag_ui_validate(
+def agui_input(thread_id: str, message: str, model: str) -> dict[str, Any]:
+    """A ``RunAgentInput`` of one user message, as a raw client posts it."""
+    return {
+        "threadId": thread_id,
+        "runId": f"run-{thread_id}",
+        "messages": [{"id": "u1", "role": "user", "content": message}],
+        "forwardedProps": {"model": model},
+    }
+
+
+def test_raw_agui_streams_of_an_interrupt_and_of_a_completed_run_pass_ag_ui_validate(
     http: httpx.Client, start_worker: StartWorker, script: Script, tmp_path: Path
 ) -> None:
-    start_worker()
-    body = {
-        "threadId": "thread-raw",
-        "runId": "run-raw",
-        "messages": [{"id": "u1", "role": "user", "content": "what was sent?"}],
-        "forwardedProps": {"model": script([LOOK_STEP, {"text": "Nothing was sent."}])},
-    }
-    with http.stream("POST", "/v1/ag-ui", json=body) as response:
-        assert response.status_code == 200
-        assert response.headers["content-type"].startswith("text/event-stream")
-        capture = tmp_path / "stream.sse"
-        capture.write_bytes(response.read())
+    start_worker(overrides={"DRES_APPROVAL": "send_email"})
+    send = script([spending(SEND_STEP, 100, 10), spending(DONE_STEP, 200, 20)])
+    asked = post_agui(http, agui_input("thread-raw", "send it", send), tmp_path / "interrupt.sse")
+    look = script([LOOK_STEP, {"text": "Nothing was sent."}])
+    done = post_agui(http, agui_input("thread-look", "what was sent?", look), tmp_path / "done.sse")
 
-    validator = Path(sys.executable).with_name("ag-ui-validate")
-    done = subprocess.run(
-        [str(validator), str(capture), "--json", "--fail-on", "warning"],
-        capture_output=True,
-        text=True,
-        timeout=CLIENT_TIMEOUT_S,
-        check=False,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
+    assert kinds(asked)[:2] == ["RUN_STARTED", "STEP_STARTED"]
+    assert kinds(asked)[-2:] == ["TOOL_CALL_END", "RUN_FINISHED"]
+    assert asked[-1]["outcome"]["type"] == "interrupt"
+    assert asked[-1]["result"]["status"] == "waiting"
+    assert kinds(done).count("STEP_STARTED") == kinds(done).count("STEP_FINISHED") == 2
+    assert done[-1]["outcome"] == {"type": "success"}
+    ag_ui_validate(tmp_path / "interrupt.sse")
+    ag_ui_validate(tmp_path / "done.sse")
 
 
 def test_a_stopped_turn_ends_the_chat_stream_with_abort(
@@ -289,6 +341,40 @@ def test_a_stopped_turn_ends_the_chat_stream_with_abort(
     result = json.loads(out)
     assert result["chunks"][-1] == "abort"
     assert len(text_of(result["message"])) < len(SLOW_TEXT)
+    told, aborted = result["ends"]
+    assert told["messageMetadata"]["status"] == result["message"]["metadata"]["status"] == "stopped"
+    assert aborted == {
+        "type": "abort",
+        "reason": "the turn stopped (cancelled: Stop requested); Continue is available",
+    }
+
+
+def test_a_turn_stopped_by_its_budget_ends_both_protocols_naming_its_code_and_continue(
+    chat: Any, http: httpx.Client, start_worker: StartWorker, script: Script, tmp_path: Path
+) -> None:
+    start_worker(overrides={"DRES_TURN_TOKEN_BUDGET": "1000"})
+    look = spending(LOOK_STEP, 450, 150)
+    spec = script([look, look, {"text": "Nothing was sent."}])
+
+    got = chat("send", "chat-budget", messages=[user("what was sent?")], body={"model": spec})
+
+    turn_id = got["message"]["id"]
+    stopped = {"turnId": turn_id, "status": "stopped", "usage": ui_usage(900, 300)}
+    told, error, finish = got["ends"]
+    assert told == {"type": "message-metadata", "messageMetadata": stopped}
+    assert error["type"] == "error"
+    assert error["errorText"].startswith("the turn stopped (budget: ")
+    assert error["errorText"].endswith("; Continue is available")
+    assert finish == {"type": "finish", "finishReason": "error", "messageMetadata": stopped}
+    assert got["message"]["metadata"] == stopped
+
+    spec = script([look, look, {"text": "Nothing was sent."}])
+    capture = tmp_path / "stopped.sse"
+    failed = post_agui(http, agui_input("thread-budget", "what was sent?", spec), capture)[-1]
+    assert failed["type"] == "RUN_ERROR" and failed["code"] == "budget"
+    assert failed["message"].startswith("the turn stopped (budget: ")
+    assert failed["message"].endswith("; Continue is available")
+    ag_ui_validate(capture)
 
 
 def test_a_reconnect_to_a_turn_resumed_by_an_approval_replays_through_its_wait(
@@ -319,3 +405,27 @@ def test_a_reconnect_to_a_turn_resumed_by_an_approval_replays_through_its_wait(
     assert part["state"] == "output-available"
     assert again["chunks"][-1] == "finish"
     assert len(outbox(rdb)) == 1
+
+
+def test_a_turn_stopped_then_continued_is_streamed_through_its_old_stop_to_its_end(
+    chat: Any, http: httpx.Client, start_worker: StartWorker, script: Script
+) -> None:
+    """A retried request (the same message) of a turn that stopped and was continued since is
+    streamed from its start: the stop it went on from is passed through, not its end."""
+    start_worker()
+    spec = script([{"fail": "auth", **DONE_STEP}])  # a failure on the step's first attempt
+    first = chat("send", "chat-continued", messages=[user("hi")], body={"model": spec})
+    assert first["chunks"][-1] == "finish" and "error" in first["chunks"]
+    turn_id = newest_turn(http, "chat-continued")["turn_id"]
+    assert http.post(f"/v1/turns/{turn_id}/continue", json={"auto": False}).status_code == 202
+    wait_until(
+        lambda: http.get(f"/v1/turns/{turn_id}").json()["status"] == "completed",
+        timeout=20,
+        what="the continued turn completed",
+    )
+
+    again = chat("send", "chat-continued", messages=[user("hi")], body={"model": spec})
+
+    assert again["chunks"][-1] == "finish" and "error" not in again["chunks"]
+    assert text_of(again["message"]) == DONE_STEP["text"]
+    assert again["message"]["metadata"]["status"] == "completed"

@@ -174,7 +174,12 @@ def test_the_same_request_or_a_reload_while_its_turn_waits_attaches_and_supersed
     assert message["id"] == turn["turn_id"]
     (same,) = tool_parts(message)
     assert same["state"] == "approval-requested" and same["approval"] == part["approval"]
-    assert again["chunks"][-3:] == ["tool-approval-request", "finish-step", "finish"]
+    assert again["chunks"][-4:] == [
+        "tool-approval-request",
+        "finish-step",
+        "message-metadata",
+        "finish",
+    ]
     assert conversation(ready, page.chat_id) == [turn]
 
     page.messages = page.messages[:1]  # a page reloaded with its user message alone

@@ -23,7 +23,7 @@ from tests.support import DRES_ENV, TESTS
 from worker.base.settings import Settings
 from worker.dev.redis_server import RedisServer
 from worker.edges.runtime import Runtime
-from worker.engine.loop import RunResult
+from worker.engine.outcome import RunResult
 
 pytestmark = pytest.mark.redis_server
 

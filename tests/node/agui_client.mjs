@@ -1,12 +1,17 @@
-// AG-UI's own HttpAgent against a dres api, for tests/api/test_chat_clients.py and
-// tests/api/test_chat_forks.py. Reads one JSON command on stdin, prints one JSON result on stdout:
-//   {url, threadId, message, model, token?, approve?: boolean, messages?, props?, resume?}
-//     -> {runs: [{events: [...], outcome}], messages, error}: one run; with `approve` set, a run
-//        whose outcome is an interrupt is followed by a second run resuming every interrupt with
-//        {approved: approve}. `messages` (instead of `message`): the agent's messages as a page
-//        holds them (a re-run, an edit); `props`: more forwardedProps (`regenerate`); `resume`:
-//        the first run's resume entries. A run that fails (an HTTP error) ends the runs; `error`
-//        is what the client threw.
+// AG-UI's own HttpAgent against a dres api, for tests/api/test_chat_clients.py,
+// test_chat_forks.py and test_client_tools_clients.py. Reads one JSON command on stdin, prints one
+// JSON result on stdout:
+//   {url, threadId, message, model, token?, approve?: boolean, messages?, props?, resume?, tools?,
+//    answer?}
+//     -> {runs: [{events: [...], outcome, pending}], messages, error}: one run; with `approve` set,
+//        a run whose outcome is an interrupt is followed by a second run resuming every interrupt
+//        with {approved: approve}. `messages` (instead of `message`): the agent's messages as a
+//        page holds them (a re-run, an edit); `props`: more forwardedProps (`regenerate`);
+//        `resume`: the first run's resume entries. `tools`: the page's own tools (frontend tools),
+//        in every run's input; with `answer` set, a run that finishes leaving tool calls
+//        unanswered (`pending`: the calls the agent derives) is followed by a run whose input
+//        ends with a `tool` message per call, its content `answer` as JSON. A run that fails (an
+//        HTTP error) ends the runs; `error` is what the client threw.
 import { HttpAgent } from "@ag-ui/client";
 
 const input = JSON.parse(await new Promise((resolve) => {
@@ -24,12 +29,20 @@ const agent = new HttpAgent({
 
 async function run(params) {
   const events = [];
+  let pending = [];
   await agent.runAgent(
-    { forwardedProps: { model: input.model, ...input.props }, ...params },
-    { onEvent: ({ event }) => { events.push(event); } },
+    {
+      forwardedProps: { model: input.model, ...input.props },
+      ...(input.tools ? { tools: input.tools } : {}),
+      ...params,
+    },
+    {
+      onEvent: ({ event }) => { events.push(event); },
+      onRunFinishedEvent: (finished) => { pending = finished.pendingToolCallIds ?? []; },
+    },
   );
   const finished = events.find((e) => e.type === "RUN_FINISHED");
-  return { events, outcome: finished?.outcome ?? null };
+  return { events, outcome: finished?.outcome ?? null, pending };
 }
 
 const runs = [];
@@ -43,6 +56,12 @@ try {
       payload: { approved: input.approve },
     }));
     runs.push(await run({ resume }));
+  } else if (input.answer !== undefined && runs[0].pending.length > 0) {
+    for (const toolCallId of runs[0].pending) {
+      const content = JSON.stringify(input.answer);
+      agent.addMessage({ id: `answer-${toolCallId}`, role: "tool", toolCallId, content });
+    }
+    runs.push(await run({}));
   }
 } catch (e) {
   error = String(e?.message ?? e);

@@ -1,7 +1,9 @@
 // The AI SDK's own chat client against a dres api, for tests/api/test_chat_clients.py.
 // Reads one JSON command on stdin, prints one JSON result on stdout:
 //   {op: "send", url, chatId, messages, body?, token?, cutAfterChars?}
-//     -> {message, chunks}: the assistant message readUIMessageStream folded, the chunk types
+//     -> {message, chunks, ends}: the assistant message readUIMessageStream folded (its
+//        `metadata` included), the chunk types, and the chunks that end a message whole
+//        (`message-metadata`, `finish`, `error`, `abort`)
 //        (with cutAfterChars: the request is aborted once that much text has arrived)
 //   {op: "reconnect", url, chatId, token?} -> {message: null} when there is no stream (204)
 import { DefaultChatTransport, readUIMessageStream } from "ai";
@@ -21,10 +23,17 @@ const transport = new DefaultChatTransport({
 const textOf = (message) =>
   message.parts.filter((p) => p.type === "text").map((p) => p.text).join("");
 
+const ENDS = new Set(["message-metadata", "finish", "error", "abort"]);
+
 async function fold(stream, abort) {
   const chunks = [];
+  const ends = [];
   const seen = stream.pipeThrough(new TransformStream({
-    transform(chunk, controller) { chunks.push(chunk.type); controller.enqueue(chunk); },
+    transform(chunk, controller) {
+      chunks.push(chunk.type);
+      if (ENDS.has(chunk.type)) ends.push(chunk);
+      controller.enqueue(chunk);
+    },
   }));
   let message = null;
   try {
@@ -41,7 +50,7 @@ async function fold(stream, abort) {
   } catch (e) {
     if (!abort?.signal.aborted) throw e;
   }
-  return { message, chunks };
+  return { message, chunks, ends };
 }
 
 let result;
@@ -57,6 +66,6 @@ if (input.op === "send") {
   result = await fold(stream, abort);
 } else {
   const stream = await transport.reconnectToStream({ chatId: input.chatId });
-  result = stream === null ? { message: null, chunks: [] } : await fold(stream, null);
+  result = stream === null ? { message: null, chunks: [], ends: [] } : await fold(stream, null);
 }
 process.stdout.write(JSON.stringify(result));

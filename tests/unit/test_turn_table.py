@@ -60,24 +60,27 @@ def test_every_step_has_one_outcome_a_status_or_the_status_as_it_was(step: Step)
         assert set(rows.values()) == {to}
 
 
-def test_only_a_renewal_a_redispatch_a_decision_not_the_last_and_a_release_leave_the_status() -> (
-    None
-):
+def test_only_a_renewal_a_redispatch_a_release_and_a_decision_or_answer_not_the_last_stay() -> None:
     assert {step for step in Step if target(step) is None} == {
         Step.RENEW,
         Step.REDISPATCH,
         Step.DECIDE,
         Step.RELEASE,
+        Step.ANSWER,
     }
 
 
-def test_a_waiting_turn_is_left_only_by_a_decision_or_a_stop_and_no_run_holds_it() -> None:
+def test_a_waiting_turn_is_left_only_by_a_decision_an_answer_or_a_stop_and_no_run_holds_it() -> (
+    None
+):
     from_waiting = {
         step: to for (status, step), to in TABLE.items() if status == TurnStatus.WAITING
     }
     assert from_waiting == {
         Step.DECIDE: TurnStatus.WAITING,
         Step.DECIDE_LAST: TurnStatus.RESUMING,
+        Step.ANSWER: TurnStatus.WAITING,
+        Step.ANSWER_LAST: TurnStatus.RESUMING,
         Step.STOP_WAITING: TurnStatus.STOPPED,
     }
     assert allowed_from(Step.WAIT) == (TurnStatus.RUNNING,)

@@ -16,7 +16,6 @@ hands the turn to its next chunk. No celery here.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 import structlog
@@ -32,6 +31,7 @@ from ledger.events import (
     ModelStart,
     Resumed,
     TokenUsage,
+    TurnStarted,
 )
 from ledger.journal import Journal
 from ledger.note import journal_note
@@ -59,6 +59,7 @@ from worker.engine.models.base import (
     ToolSchema,
     Usage,
 )
+from worker.engine.outcome import RunResult, Waits, waiting_on
 from worker.engine.reading import READ_ERRORS, TurnReader
 from worker.engine.recorder import Recorder, RunContext
 from worker.engine.tools.approval import ApprovalPolicy
@@ -66,6 +67,7 @@ from worker.engine.tools.calls import Attempt
 from worker.engine.tools.executor import ToolExecutor
 from worker.engine.tools.guard import Interrupts, for_a_run
 from worker.engine.tools.registry import Registry
+from worker.engine.tools.spec import client_spec
 
 log = structlog.get_logger("dres.loop")
 
@@ -73,23 +75,6 @@ SYSTEM_PROMPT = (
     "You are an agent that completes the user's request with the tools you are given. Tool calls "
     "with side effects (sending, creating) must not be repeated once they have succeeded."
 )
-
-
-@dataclass(frozen=True)
-class RunResult:
-    """How a run ended, for the lifecycle to record (the loop writes no ending itself)."""
-
-    #: completed or stopped
-    status: str
-    #: why it stopped (a ``ledger.turn.StopCode``)
-    code: str = ""
-    detail: str = ""
-    #: the ``run_ended`` reason
-    run_reason: str = "completed"
-    #: the run's events not yet written (``Recorder.hold``): the ending writes them first
-    held: tuple[Event, ...] = ()
-    #: the turn's open approval requests when the run ends ``waiting`` (docs/semantics.md)
-    requests: tuple[ApprovalRequested, ...] = ()
 
 
 class AgentLoop:
@@ -189,8 +174,9 @@ class AgentLoop:
             return self._end(recorder, "error", "stopped", "journal_unreadable", str(e))
         recorder.events, recorder.inherited = read.events, read.inherited
         journal, note = read.journal, read.note
+        registry, tools = self._tools_of(read.events)
         executor = ToolExecutor(
-            self.registry,
+            registry,
             recorder,
             guard=self.guard,
             interrupts=self.interrupts,
@@ -204,7 +190,7 @@ class AgentLoop:
             seen = len(recorder.events)
             waiting = self._settle_approvals(run, recorder, executor, journal)
             if waiting:
-                return self._waiting(recorder, waiting)
+                return waiting_on(Waits(waiting), recorder.take_unwritten())
             if len(recorder.events) > seen and not self.settings.naive:
                 # An approved call ran (or a denial was recorded): both layers see it.
                 journal = recorder.journal()
@@ -218,7 +204,23 @@ class AgentLoop:
             recorder.hold(Inherited, turns=read.inherits, note=note)
             self._traced_resume("fork", note)
         model = self.make_model(run.model)
-        return self._steps(recorder, executor, model, Attempt.begin(journal, run.turn_id))
+        attempt = Attempt.begin(journal, run.turn_id)
+        return self._steps(recorder, executor, model, attempt, tools)
+
+    def _tools_of(self, events: list[Event]) -> tuple[Registry, tuple[ToolSchema, ...]]:
+        """The turn's tools: the registry's, and the client tools its request declared (its
+        ``turn_started``'s), which only its runs know."""
+        started = events[0] if events else None
+        declared = started.client_tools if isinstance(started, TurnStarted) else ()
+        if not declared:
+            return self.registry, self.tools
+        specs = [client_spec(t.name, t.description, t.parameters) for t in declared]
+        registry = self.registry.with_client_tools(specs)
+        extra = [s for s in specs if registry.get(s.name) is s]
+        if len(extra) < len(specs):
+            log.warning("a client tool named as a registered tool is left out", tools=declared)
+        schemas = tuple(ToolSchema(s.name, s.description, s.schema) for s in extra)
+        return registry, self.tools + schemas
 
     def _settle_approvals(
         self,
@@ -254,7 +256,12 @@ class AgentLoop:
         return waiting
 
     def _steps(
-        self, recorder: Recorder, executor: ToolExecutor, model: ChatModel, attempt: Attempt
+        self,
+        recorder: Recorder,
+        executor: ToolExecutor,
+        model: ChatModel,
+        attempt: Attempt,
+        tools: tuple[ToolSchema, ...],
     ) -> RunResult:
         transport_resumes = 0
         run = recorder.run
@@ -270,7 +277,7 @@ class AgentLoop:
             first = False
             conversation.feed(recorder.events[folded:])
             folded = len(recorder.events)
-            request = self._request(conversation)
+            request = self._request(conversation, tools)
             if request.step >= self.settings.max_model_calls:
                 detail = f"{request.step} model calls without finishing"
                 return self._end(recorder, "error", "stopped", "loop_limit", detail)
@@ -290,7 +297,7 @@ class AgentLoop:
                 if waiting is None:
                     return self._end(recorder, "stopped", "stopped", "cancelled", "Stop requested")
                 if waiting:
-                    return self._waiting(recorder, waiting)
+                    return waiting_on(waiting, recorder.take_unwritten())
                 continue
             except ModelError as e:
                 ended = self._after_model_error(recorder, e, transport_resumes)
@@ -306,17 +313,19 @@ class AgentLoop:
 
     def _execute(
         self, recorder: Recorder, executor: ToolExecutor, attempt: Attempt, calls: list[ToolCall]
-    ) -> list[ApprovalRequested] | None:
-        """Run the step's calls in order; the approval requests some of them made (the run then
-        ends waiting), or None when Stop was requested before one of them."""
-        requests: list[ApprovalRequested] = []
+    ) -> Waits | None:
+        """Run the step's calls in order; what some of them wait on (approval requests, client
+        calls: the run then ends waiting), or None when Stop was requested before one."""
+        waits = Waits()
         for call in calls:
             if self.is_cancelled(recorder.run.turn_id):
                 return None
             outcome = executor.execute(attempt, call)
             if outcome.request is not None:
-                requests.append(outcome.request)
-        return requests
+                waits.requests.append(outcome.request)
+            if outcome.awaited:
+                waits.calls.append((outcome.call_id, outcome.tool))
+        return waits
 
     def _chat(
         self, recorder: Recorder, model: ChatModel, request: ModelRequest
@@ -393,24 +402,17 @@ class AgentLoop:
     def _fold(self, turn_id: str, events: list[Event], kind: Callable[[], F]) -> F:
         return self.reader.fold(turn_id, events, kind)
 
-    def _request(self, conversation: Conversation) -> ModelRequest:
+    def _request(self, conversation: Conversation, tools: tuple[ToolSchema, ...]) -> ModelRequest:
         return ModelRequest(
             system=SYSTEM_PROMPT,
             messages=tuple(conversation.messages()),
-            tools=self.tools,
+            tools=tools,
             step=conversation.step,
             resume_step=conversation.resume_step,
             prior_attempts=conversation.prior_attempts,
         )
 
     # -- ending ------------------------------------------------------------------------------
-
-    @staticmethod
-    def _waiting(recorder: Recorder, requests: list[ApprovalRequested]) -> RunResult:
-        tools = ", ".join(sorted({r.tool for r in requests}))
-        detail = f"waiting for a person's decision on {len(requests)} call(s): {tools}"
-        unwritten = tuple(recorder.take_unwritten())
-        return RunResult("waiting", "", detail, "waiting", unwritten, tuple(requests))
 
     @staticmethod
     def _end(

@@ -22,19 +22,21 @@ from enum import Enum
 import structlog
 
 from ledger.errors import TransitionRefused, UnknownTurn
-from ledger.events import ApprovalDecided
+from ledger.events import ApprovalDecided, ToolDone
 from ledger.store import MetaValue
 from ledger.turn import (
     PENDING,
+    VOIDED,
     Step,
     StopCode,
     TurnMeta,
     TurnStatus,
     approval_field,
     approval_state,
+    client_field,
 )
 from worker.base import metrics
-from worker.engine.loop import RunResult
+from worker.engine.outcome import RunResult
 from worker.engine.recorder import RunContext
 from worker.lifecycle.base import LifecycleBase
 
@@ -85,18 +87,22 @@ class Approvals(LifecycleBase):
     # -- a run ends waiting ------------------------------------------------------------------
 
     def wait(self, run: RunContext, result: RunResult) -> str:
-        """End ``run`` waiting for decisions on its turn's open ``result.requests``: one fenced
-        step, the requests listed for a person before it and the reaper told when the first
-        expires."""
+        """End ``run`` waiting on its turn's open ``result.requests`` (a person's decisions)
+        and ``result.calls`` (a client's outputs): one fenced step, the requests listed for a
+        person before it and the reaper told when the first expires (a client call has no
+        deadline: the turn waits for it, held by nothing, until it comes or the turn stops)."""
         requests = result.requests
-        expires = min(r.expires_at for r in requests)
+        expires = min((r.expires_at for r in requests), default=0.0)
         fields: dict[str, MetaValue] = {
             "next_run": "",
             "approvals_pending": len(requests),
             "approval_expires": expires,
+            "clients_pending": len(result.calls),
         }
         for request in requests:
             fields[approval_field(request.approval_id)] = approval_state(PENDING, request.signature)
+        for call_id, tool in result.calls:
+            fields[client_field(call_id)] = approval_state(PENDING, tool)
         ran = self.run_ended(run, "waiting", result.detail)
         self.store.approvals.add(requests)
         self.store.transition(
@@ -106,7 +112,10 @@ class Approvals(LifecycleBase):
             events=[*result.held, ran],
             fields=fields,
         )
-        self.store.watch(run.turn_id, int(expires * 1000))
+        if requests:
+            self.store.watch(run.turn_id, int(expires * 1000))
+        else:
+            self.store.unwatch(run.turn_id)
         if self.store.stop_requested(run.turn_id):
             # Stop came while the run was ending: it stops the waiting turn (``Control.stop``
             # reads the status again after setting the flag, so one of the two sees the other)
@@ -115,8 +124,13 @@ class Approvals(LifecycleBase):
                     self.store.meta(run.turn_id), StopCode.CANCELLED, "Stop requested"
                 ):
                     return f"stopped: {StopCode.CANCELLED}"
-        self.notify(requests)
-        log.info("turn waits for approval", approvals=[r.approval_id for r in requests])
+        if requests:
+            self.notify(requests)
+        log.info(
+            "turn waits",
+            approvals=[r.approval_id for r in requests],
+            calls=[call_id for call_id, _ in result.calls],
+        )
         # a message that came while the run went on supersedes the turn now that it waits
         self.advance_quietly(run.conversation_id, ended=run.turn_id)
         return "waiting"
@@ -186,13 +200,15 @@ class Approvals(LifecycleBase):
             field: approval_state(PENDING, signature),
             "approvals_pending": meta.approvals_pending,
         }
+        if meta.clients_pending:  # an answer that came meanwhile changes it: read again
+            expect["clients_pending"] = meta.clients_pending
         fields: dict[str, MetaValue] = {
             field: approval_state(decision, signature),
             "approvals_pending": left,
         }
         run_id = None
         step = Step.DECIDE
-        if left <= 0:
+        if left <= 0 and not meta.clients_pending:
             step, run_id = Step.DECIDE_LAST, self.ids.new("run")
             fields.update(
                 next_run=run_id,
@@ -249,18 +265,37 @@ class Approvals(LifecycleBase):
             for aid in open_ids
         ]
         # a superseded turn is never continued: the new message's turn, made next, is newest
+        # a client call the turn waited on gets no answer now: closed as an error (neither
+        # completed nor interrupted: a Continue's model may ask the client again)
+        unanswered = [
+            self.event(
+                meta,
+                ToolDone,
+                call_id=call_id,
+                tool=tool,
+                result={"error": f"not answered: the turn stopped ({detail})"},
+                is_error=True,
+            )
+            for call_id, tool in meta.pending_calls
+        ]
         ended = self.stopped(meta, code, detail, continuable=code != StopCode.SUPERSEDED)
         asked = {aid: self.store.approvals.open_request(meta.turn_id, aid) for aid in open_ids}
-        fields: dict[str, MetaValue] = {"approvals_pending": 0, "approval_expires": 0}
+        fields: dict[str, MetaValue] = {
+            "approvals_pending": 0,
+            "approval_expires": 0,
+            "clients_pending": 0,
+        }
         for aid, state, signature in meta.approvals:
             if state == PENDING:
                 fields[approval_field(aid)] = approval_state(decision, signature)
+        for call_id, tool in meta.pending_calls:
+            fields[client_field(call_id)] = approval_state(VOIDED, tool)
         try:
             self.close(
                 meta.turn_id,
                 Step.STOP_WAITING,
                 {"epoch": meta.epoch},
-                [*events, ended],
+                [*events, *unanswered, ended],
                 conversation_id=meta.conversation_id,
                 fields=fields,
                 advance=advance,
@@ -275,7 +310,11 @@ class Approvals(LifecycleBase):
         return True
 
     def expire_if_due(self, meta: TurnMeta) -> str:
-        """The reaper's look at a waiting turn: stop it once its first request expired."""
+        """The reaper's look at a waiting turn: stop it once its first request expired. A turn
+        that waits on client calls alone has no deadline: nothing looks at it until it moves."""
+        if not meta.approval_expires:
+            self.store.unwatch(meta.turn_id)
+            return "awaiting_client"
         if meta.approval_expires and self.clock.now() >= meta.approval_expires:
             detail = (
                 f"no decision within {self.settings.approval_ttl_s:g} s "

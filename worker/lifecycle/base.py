@@ -22,7 +22,7 @@ from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
 from worker.base.tracing import OFF as OFF_TRACER
 from worker.base.tracing import Tracer
-from worker.engine.loop import RunResult
+from worker.engine.outcome import RunResult
 from worker.engine.recorder import E, RunContext, make_event
 from worker.lifecycle.dispatch import Dispatcher
 

@@ -14,7 +14,8 @@ from ledger.store import MetaValue
 from ledger.turn import Step, StopCode, TurnStatus
 from worker.base import metrics
 from worker.base.errors import Shutdown, SoftLimit, TurnCancelled
-from worker.engine.loop import AgentLoop, RunResult
+from worker.engine.loop import AgentLoop
+from worker.engine.outcome import RunResult
 from worker.engine.recorder import RunContext
 from worker.lifecycle.base import LifecycleBase
 

@@ -233,7 +233,7 @@ class ReaperThread(threading.Thread):
             log.error("reaper sweep failed", error=repr(e))
             return
         metrics.reaper_swept(actions.values())
-        quiet = {"alive", "waiting", "queued", "awaiting_approval", "held"}
+        quiet = {"alive", "waiting", "queued", "awaiting_approval", "awaiting_client", "held"}
         moved = {t: a for t, a in actions.items() if a not in quiet}
         if moved:
             log.info("reaper sweep", actions=moved)

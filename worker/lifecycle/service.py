@@ -12,13 +12,14 @@ this service; the chunk path (``run_chunk``) is the same for all of them. Its pa
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from typing import TypedDict, Unpack
 
 import redis
 import structlog
 
 from ledger.errors import LedgerError
-from ledger.events import TurnStarted
+from ledger.events import ClientTool, TurnStarted
 from ledger.store import MetaValue
 from worker.base.errors import InvalidInput
 from worker.engine.models import make_model
@@ -30,6 +31,7 @@ from worker.lifecycle.control import Control
 from worker.lifecycle.conversation import Context
 from worker.lifecycle.forks import Forked, ForkPlan, Forks, Sent
 from worker.lifecycle.line import Line
+from worker.lifecycle.outputs import ClientOutputs
 
 log = structlog.get_logger("dres.lifecycle")
 
@@ -62,6 +64,8 @@ class TurnOptions(TypedDict, total=False):
     message_id: str | None
     #: ``queue``, ``interrupt`` or ``reject`` (None: DRES_DOUBLE_TEXT)
     double_text: str | None
+    #: tools the client runs, declared by the request (an AG-UI request's ``tools``)
+    client_tools: Sequence[ClientTool]
 
 
 class SendOptions(TypedDict, total=False):
@@ -71,9 +75,10 @@ class SendOptions(TypedDict, total=False):
     model: str | None
     trace_parent: str | None
     double_text: str | None
+    client_tools: Sequence[ClientTool]
 
 
-class Lifecycle(ChunkPath, Control, Approvals, Line, Forks):
+class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks):
     def enqueue(self, message: str, **options: Unpack[TurnOptions]) -> NewTurn:
         """Record the turn and send its first chunk, through its conversation's line: at once
         while no other turn of the conversation is live, else by ``DRES_DOUBLE_TEXT`` (or the
@@ -130,6 +135,7 @@ class Lifecycle(ChunkPath, Control, Approvals, Line, Forks):
         conversation: str = "same",
         message_id: str | None = None,
         trace_parent: str | None = None,
+        client_tools: Sequence[ClientTool] | None = None,
     ) -> Forked:
         """A new turn at ``turn_id`` (docs/semantics.md, forks) with its message or ``message``,
         replacing it and every later turn of its conversation (``conversation`` ``"same"``), or
@@ -154,6 +160,8 @@ class Lifecycle(ChunkPath, Control, Approvals, Line, Forks):
             "turn_id": fork_id,
             "trace_parent": trace_parent,
             "message_id": message_id or source.meta.message_id or None,
+            # a fork's request declares its own client tools; none declared: the source's
+            "client_tools": source.started.client_tools if client_tools is None else client_tools,
         }
         try:
             turn = self.create(text, held=True, fork=plan, **options)
@@ -256,6 +264,7 @@ class Lifecycle(ChunkPath, Control, Approvals, Line, Forks):
             fork_of=fork.fork_of if fork else None,
             inherits=fork.inherits if fork else (),
             replaces=fork.replaces if fork else (),
+            client_tools=tuple(options.get("client_tools") or ()),
         )
         fields: dict[str, MetaValue] = {"model": model or "", "message_id": message_id}
         if held:
@@ -285,12 +294,17 @@ class Lifecycle(ChunkPath, Control, Approvals, Line, Forks):
 class ForkOptions(TypedDict, total=False):
     model: str | None
     trace_parent: str | None
+    client_tools: Sequence[ClientTool] | None
 
 
 def _fork_options(options: SendOptions) -> ForkOptions:
-    """What a chat request's options say of a fork: its model and trace parent (its mode is
-    the forked turn's)."""
-    return {"model": options.get("model"), "trace_parent": options.get("trace_parent")}
+    """What a chat request's options say of a fork: its model, trace parent and client tools
+    (its mode is the forked turn's)."""
+    return {
+        "model": options.get("model"),
+        "trace_parent": options.get("trace_parent"),
+        "client_tools": options.get("client_tools"),
+    }
 
 
 __all__ = [

@@ -8,8 +8,9 @@ browser on another site must not be able to drive a dres on this machine.
 - A cross-site form (``application/x-www-form-urlencoded`` needs no CORS preflight) can POST to
   any origin, token or not, when the token is not needed or a proxy adds it: so a write (any
   method but GET, HEAD, OPTIONS) whose ``Origin`` is present and is not the API's own is refused
-  with 403. A browser sends ``Origin`` on every such request; a client that is not a browser
-  sends none and is let through.
+  with 403, and so is one with no ``Origin`` whose ``Sec-Fetch-Site`` says ``cross-site`` (a
+  browser that left ``Origin`` out). A client that is not a browser sends neither and is let
+  through.
 
 Both refusals are JSON ``{"detail": …}`` as every error is (Starlette's ``TrustedHostMiddleware``
 answers plain text, and knows no loopback range).
@@ -94,6 +95,8 @@ class CallerCheck:
             origin = headers.get("origin")
             if origin is not None and not same_origin(origin, scope["scheme"], host):
                 refusal = (403, f"a write from another origin ({origin!r}) is refused")
+            elif origin is None and headers.get("sec-fetch-site") == "cross-site":
+                refusal = (403, "a write from another site (Sec-Fetch-Site: cross-site) is refused")
         if refusal is None:
             await self.app(scope, receive, send)
             return

@@ -1,6 +1,8 @@
 """``POST /v1/ag-ui``: the AG-UI protocol (docs/chat.md). A ``RunAgentInput`` whose thread is the
-conversation: its ``resume`` entries are the person's decisions on the waiting turn's requests;
-else its last message, the user's, is matched to the thread's turns by its id as the AI SDK's is
+conversation: its ``resume`` entries are the person's decisions on the waiting turn's requests,
+and the ``tool`` messages that end it the client's outputs of the frontend tools' calls the turn
+waits on (its ``tools``: the client tools of the turn the input starts); else its last message,
+the user's, is matched to the thread's turns by its id as the AI SDK's is
 (``worker.edges.http.chat``): a re-run of the newest (same id, same text) starts nothing and
 streams that turn, an earlier turn's id with other text is an edit (a fork), ``forwardedProps``
 ``regenerate: true`` forks the turn answering it, any other is a new turn; a last message that is
@@ -10,6 +12,7 @@ not the user's (and no ``resume``) is refused. The answer is the turn as AG-UI e
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncGenerator, AsyncIterator
 from contextlib import aclosing
 from typing import Annotated, Any, Literal, cast
@@ -17,19 +20,22 @@ from typing import Annotated, Any, Literal, cast
 from fastapi import APIRouter, Depends, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import Response, StreamingResponse
-from pydantic import BaseModel, ConfigDict, Field
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException
 
+from ledger.events import ClientTool
 from worker.edges.http.aguievents import AguiEvents
+from worker.edges.http.answers import Answer, Begun, Output, take
 from worker.edges.http.chat import (
     TEXT,
-    Answer,
     Said,
     caller,
-    decide_answers,
     last_user,
     last_user_text,
     message_id_of,
+    replayed_ends,
     send_message,
     turn_waits,
     user_message_schema,
@@ -44,9 +50,30 @@ from worker.lifecycle.service import DOUBLE_TEXT
 
 #: why a run whose last message is not the user's (and that resumes nothing) starts nothing
 NOTHING_TO_TAKE = (
-    "the last message is not the user's and the input resumes nothing: send a user message, or "
-    "resume the interrupts"
+    "the last message is not the user's and the input resumes nothing: send a user message, "
+    "resume the interrupts, or answer a call the turn waits on with a tool message"
 )
+#: a tool's name, as a model provider takes it
+TOOL_NAME = r"^[A-Za-z0-9_-]{1,64}$"
+
+
+class FrontendTool(BaseModel):
+    """An AG-UI ``Tool``: the client runs it (CopilotKit's ``useCopilotAction``)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    name: str = Field(pattern=TOOL_NAME)
+    description: str = Field("", max_length=4000)
+    parameters: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("parameters")
+    @classmethod
+    def _a_schema(cls, parameters: dict[str, Any]) -> dict[str, Any]:
+        try:
+            Draft202012Validator.check_schema(parameters)
+        except SchemaError as e:
+            raise ValueError(f"not a JSON schema: {e.message}") from None
+        return parameters
 
 
 class ResumeEntry(BaseModel):
@@ -74,6 +101,19 @@ class RunAgentInput(BaseModel):
         None, description="``model``: a model spec (as ``POST /v1/turns`` takes it)"
     )
     resume: list[ResumeEntry] | None = None
+    tools: list[FrontendTool] | None = Field(
+        None,
+        description="the page's own tools (frontend tools): a new turn's client tools, whose "
+        "calls the client runs and answers with a ``tool`` message",
+    )
+
+    @field_validator("tools")
+    @classmethod
+    def _distinct(cls, tools: list[FrontendTool] | None) -> list[FrontendTool] | None:
+        names = [tool.name for tool in tools or ()]
+        if len(set(names)) < len(names):
+            raise ValueError("two tools have one name")
+        return tools
 
 
 def answer_of(entry: ResumeEntry) -> Answer:
@@ -106,23 +146,50 @@ async def run_agent(
     the turn streamed as AG-UI events."""
     streams = admit_stream(request)
     try:
-        turn_id, start, announced = await _begin(
-            rt, body, approver, request.headers.get("traceparent")
-        )
+        begun = await _begin(rt, body, approver, request.headers.get("traceparent"))
     except BaseException:
         streams.release()
         raise
-    events = AguiEvents(body.threadId, body.runId, announced=announced)
-    return LiveStream(agui_stream(streams, request, turn_id, start, events), streams.release)
+    events = AguiEvents(
+        body.threadId,
+        body.runId,
+        turn_id=begun.turn_id,
+        announced=begun.announced,
+        answered=begun.answered,
+        spent=begun.spent,
+        waited_run=begun.waited_run,
+        asking=begun.asking,
+    )
+    return LiveStream(agui_stream(streams, request, begun, events), streams.release)
+
+
+def outputs_of(messages: list[dict[str, Any]]) -> list[Output]:
+    """The ``tool`` messages that end the input: a client's outputs of its tools' calls
+    (``content`` as JSON when it is, else its text; an ``error`` makes it an error result, that
+    text)."""
+    found: list[Output] = []
+    for message in reversed(messages):
+        call_id = message.get("toolCallId")
+        if message.get("role") != "tool" or not isinstance(call_id, str):
+            break
+        content = message.get("content")
+        try:
+            value = json.loads(content) if isinstance(content, str) else content
+        except ValueError:
+            value = content
+        error = message.get("error")
+        found.append(Output(call_id, str(error), True) if error else Output(call_id, value))
+    return found[::-1]
 
 
 async def _begin(
     rt: Runtime, body: RunAgentInput, approver: str | None, trace_parent: str | None
-) -> tuple[str, str, list[str]]:
-    if body.resume:
-        answers = [answer_of(entry) for entry in body.resume]
+) -> Begun:
+    outputs = outputs_of(body.messages)
+    if body.resume or outputs:
+        answers = [answer_of(entry) for entry in body.resume or ()]
         return await run_in_threadpool(
-            decide_answers, rt, rt.settings, body.threadId, answers, approver
+            take, rt, rt.settings, body.threadId, answers, outputs, approver, NOTHING_TO_TAKE
         )
     if approver is not None:
         raise HTTPException(
@@ -145,21 +212,30 @@ async def _begin(
         trace_parent=trace_parent,
         regenerate=props.get("regenerate") is True,
         double_text=double_text,
+        client_tools=tuple(
+            ClientTool(name=t.name, description=t.description, parameters=t.parameters)
+            for t in body.tools or ()
+        ),
     )
     sent = await run_in_threadpool(send_message, rt, said)
-    return sent.turn_id, "0-0", []
+    return Begun(sent.turn_id)
 
 
 async def agui_stream(
-    streams: Fanout, request: Request, turn_id: str, start: str, events: AguiEvents
+    streams: Fanout, request: Request, begun: Begun, events: AguiEvents
 ) -> AsyncIterator[bytes]:
-    """The turn after ``start`` as AG-UI events, until the run finishes or fails."""
+    """The turn after ``begun.start`` as AG-UI events, until the run finishes or fails."""
+    turn_id = begun.turn_id
     yield sse_data(events.opening())
-    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, start))
+    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, begun.start))
     async with aclosing(follow):
         async for message in follow:
-            out = [m for event in events_of(message) for m in events.map(event)]
-            if events.paused and await turn_waits(streams, turn_id):
+            said = events_of(message)
+            replayed = await replayed_ends(streams, turn_id, said)
+            out = [
+                m for i, event in enumerate(said) if i not in replayed for m in events.map(event)
+            ]
+            if events.paused and await turn_waits(streams, turn_id, events.waited_run):
                 out += events.finish_waiting()
             if out:
                 yield sse_data(out)

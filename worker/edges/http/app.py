@@ -25,6 +25,7 @@ from worker.base.settings import Settings
 from worker.edges.http.access import CallerCheck
 from worker.edges.http.agui import router as agui_router
 from worker.edges.http.chat import router as chat_router
+from worker.edges.http.chatmessages import router as chat_messages_router
 from worker.edges.http.decisions import router as decisions_router
 from worker.edges.http.deps import authorize
 from worker.edges.http.document import install_document, operation_id
@@ -90,6 +91,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.include_router(approvals_router)
     api.include_router(conversations_router)
     api.include_router(chat_router)
+    api.include_router(chat_messages_router)
     api.include_router(agui_router)
     api.include_router(page_router)
     api.add_api_route("/healthz", healthz, methods=["GET"], responses=HEALTH_ERRORS)

@@ -1,12 +1,13 @@
 """``POST /v1/chat`` and ``GET /v1/chat/{id}/stream``: the AI SDK's chat protocol, as its
 ``DefaultChatTransport`` sends and reads it (docs/chat.md).
 
-The chat's id is the conversation id. What a request is, in this order (docs/semantics.md,
-forks): ``trigger: "regenerate-message"`` forks the turn answering the last user message; a last
-message of the assistant's with tool parts in state ``approval-responded`` is the person's
-decisions on the waiting turn's requests, and one that carries nothing to take is refused; a last
-user message is matched to the conversation's turns by its id: the newest turn's own message again
-(a retried request, a second tab) starts nothing, an earlier turn's with other text is an edit (a
+The chat's id is the conversation id. What a request is, in this order (docs/semantics.md, forks):
+``trigger: "regenerate-message"`` forks the turn answering the last user message; a last message of
+the assistant's answers the waiting turn (tool parts in state ``approval-responded``: the person's
+decisions on its requests; a client tool's part in state ``output-available`` or ``output-error``:
+the client's output of that call), and one that carries nothing to take is refused; a last user
+message is matched to the conversation's turns by its id: the newest turn's own message again (a
+retried request, a second tab) starts nothing, an earlier turn's with other text is an edit (a
 fork), any other is a new turn. Either way the answer is the turn's events as UI message chunks
 (``worker.edges.http.uichunks``), read through the same live streams as ``GET
 /v1/turns/{id}/events`` (``worker.edges.http.sse``) and counted in DRES_MAX_STREAMS.
@@ -28,10 +29,10 @@ from starlette.exceptions import HTTPException
 
 from ledger import keys
 from ledger.codec import text
-from ledger.event_models import ApprovalRequested, RunEnded
+from ledger.events import ClientTool, Event, TurnEnded
 from ledger.turn import TurnStatus
 from worker.base.settings import Settings
-from worker.edges.http.decisions import DECIDED_STATUS
+from worker.edges.http.answers import Begun, answers_of, dicts, outputs_of, take
 from worker.edges.http.deps import RT, authorize, decider
 from worker.edges.http.fanout import Fanout
 from worker.edges.http.models import admit_model
@@ -39,7 +40,6 @@ from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, ID, MAX_MESSAGE_CHA
 from worker.edges.http.sse import KEEPALIVE, LiveStream, admit_stream, event_stream
 from worker.edges.http.uichunks import DONE, UIChunks, events_of, sse_data
 from worker.edges.runtime import Runtime
-from worker.lifecycle.approvals import DecidedKind
 from worker.lifecycle.service import NOT_BLANK, Sent, is_blank
 
 #: the header that tells the AI SDK the body is its UI message stream
@@ -51,11 +51,8 @@ MAX_MODEL_CHARS = 500
 RECONNECTS = frozenset(
     {TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING, TurnStatus.WAITING}
 )
-#: why a request whose last message is the assistant's starts nothing
-NOTHING_TO_TAKE = (
-    "the last message is the assistant's and carries nothing to take (no approval decision): "
-    "send a user message, or regenerate (trigger regenerate-message)"
-)
+#: the statuses of a turn that ended
+ENDED = frozenset({TurnStatus.COMPLETED.value, TurnStatus.STOPPED.value})
 ID_FORM = re.compile(ID)
 #: a request with no user message whose text dres takes
 NO_TEXT = (
@@ -112,40 +109,11 @@ class ChatRequest(BaseModel):
     )
 
 
-@dataclass(frozen=True)
-class Answer:
-    """A person's answer to one approval request, as the client's tool part carries it."""
-
-    approval_id: str
-    approved: bool
-    reason: str
-
-
-def answers_of(message: dict[str, Any]) -> list[Answer]:
-    """The ``approval-responded`` tool parts of an assistant message."""
-    found: list[Answer] = []
-    for part in _dicts(message.get("parts")):
-        kind = str(part.get("type", ""))
-        approval = part.get("approval")
-        if not (kind.startswith("tool-") or kind == "dynamic-tool"):
-            continue
-        if part.get("state") != "approval-responded" or not isinstance(approval, dict):
-            continue
-        found.append(
-            Answer(
-                str(approval.get("id")),
-                approval.get("approved") is True,
-                approval.get("reason") or "",
-            )
-        )
-    return found
-
-
 def text_of(message: dict[str, Any]) -> str:
     """A UI message's text: its text parts, joined (``content`` for an older client)."""
     parts = message.get("parts")
     if isinstance(parts, list):
-        return "".join(str(p.get("text", "")) for p in _dicts(parts) if p.get("type") == "text")
+        return "".join(str(p.get("text", "")) for p in dicts(parts) if p.get("type") == "text")
     return str(message.get("content") or "")
 
 
@@ -153,11 +121,6 @@ def last_user_text(messages: list[dict[str, Any]], text: Callable[[dict[str, Any
     """The text of the last user message that has any (empty when none has)."""
     said = (text(m) for m in reversed(messages) if m.get("role") == "user")
     return next((t for t in said if not is_blank(t)), "")
-
-
-def _dicts(values: Any) -> list[dict[str, Any]]:
-    """The objects of a list a client sent (anything else in it is no part of ours)."""
-    return [v for v in values if isinstance(v, dict)] if isinstance(values, list) else []
 
 
 async def caller(
@@ -190,32 +153,30 @@ async def chat(
     body: ChatRequest,
     approver: Annotated[str | None, Depends(caller)],
 ) -> Response:
-    """A message (a new turn of the conversation ``id``) or decisions on the waiting turn's
-    requests; the turn streamed as UI message chunks."""
+    """A message (a new turn of the conversation ``id``), or decisions on the waiting turn's
+    requests and outputs of the client calls it waits on; the turn streamed as UI message
+    chunks."""
     streams = admit_stream(request)
     try:
-        turn_id, start, announced = await _begin(request, rt, body, approver)
+        begun = await _begin(request, rt, body, approver)
     except BaseException:
         streams.release()
         raise
-    response = LiveStream(ui_stream(streams, request, turn_id, start, announced), streams.release)
+    response = LiveStream(ui_stream(streams, request, begun), streams.release)
     response.headers.update(UI_STREAM_HEADERS)
     return response
 
 
-async def _begin(
-    request: Request, rt: Runtime, body: ChatRequest, approver: str | None
-) -> tuple[str, str, list[str]]:
+async def _begin(request: Request, rt: Runtime, body: ChatRequest, approver: str | None) -> Begun:
     last = body.messages[-1]
     regenerate = body.trigger == "regenerate-message"
     message = last_user_text(body.messages, text_of)
     if not regenerate and last.get("role") == "assistant":
-        answers = answers_of(last)
-        if not answers:
-            raise HTTPException(*((409, NOTHING_TO_TAKE) if message else NO_TEXT))
-        return await run_in_threadpool(
-            decide_answers, rt, request.app.state.settings, body.id, answers, approver
-        )
+        answers, outputs = answers_of(last), outputs_of(last)
+        if not answers and not outputs and not message:
+            raise HTTPException(*NO_TEXT)
+        settings = request.app.state.settings
+        return await run_in_threadpool(take, rt, settings, body.id, answers, outputs, approver)
     if approver is not None:
         raise HTTPException(
             403, "an approver's token decides approvals only: a message wants the API token"
@@ -230,7 +191,7 @@ async def _begin(
         double_text=body.double_text,
     )
     sent = await run_in_threadpool(send_message, rt, said)
-    return sent.turn_id, "0-0", []
+    return Begun(sent.turn_id)
 
 
 @router.get(
@@ -252,7 +213,7 @@ async def reconnect(
     if turn_id is None:
         return Response(status_code=204)
     streams = admit_stream(request)
-    response = LiveStream(ui_stream(streams, request, turn_id, "0-0", []), streams.release)
+    response = LiveStream(ui_stream(streams, request, Begun(turn_id)), streams.release)
     response.headers.update(UI_STREAM_HEADERS)
     return response
 
@@ -270,6 +231,8 @@ class Said:
     #: a regenerate: True, or the id of the answer to regenerate
     regenerate: str | bool = False
     double_text: str | None = None
+    #: tools the client runs, declared by the request (AG-UI's ``tools``)
+    client_tools: tuple[ClientTool, ...] = ()
 
 
 def send_message(rt: Runtime, said: Said) -> Sent:
@@ -293,6 +256,7 @@ def send_message(rt: Runtime, said: Said) -> Sent:
         model=model,
         trace_parent=said.trace_parent,
         double_text=said.double_text,
+        client_tools=said.client_tools,
     )
 
 
@@ -321,79 +285,55 @@ def _reconnect_turn(rt: Runtime, conversation_id: str) -> str | None:
     return meta.turn_id if meta.status in RECONNECTS else None
 
 
-def decide_answers(
-    rt: Runtime,
-    settings: Settings,
-    conversation_id: str,
-    answers: list[Answer],
-    approver: str | None,
-) -> tuple[str, str, list[str]]:
-    """Take each answer once (a repeat decides nothing again) and say where the resumed turn's
-    stream starts: after the run that ended waiting on the requests, whose calls the client
-    already shows."""
-    if settings.approvers and approver is None:
-        raise HTTPException(
-            403, "only an approver's token (DRES_APPROVER_TOKENS) decides approvals"
-        )
-    newest = rt.lifecycle.store.conversations.newest_turns(conversation_id, 1)
-    if not newest:
-        raise HTTPException(404, f"conversation {conversation_id!r} has no turn")
-    turn_id = newest[0]
-    envelopes = rt.ledger.read_turn(turn_id)
-    asked = {
-        e.event.approval_id: e.event for e in envelopes if isinstance(e.event, ApprovalRequested)
-    }
-    for answer in answers:
-        request = asked.get(answer.approval_id)
-        if request is None:
-            # a decision dres cannot take (an answer replaced or superseded since, a stale tab):
-            # refused, starting nothing (docs/semantics.md, forks)
-            raise HTTPException(
-                409,
-                f"the conversation's newest turn {turn_id} has no approval request "
-                f"{answer.approval_id}: nothing to take",
-            )
-        decided = rt.lifecycle.decide(
-            turn_id,
-            answer.approval_id,
-            "approve" if answer.approved else "deny",
-            request.signature,
-            reason=answer.reason,
-            by=approver or "chat",
-        )
-        if not decided.ok and decided.kind != DecidedKind.ALREADY:
-            raise HTTPException(DECIDED_STATUS[decided.kind], decided.detail)
-    answered = {a.approval_id for a in answers}
-    asked_at = next(
-        i
-        for i, e in enumerate(envelopes)
-        if isinstance(e.event, ApprovalRequested) and e.event.approval_id in answered
-    )
-    waited = next((e for e in envelopes[asked_at:] if isinstance(e.event, RunEnded)), envelopes[-1])
-    return turn_id, waited.stream_id, [r.call_id for r in asked.values()]
-
-
-async def turn_waits(streams: Fanout, turn_id: str) -> bool:
-    """The turn waits for a decision now (its wait is not one a replay passes through)."""
+async def turn_waits(streams: Fanout, turn_id: str, run_id: str | None) -> bool:
+    """The turn waits now on the end of run ``run_id``: not a wait a replay passes through (it
+    was answered since, and the turn went on or waits again on a later run), nor one a partial
+    answer left (it waits on the rest)."""
     async with streams.reads:
-        status = await streams.reader.hget(keys.turn_meta(turn_id), "status")
-    return status is not None and text(status) == TurnStatus.WAITING.value
+        status, current = await streams.reader.hmget(keys.turn_meta(turn_id), ["status", "run_id"])
+    return (
+        status is not None
+        and text(status) == TurnStatus.WAITING.value
+        and current is not None
+        and text(current) == run_id
+    )
 
 
-async def ui_stream(
-    streams: Fanout, request: Request, turn_id: str, start: str, announced: list[str]
-) -> AsyncIterator[bytes]:
-    """The turn after ``start`` as UI message chunks, ``[DONE]`` once it has said all."""
-    chunks = UIChunks(turn_id, announced=announced)
+async def replayed_ends(streams: Fanout, turn_id: str, events: list[Event]) -> set[int]:
+    """The positions in ``events`` of the ``turn_ended`` events the turn has gone on from since
+    (a Continue): one a later one follows, or one that is not the turn's end now (it is live
+    again, or ended otherwise). A stream replaying a continued turn passes through them to the
+    runs after, as the ledger does."""
+    ends = [i for i, event in enumerate(events) if isinstance(event, TurnEnded)]
+    if not ends:
+        return set()
+    async with streams.reads:
+        status, code = await streams.reader.hmget(keys.turn_meta(turn_id), ["status", "code"])
+    now = (text(status) if status else "", text(code) if code else "")
+    last = events[ends[-1]]
+    assert isinstance(last, TurnEnded)
+    gone_on = now[0] not in ENDED or now != (last.status, last.code)
+    return set(ends if gone_on else ends[:-1])
+
+
+async def ui_stream(streams: Fanout, request: Request, begun: Begun) -> AsyncIterator[bytes]:
+    """The turn after ``begun.start`` as UI message chunks, ``[DONE]`` once it has said all."""
+    turn_id = begun.turn_id
+    chunks = UIChunks(
+        turn_id, announced=begun.announced, spent=begun.spent, waited_run=begun.waited_run
+    )
     yield sse_data(chunks.opening())
     # an async generator: closed here, so that the reader is left at once
-    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, start))
+    follow = cast(AsyncGenerator[bytes], event_stream(streams, request, turn_id, begun.start))
     async with aclosing(follow):
         async for message in follow:
             out = []
-            for event in events_of(message):
-                out += chunks.map(event)
-            if chunks.paused and await turn_waits(streams, turn_id):
+            events = events_of(message)
+            replayed = await replayed_ends(streams, turn_id, events)
+            for i, event in enumerate(events):
+                if i not in replayed:
+                    out += chunks.map(event)
+            if chunks.paused and await turn_waits(streams, turn_id, chunks.waited_run):
                 out += chunks.finish_waiting()
             if out:
                 yield sse_data(out)

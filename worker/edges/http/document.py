@@ -5,7 +5,8 @@
 - ``model`` is one of the specs this server admits (its default, the ``DRES_MODELS`` entries,
   ``PROVIDER:*`` as a pattern), so a client (or a fuzzer) knows a spec it may send.
 - Links: what a response's ids lead to (OpenAPI ``links``), from ``POST /v1/turns`` to the turn's
-  status, events, journal, Continue and Stop and to its conversation (to read or delete it);
+  status, events, journal, Continue and Stop and to its conversation (to read it, as the chat's
+  messages too, or delete it);
   from a turn's status, Stop and Continue to the next step of the turn. A listing's items have
   no links: OpenAPI links name one value, and a page may be empty.
 
@@ -65,6 +66,7 @@ LINKS: dict[tuple[str, str, str], dict[str, Any]] = {
         ("Continue", "continue_turn", {"turn_id": TURN}),
         ("Stop", "stop_turn", {"turn_id": TURN}),
         ("Conversation", "conversation", {"conversation_id": CONVERSATION}),
+        ("ChatMessages", "chat_messages", {"chat_id": CONVERSATION}),
         ("DeleteConversation", "delete_conversation", {"conversation_id": CONVERSATION}),
     ),
     ("post", "/v1/turns/{turn_id}/stop", "202"): _links(

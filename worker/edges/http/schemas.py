@@ -112,6 +112,27 @@ class UsageOut(BaseModel):
     output_tokens: int = 0
 
 
+class AwaitedCall(BaseModel):
+    call_id: str
+    tool: str
+
+
+class ToolOutputRequest(BaseModel):
+    """A client's output of a call of a tool it runs (docs/semantics.md, waits)."""
+
+    model_config = ConfigDict(extra="forbid")
+    output: Any = Field(description="what the tool returned (JSON); for an error, what went wrong")
+    is_error: bool = False
+
+
+class OutputAccepted(BaseModel):
+    turn_id: str
+    call_id: str
+    detail: str
+    #: the run that resumes the turn (null while it still waits on something else)
+    run_id: str | None = None
+
+
 class TurnStatus(BaseModel):
     turn_id: str
     conversation_id: str
@@ -126,6 +147,11 @@ class TurnStatus(BaseModel):
     #: its approval requests, oldest first, each with its decision
     approvals: list[ApprovalOut] = []
     usage: UsageOut = UsageOut()
+    #: what a waiting turn waits on first (null unless it waits): a person's decision on an
+    #: approval request, or a client's output of a client tool's call
+    waiting_for: Literal["approval", "client_tool", "timer"] | None = None
+    #: the client tools' calls whose output it waits on
+    awaiting: list[AwaitedCall] = []
 
 
 class ContinueRequest(BaseModel):
@@ -223,6 +249,19 @@ class ConversationDetail(BaseModel):
     title: str
     #: its turns whose keys live, oldest first
     turns: list[ConversationTurn]
+
+
+class UIMessageOut(BaseModel):
+    """A message of the AI SDK's ``UIMessage`` list (docs/chat.md): its ``parts`` as
+    ``readUIMessageStream`` builds them (text, ``step-start``, ``tool-NAME`` in its last state)."""
+
+    id: str
+    role: Literal["user", "assistant"]
+    parts: list[dict[str, Any]] = Field(
+        description="the AI SDK's UI message parts, each with its `type`"
+    )
+    #: the stream's message metadata, when it carries any
+    metadata: Any = None
 
 
 class Error(BaseModel):

@@ -15,7 +15,7 @@ from contextlib import suppress
 from typing import Annotated
 
 import redis
-from fastapi import APIRouter, Depends, Header, Query, Request
+from fastapi import APIRouter, Depends, Header, Path, Query, Request
 from fastapi.concurrency import run_in_threadpool
 from fastapi.responses import StreamingResponse
 from starlette.exceptions import HTTPException
@@ -37,10 +37,13 @@ from worker.edges.http.schemas import (
     WRITE_ERRORS,
     Accepted,
     ApprovalOut,
+    AwaitedCall,
     ContinueRequest,
     ForkCreated,
     ForkRequest,
     JournalOut,
+    OutputAccepted,
+    ToolOutputRequest,
     TurnCreated,
     TurnRequest,
     TurnStatus,
@@ -159,6 +162,8 @@ async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> Turn
         code=meta.code,
         approvals=approvals,
         usage=UsageOut(**UsageFold().feed(events).spent().model_dump()),
+        waiting_for=meta.waiting_for,
+        awaiting=[AwaitedCall(call_id=c, tool=t) for c, t in meta.pending_calls],
     )
 
 
@@ -237,6 +242,29 @@ def fork_turn(
         conversation_id=forked.conversation_id,
         replaces=list(forked.replaces),
         events_url=f"/v1/turns/{forked.turn_id}/events",
+    )
+
+
+@router.post(
+    "/{turn_id}/tool-outputs/{call_id}",
+    status_code=202,
+    response_model=OutputAccepted,
+    responses=WRITE_ERRORS,
+)
+def tool_output(
+    rt: RT,
+    turn_id: TurnId,
+    call_id: Annotated[str, Path(pattern=ID, description="the call's id (its tool_start's)")],
+    body: ToolOutputRequest,
+) -> OutputAccepted:
+    """A client's output of a call of a tool it runs, which the turn waits on: recorded once
+    as the call's result, and the turn resumes once nothing else is awaited. 409 (naming what
+    the turn waits on) when it does not wait on that call, or its output was recorded before."""
+    answered = rt.lifecycle.answer(turn_id, call_id, body.output, is_error=body.is_error)
+    if not answered.ok:
+        raise HTTPException(409, answered.detail)
+    return OutputAccepted(
+        turn_id=turn_id, call_id=call_id, detail=answered.detail, run_id=answered.run_id
     )
 
 

@@ -53,6 +53,8 @@ class ToolOutcome:
     blocked_reason: str | None = None
     #: the call waits for a person's decision: its request (docs/semantics.md)
     request: ApprovalRequested | None = None
+    #: the call waits for the client's answer (a client tool): its ``tool_start`` is recorded
+    awaited: bool = False
 
 
 @dataclass

@@ -132,10 +132,21 @@ class ToolExecutor:
             return self._blocked(prepared, decision)
         if isinstance(decision, Reconcile):
             return self._reconcile(attempt, prepared, decision)
+        if prepared.spec.client:
+            return self._await_client(prepared)
         # A retry of an interrupted call (it supersedes one) was approved when it first ran.
         if not decision.supersedes and self._needs_approval(attempt, prepared):
             return self._ask(prepared)
         return self._run(attempt, prepared, decision)
+
+    def _await_client(self, call: PreparedCall) -> ToolOutcome:
+        """A client tool's call: its ``tool_start`` recorded (a write's, under the Stop flag),
+        nothing run; the run ends waiting for the client's answer, which the API records as
+        its ``tool_done`` (docs/semantics.md, waits)."""
+        with self.guard:
+            self._start(call, None)
+        log.info("tool call waits for the client", tool=call.tool, call_id=call.call_id)
+        return ToolOutcome(call.call_id, call.tool, None, False, awaited=True)
 
     # -- approvals (docs/semantics.md) ----------------------------------------------------------
 

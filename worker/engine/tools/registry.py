@@ -45,6 +45,12 @@ class Registry:
             registry.add_specs(*source.tools(source.parse(settings)))
         return registry
 
+    def with_client_tools(self, specs: Iterable[ToolSpec]) -> Registry:
+        """This registry and a turn's client tools (its request's), for that turn's runs. A
+        registered tool keeps its name: a client tool named as one is left out."""
+        fresh = [spec for spec in specs if spec.name not in self.tools]
+        return Registry({**self.tools, **{spec.name: spec for spec in fresh}}) if fresh else self
+
     def get(self, name: str) -> ToolSpec | None:
         return self.tools.get(name)
 

@@ -53,8 +53,12 @@ class ToolSpec:
     #: a tool from elsewhere: its declared input schema, checked with ``jsonschema``; ``fn`` is
     #: then called as ``fn(input_dict, ctx)``. None: a Python tool (``input_model``)
     json_schema: dict[str, Any] | None = None
-    #: where the tool comes from: ``python``, ``mcp NAME`` or ``openapi NAME`` (``dres tools``)
+    #: where the tool comes from: ``python``, ``mcp NAME``, ``openapi NAME`` or ``client``
+    #: (``dres tools``)
     source: str = "python"
+    #: the client runs it, not the worker: a call waits for the client's answer and ``fn`` is
+    #: never called (docs/tools.md, client tools)
+    client: bool = False
 
     @cached_property
     def schema(self) -> dict[str, Any]:
@@ -138,6 +142,8 @@ class ToolOptions(TypedDict, total=False):
     idempotent: bool
     reconcile: Reconcile | None
     needs_approval: NeedsApproval
+    #: the client runs it (its body is never called): a call waits for the client's answer
+    client: bool
 
 
 @overload
@@ -169,6 +175,7 @@ def _declare(func: Callable[..., Any], options: ToolOptions) -> ToolSpec:
     idempotent = options.get("idempotent", False)
     reconcile = options.get("reconcile")
     needs_approval = options.get("needs_approval", False)
+    client = options.get("client", False)
     unknown = [f for f in ident if f not in model.model_fields]
     if unknown:
         raise ToolDefinitionError(f"tool {tool_name}: identity names unknown fields {unknown}")
@@ -176,6 +183,11 @@ def _declare(func: Callable[..., Any], options: ToolOptions) -> ToolSpec:
         raise ToolDefinitionError(
             f"tool {tool_name}: identity, idempotent, reconcile and needs_approval are for "
             "write tools (a read-only tool never waits for approval)"
+        )
+    if client and (idempotent or reconcile or needs_approval is not False):
+        raise ToolDefinitionError(
+            f"tool {tool_name}: a client tool waits for the client's answer: idempotent, "
+            "reconcile and needs_approval are for tools the worker runs"
         )
     if not (isinstance(needs_approval, bool) or callable(needs_approval)):
         raise ToolDefinitionError(
@@ -194,7 +206,27 @@ def _declare(func: Callable[..., Any], options: ToolOptions) -> ToolSpec:
         needs_approval=needs_approval,
         wants_ctx=wants_ctx,
         is_async=inspect.iscoroutinefunction(func),
+        client=client,
+        source="client" if client else "python",
     )
+
+
+def client_spec(name: str, description: str, parameters: dict[str, Any]) -> ToolSpec:
+    """A tool a turn's request declares for the client to run (an AG-UI request's ``tools``):
+    a write (the client's effects are unknown to dres), its input checked against its schema."""
+    schema = parameters or {"type": "object", "properties": {}}
+    return ToolSpec(
+        name=name,
+        fn=_never_called,
+        description=description or name,
+        json_schema=schema,
+        source="client",
+        client=True,
+    )
+
+
+def _never_called(*args: Any, **kwargs: Any) -> Any:
+    raise ToolDefinitionError("a client tool is run by the client, never by the worker")
 
 
 def specs_of(functions: Iterable[Callable[..., Any]]) -> list[ToolSpec]:

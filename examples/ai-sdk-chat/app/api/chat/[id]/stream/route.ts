@@ -1,6 +1,7 @@
 import { toDres } from "../../../../dres";
 
-export async function GET(_: Request, { params }: { params: Promise<{ id: string }> }) {
+// useChat's resume: the chat's live or waiting turn from its start (204: none)
+export async function GET(request: Request, { params }: { params: Promise<{ id: string }> }) {
   const { id } = await params;
-  return toDres(`/v1/chat/${encodeURIComponent(id)}/stream`);
+  return toDres(request, `/v1/chat/${encodeURIComponent(id)}/stream`);
 }
