@@ -52,6 +52,8 @@ ALLOWED: dict[str, set[str]] = {
     "worker.client": {"worker.edges.client"},
     # the demo's tools, the default DRES_TOOLS: written against the public face alone
     "worker.demo_tools": {"worker.tools"},
+    # the examples' own tools (examples/ai-sdk-chat/chat_tools.py): the public face alone too
+    "examples": {"worker.tools"},
     "tasks": {"ledger", "worker", "tasks"},
     # beside the product: the testing rigs, and the proofs and the suite that stand on them
     "rigs": {"ledger", "worker", "rigs"},
@@ -82,7 +84,7 @@ THIRD_PARTY: dict[str, set[str] | None] = {
     "worker.lifecycle": {"redis", "structlog"},
 }
 #: every top-level package of the repository: the product, then what stands beside it
-DRES = ("ledger", "worker", "tasks", "rigs", "bench", "chaos", "tests")
+DRES = ("ledger", "worker", "tasks", "rigs", "bench", "chaos", "tests", "examples")
 #: top-level directories that hold no package of the repository (tools, caches, build output)
 NOT_PACKAGES = {"build", "dist"}
 
@@ -115,7 +117,10 @@ def within(name: str, allowed: set[str]) -> bool:
 
 
 def modules() -> list[Path]:
-    return sorted(p for package in DRES for p in (ROOT / package).rglob("*.py"))
+    """Every Python module of the repository's packages (an example's installed node packages,
+    gitignored, are none of its)."""
+    found = (p for package in DRES for p in (ROOT / package).rglob("*.py"))
+    return sorted(p for p in found if "node_modules" not in p.parts)
 
 
 def violations(path: Path) -> list[str]:
