@@ -208,28 +208,14 @@ class Approvals(LifecycleBase):
         }
         run_id = None
         step = Step.DECIDE
-        if left <= 0 and not meta.clients_pending:
-            step, run_id = Step.DECIDE_LAST, self.ids.new("run")
-            fields.update(
-                next_run=run_id,
-                next_chunk=meta.chunk + 1,
-                next_cause="approval",
-                dispatched=self.clock.now(),
-                redispatches=0,
-                takeovers=0,
-                approval_expires=0,
-            )
         decided = self.event(
             meta, ApprovalDecided, approval_id=approval_id, decision=decision, reason=reason, by=by
         )
         request = self.store.approvals.open_request(meta.turn_id, approval_id)
-        if run_id is not None:
-            # Watched before the step, not only by ``launch`` after it: the reaper's look at a
-            # waiting turn is set for its requests' expiry (a day off), so a step whose message
-            # then never left (the decider died, or Redis lost the writes after the step) would
-            # wait that long to be sent again. Refused, the step leaves an early look that finds
-            # the turn waiting and sets the expiry's again.
-            self.store.watch(meta.turn_id, self.ms(self.settings.handoff_grace_s))
+        if left <= 0 and not meta.clients_pending:
+            step = Step.DECIDE_LAST
+            run_id, resume = self.resuming_after_wait(meta, "approval")
+            fields.update(resume)
         self.store.transition(meta.turn_id, step, expect=expect, events=[decided], fields=fields)
         self.store.approvals.remove(meta.turn_id, [approval_id])
         waited = None if request is None else decided.ts - request.ts

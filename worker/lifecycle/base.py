@@ -100,6 +100,26 @@ class LifecycleBase:
         """The clock's now plus ``after_s``, in ms since the epoch (leases, the reaper's index)."""
         return int((self.clock.now() + after_s) * 1000)
 
+    def resuming_after_wait(self, meta: TurnMeta, cause: str) -> tuple[str, dict[str, MetaValue]]:
+        """The run that resumes a waiting turn once nothing is awaited any more (the last
+        decision or client output), and the fields its step sets. Watched before the step, not
+        only by ``launch`` after it: a waiting turn's look is set for its requests' expiry (a
+        day off, or none), so a step whose message then never left (its caller died, or Redis
+        lost the writes after it) would wait that long to be sent again. A refused step leaves
+        an early look that finds the turn waiting and sets the expiry's again."""
+        run_id = self.ids.new("run")
+        fields: dict[str, MetaValue] = {
+            "next_run": run_id,
+            "next_chunk": meta.chunk + 1,
+            "next_cause": cause,
+            "dispatched": self.clock.now(),
+            "redispatches": 0,
+            "takeovers": 0,
+            "approval_expires": 0,
+        }
+        self.store.watch(meta.turn_id, self.ms(self.settings.handoff_grace_s))
+        return run_id, fields
+
     def launch(self, turn_id: str, run_id: str, mode: str) -> None:
         """Dispatch a recorded pending run, watched for a lost message."""
         self.store.watch(turn_id, self.ms(self.settings.handoff_grace_s))

@@ -113,17 +113,9 @@ class ClientOutputs(LifecycleBase):
         }
         step, run_id = Step.ANSWER, None
         if left <= 0 and not meta.approvals_pending:
-            step, run_id = Step.ANSWER_LAST, self.ids.new("run")
-            fields.update(
-                next_run=run_id,
-                next_chunk=meta.chunk + 1,
-                next_cause="tool_output",
-                dispatched=self.clock.now(),
-                redispatches=0,
-                takeovers=0,
-            )
-            # watched before the step: a resume whose message never left is sent again
-            self.store.watch(meta.turn_id, self.ms(self.settings.handoff_grace_s))
+            step = Step.ANSWER_LAST
+            run_id, resume = self.resuming_after_wait(meta, "tool_output")
+            fields.update(resume)
         result = stored_result(output, self.settings.max_result_bytes)
         done = self.event(
             meta, ToolDone, call_id=call_id, tool=tool, result=result, is_error=is_error
