@@ -20,7 +20,7 @@ from redis.cluster import RedisCluster
 from ledger.codec import FIELD, encode, text
 from ledger.events import Event
 from ledger.lease import Lease
-from ledger.store import STORE_ERRORS, Ledger
+from ledger.store import STORE_ERRORS, Ledger, spends_tokens
 
 #: an append's outcome: its stream id, or why the pipeline did not make it (None: not tried)
 Made = str | Exception | None
@@ -32,7 +32,8 @@ def append_each(ledger: Ledger, items: Sequence[tuple[Event, Lease]]) -> list[Ma
     the caller hands to ``Ledger.append``."""
     if not items:
         return []
-    if isinstance(ledger.client, RedisCluster):
+    # a model_done with usage moves the turn's totals with it: only Ledger.append does that
+    if isinstance(ledger.client, RedisCluster) or any(spends_tokens(e) for e, _ in items):
         return [None] * len(items)
     pipe = ledger.client.pipeline(transaction=False)
     for event, lease in items:
