@@ -42,9 +42,7 @@ def append_each(ledger: Ledger, items: Sequence[tuple[Event, Lease]]) -> list[Ma
     pipe = ledger.client.pipeline(transaction=False)
     for event, lease in items:
         payload = encode(event, lease.opened)
-        pipe.execute_command(  # type: ignore[no-untyped-call]
-            "XADD", lease.stream, "NOMKSTREAM", lease.next_id(), FIELD, payload
-        )
+        pipe.execute_command("XADD", lease.stream, "NOMKSTREAM", lease.next_id(), FIELD, payload)
     try:
         replies: list[Any] = pipe.execute(raise_on_error=False)
     except (redis.RedisError, RedisClusterException) as e:
