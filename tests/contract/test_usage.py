@@ -111,3 +111,22 @@ def test_a_turn_recorded_before_its_metadata_kept_totals_gets_none_and_its_strea
     assert UsageFold().feed(ledger.events("t1")).spent() == TokenUsage(
         input_tokens=15, output_tokens=3
     )
+
+
+def test_a_forks_usage_is_its_own_calls_as_its_stream_holds_them(
+    client: redis.Redis, tmp_path: Path
+) -> None:
+    """A fork copies no stream (docs/semantics.md): its totals start at zero, whatever the turn
+    it replaces spent, and stay its own stream's sum; the replaced turn keeps its own."""
+    h = Harness(client, tmp_path)
+    first = h.enqueue([spending(LOOKUP, 100, 20), spending(DONE, 50, 5)], "look it up")
+    h.follow(first.turn_id)
+    assert h.run_to_end().status == "completed"
+    forked = h.lifecycle.fork(first.turn_id, model=h.script([spending(DONE, 7, 3)]))
+    assert h.ledger.meta(forked.turn_id).usage == TokenUsage()
+    h.follow(forked.turn_id)
+    assert h.run_to_end().status == "completed"
+    for turn_id, spent in ((first.turn_id, (150, 25)), (forked.turn_id, (7, 3))):
+        usage = h.ledger.meta(turn_id).usage
+        assert usage == UsageFold().feed(h.ledger.events(turn_id)).spent()
+        assert usage == TokenUsage(input_tokens=spent[0], output_tokens=spent[1])
