@@ -44,7 +44,7 @@ from ledger.errors import (
     StoreFull,
     UnknownTurn,
 )
-from ledger.events import Event, TurnStarted
+from ledger.events import Event, ModelDone, TurnStarted
 from ledger.gcpause import gc_paused
 from ledger.lease import Lease
 from ledger.turn import TurnMeta
@@ -137,6 +137,22 @@ class _Outage:
         return None if self.since is None else time.monotonic() - self.since
 
 
+def spends_tokens(event: Event) -> bool:
+    """Does appending ``event`` move the turn's usage totals (a ``model_done`` with usage)?"""
+    return isinstance(event, ModelDone) and event.usage is not None
+
+
+def _spending(batch: Sequence[Event]) -> list[MetaValue]:
+    """``lua/append.lua``'s trailing arguments for ``batch``: how many of its events spent
+    tokens, then for each its place in the batch (from 1) and its input and output tokens;
+    nothing when none did."""
+    spent: list[MetaValue] = []
+    for k, event in enumerate(batch, 1):
+        if isinstance(event, ModelDone) and event.usage is not None:
+            spent += [k, event.usage.input_tokens, event.usage.output_tokens]
+    return [len(spent) // 3, *spent] if spent else []
+
+
 def _split(stream_id: str) -> tuple[int, int]:
     ms, _, seq = stream_id.partition("-")
     return int(ms), int(seq)
@@ -206,6 +222,8 @@ class Ledger:
         """
         if lease.last[0] == event.event_id:
             return lease.last[1]
+        if spends_tokens(event):  # the turn's usage totals move with it, in the same atomic step
+            return self._batched([event], lease, unless_stopped)[0]
         stream = lease.stream
         payload = encode(event, lease.opened)
         add = self._xadd if not unless_stopped else self._start
@@ -289,6 +307,11 @@ class Ledger:
         """
         if len(events) == 1:  # most appends: a tool call's start, its end
             return [self.append(events[0], lease=lease, unless_stopped=unless_stopped)]
+        return self._batched(events, lease, unless_stopped)
+
+    def _batched(self, events: Sequence[Event], lease: Lease, unless_stopped: bool) -> list[str]:
+        """``events`` through ``lua/append.lua``, ``BATCH`` at a time: each batch fenced and
+        atomic with the turn's usage totals."""
         if not events:
             return []
         turn_keys: Sequence[str] = keys.turn_keys(lease.turn_id)
@@ -303,11 +326,13 @@ class Ledger:
         self, turn_keys: Sequence[str], lease: Lease, batch: Sequence[Event]
     ) -> list[str]:
         payloads = [encode(event, lease.opened) for event in batch]
+        spent = _spending(batch)
         while True:
             ids = [f"{lease.epoch}-{lease.seq + i}" for i in range(len(batch))]
             args: list[MetaValue] = [lease.epoch, len(batch)]
             for sid, payload in zip(ids, payloads, strict=True):
                 args += [sid, payload]
+            args += spent
             try:
                 self.retry(partial(self._append_batch_script, keys=turn_keys, args=args), "append")
             except StoreFull as e:

@@ -20,6 +20,7 @@ from typing import Any
 
 from ledger.codec import text
 from ledger.errors import CorruptTurn
+from ledger.events import TokenUsage
 
 
 class TurnStatus(StrEnum):
@@ -217,6 +218,9 @@ class TurnMeta:
     replaced_by: str = ""
     #: a fork's: the turn it was forked at ("": not a fork)
     fork_of: str = ""
+    #: what the turn's model calls spent, the sum of its ``model_done`` usage, kept as they are
+    #: appended; None for a turn recorded before the totals were kept (its stream has the sum)
+    usage: TokenUsage | None = None
 
     @classmethod
     def from_hash(
@@ -262,6 +266,7 @@ class TurnMeta:
                 message_id=fields.get("message_id", ""),
                 replaced_by=fields.get("replaced_by", ""),
                 fork_of=fields.get("fork_of", ""),
+                usage=_usage(fields),
             )
         except ValueError as e:
             raise CorruptTurn(turn_id, str(e)) from None
@@ -300,6 +305,14 @@ class TurnMeta:
         if self.status != TurnStatus.WAITING:
             return None
         return "approval" if self.approvals_pending else "client_tool"
+
+
+def _usage(fields: Mapping[str, str]) -> TokenUsage | None:
+    if "input_tokens" not in fields:
+        return None
+    return TokenUsage(
+        input_tokens=int(fields["input_tokens"]), output_tokens=int(fields.get("output_tokens", 0))
+    )
 
 
 def _states(fields: Mapping[str, str], prefix: str) -> tuple[tuple[str, str, str], ...]:

@@ -122,6 +122,9 @@ class TurnStore:
             "dispatched": event.ts,
             "redispatches": 0,
             "listed": 0,
+            # the turn's usage totals, kept by every append of a model_done (lua/append.lua)
+            "input_tokens": 0,
+            "output_tokens": 0,
             **fields,
         }
         args: list[MetaValue] = [encode(event)]

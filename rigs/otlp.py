@@ -28,6 +28,8 @@ class Span:
     #: 0 unset, 1 ok, 2 error
     status: int
     service: str
+    #: the OTLP ``SpanKind``: 1 internal, 2 server, 3 client, 4 producer, 5 consumer
+    kind: int = 0
 
     def event_names(self) -> list[str]:
         return [name for name, _ in self.events]
@@ -77,6 +79,7 @@ def decode(body: bytes) -> list[Span]:
                         events,
                         s.status.code,
                         service,
+                        s.kind,
                     )
                 )
     return spans

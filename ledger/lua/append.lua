@@ -5,7 +5,11 @@
 -- KEYS[1] stream, KEYS[2] meta hash, KEYS[3] (optional) the turn's Stop flag: given, a set flag
 -- refuses the batch (a write's tool_start starts nothing once Stop was asked)
 -- ARGV[1] lease epoch the caller holds
--- ARGV[2] number of events n, then n pairs (stream id, payload)
+-- ARGV[2] number of events n, then n pairs (stream id, payload), then (optional) the number m of
+-- the batch's events that spent tokens (a model_done with usage), then m triples (its place k in
+-- the batch, input tokens, output tokens): each one this call adds is added to the turn's totals
+-- in the meta hash (input_tokens, output_tokens), in the same atomic step, so the totals are the
+-- stream's sum; a turn recorded without totals (before they were kept) gets none
 -- An id already in the stream holding this very payload is ours (a retry of this call, or an
 -- append that landed unseen) and is not added again. An id taken by anything else, or an id at
 -- or below the top that is free, means the caller's sequence lags: nothing is written and
@@ -50,5 +54,16 @@ if KEYS[3] and first_new <= n then
 end
 for k = first_new, n do
   redis.call('XADD', KEYS[1], ARGV[1 + 2 * k], 'e', ARGV[2 + 2 * k])
+end
+local spent = 3 + 2 * n
+local m = tonumber(ARGV[spent] or '0')
+if m > 0 and redis.call('HEXISTS', KEYS[2], 'input_tokens') == 1 then
+  for j = 1, m do
+    local at = spent + 3 * (j - 1)
+    if tonumber(ARGV[at + 1]) >= first_new then
+      redis.call('HINCRBY', KEYS[2], 'input_tokens', ARGV[at + 2])
+      redis.call('HINCRBY', KEYS[2], 'output_tokens', ARGV[at + 3])
+    end
+  end
 end
 return n

@@ -32,6 +32,8 @@ pytestmark = pytest.mark.redis_server
 TRACE_ID = "0af7651916cd43dd8448eb211c80319c"
 CALLER_SPAN = "b7ad6b7169203331"
 TRACEPARENT = f"00-{TRACE_ID}-{CALLER_SPAN}-01"
+#: OTLP span kinds (rigs.otlp.Span.kind)
+INTERNAL, CLIENT = 1, 3
 
 
 @pytest.fixture(scope="session")
@@ -130,6 +132,11 @@ def test_a_turn_cut_by_its_soft_limit_is_one_trace_under_the_callers_traceparent
     assert by_tool["list_outbox"].attributes["dres.tool.read_only"] is True
     assert by_tool["send_email"].attributes["dres.tool.read_only"] is False
     assert all("gen_ai.tool.call.arguments" not in t.attributes for t in tools), "no content"
+
+    # a model call is a call out (the GenAI conventions' inference spans are CLIENT); the rest is
+    # work done in dres's own processes
+    assert {c.kind for c in chats} == {CLIENT}
+    assert {s.kind for s in [root, *run_spans, *tools]} == {INTERNAL}
 
 
 def test_a_repeat_blocked_by_layer_2_is_an_execute_tool_span_with_its_blocked_reason(

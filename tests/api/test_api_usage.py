@@ -3,12 +3,16 @@ docs/semantics.md), on a real prefork worker."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import httpx
+import redis
 from api_support import Cli, post_turn, status_of
 
+from ledger import keys
 from ledger.store import Ledger
+from ledger.usage import UsageFold
 from rigs import Script, ended, of, show, wait_for
 from tests.support.fixtures import StartWorker
 
@@ -46,3 +50,42 @@ def test_a_1000_token_budget_stops_a_turn_after_two_600_token_calls_and_continue
     assert status_of(http, turn_id)["usage"] == {"input_tokens": 1350, "output_tokens": 450}
     done = cli("watch", turn_id, "--no-auto-continue")
     assert done.stdout.rstrip().splitlines()[-1] == "Completed · 1,350 tokens in, 450 out"
+
+
+def commands_on(redis_url: str, key: str, during: Callable[[], object]) -> list[str]:
+    """The commands any client sent naming ``key`` while ``during()`` ran, as the real server's
+    MONITOR saw them (up to a marker sent after it)."""
+    watcher = redis.Redis.from_url(redis_url)
+    marker = f"end-of-{key}"
+    with watcher.monitor() as monitor:
+        during()
+        watcher.echo(marker)
+        seen: list[str] = []
+        while marker not in (command := monitor.next_command()["command"]):
+            if key in command:
+                seen.append(command)
+    watcher.close()
+    return seen
+
+
+def test_the_status_reports_usage_from_the_turns_metadata_without_reading_its_stream(
+    start_worker: StartWorker, http: httpx.Client, script: Script, ledger: Ledger, redis_url: str
+) -> None:
+    start_worker()
+    steps = [step(**LOOKUP), {**LOOKUP, "usage": {"input_tokens": 7, "output_tokens": 3}}]
+    turn_id = post_turn(http, model=script([*steps, step(text="Done.")]))["turn_id"]
+    events = wait_for(ledger, turn_id, ended("completed"), what="the turn's end")
+    summed = UsageFold().feed(events).spent().model_dump()
+    assert summed == {"input_tokens": 907, "output_tokens": 303}, show(events)
+
+    answers: list[dict[str, Any]] = []
+    stream = keys.turn_events(turn_id)
+    read = commands_on(redis_url, stream, lambda: answers.append(status_of(http, turn_id)))
+    assert answers[0]["usage"] == summed
+    assert read == [], "the status read the turn's stream"
+
+    # a turn recorded before its metadata kept the totals: summed from its stream, as before
+    ledger.client.hdel(keys.turn_meta(turn_id), "input_tokens", "output_tokens")
+    read = commands_on(redis_url, stream, lambda: answers.append(status_of(http, turn_id)))
+    assert answers[1]["usage"] == summed
+    assert any("XRANGE" in command for command in read), read

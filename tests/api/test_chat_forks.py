@@ -12,7 +12,6 @@ to take starts nothing; ``double_text`` in the chat's body rules a new message w
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,13 +39,10 @@ from rigs import (
     having,
     of,
     send,
-    subprocess_env,
     wait_for,
 )
-from tests.support import DRES_ENV, TESTS
-from tests.support.fixtures import show_logs
+from tests.support.fixtures import StartWorker
 from worker.demo_tools import outbox
-from worker.dev.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis_server
 
@@ -57,20 +53,9 @@ TURN_S = 20.0
 
 
 @pytest.fixture(scope="module")
-def module_worker(
-    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[WorkerProcess]:
-    """One ``dres worker`` for the module's tests (each test empties Redis first: the worker
-    keeps nothing there between turns that a test relies on)."""
-    dres = {**DRES_ENV, "DRES_REDIS_URL": redis_server.url, "DRES_APPROVAL": APPROVAL}
-    log_path = tmp_path_factory.mktemp("forks-worker") / "worker.log"
-    worker = WorkerProcess.start(subprocess_env(dres, TESTS), log_path, ready=False)
-    try:
-        worker.wait_ready()
-        yield worker
-    finally:
-        worker.kill_group()
-        show_logs([worker])
+def module_worker(start_module_worker: StartWorker) -> WorkerProcess:
+    """One ``dres worker`` for the module's tests."""
+    return start_module_worker(overrides={"DRES_APPROVAL": APPROVAL})
 
 
 @pytest.fixture

@@ -45,14 +45,12 @@ from rigs import (
     fake_provider,
     having,
     of,
-    subprocess_env,
     wait_for,
 )
 from rigs.providers import OpenAIDialect
-from tests.support import DRES_ENV, TESTS, require_sdk
-from tests.support.fixtures import show_logs
+from tests.support import require_sdk
+from tests.support.fixtures import StartWorker
 from worker.demo_tools import outbox
-from worker.dev.redis_server import RedisServer
 
 pytestmark = pytest.mark.redis_server
 
@@ -82,31 +80,17 @@ def provider() -> Iterator[FakeProvider]:
 
 
 @pytest.fixture(scope="module")
-def module_worker(
-    redis_server: RedisServer,
-    provider: FakeProvider,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[WorkerProcess]:
+def module_worker(start_module_worker: StartWorker, provider: FakeProvider) -> WorkerProcess:
     """One ``dres worker`` for the module's tests, its default model the fake provider's (a
     chunk long enough for a whole turn: each test's turns are short)."""
     require_sdk("openai")
-    dres = {
-        **DRES_ENV,
-        "DRES_REDIS_URL": redis_server.url,
+    settings = {
         "DRES_APPROVAL": "send_email",
         "DRES_MODEL": "openai:test-model",
         "DRES_SOFT_LIMIT_S": "6",
         "DRES_HARD_LIMIT_S": "7",
     }
-    env = subprocess_env(dres, TESTS) | OPENAI.env(provider.url)
-    log_path = tmp_path_factory.mktemp("client-tools-worker") / "worker.log"
-    worker = WorkerProcess.start(env, log_path, ready=False)
-    try:
-        worker.wait_ready()
-        yield worker
-    finally:
-        worker.kill_group()
-        show_logs([worker])
+    return start_module_worker(overrides=settings | OPENAI.env(provider.url))
 
 
 @pytest.fixture

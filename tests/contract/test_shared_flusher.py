@@ -3,7 +3,8 @@ the text of every run lands whole and in order while they stream at once; an app
 was lost is found at its stream id, not written twice; a run fenced out meets its error at its
 next write while the others' text still lands.
 
-On a real redis-server: pipelines and stream ids are what is tested.
+On a real redis-server and a real three-master Redis Cluster (where the round trip is one
+pipeline per node): pipelines and stream ids are what is tested.
 """
 
 from __future__ import annotations
@@ -11,15 +12,19 @@ from __future__ import annotations
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import redis
 from harness import Harness
+from redis.cluster import RedisCluster
 
 from ledger.appends import append_each
 from ledger.errors import FencedOut
 from ledger.events import Text
+from ledger.store import Client
 from rigs import poll
+from rigs.redis_cluster import LocalCluster
 from worker.base.settings import load_settings
 from worker.engine import flushes
 from worker.engine.recorder import Recorder
@@ -28,11 +33,18 @@ RUNS = 40
 DELTAS = 30
 
 
-@pytest.fixture
-def h(rdb: redis.Redis, tmp_path: Path) -> Iterator[Harness]:
+@pytest.fixture(params=["redis-server", "cluster"])
+def h(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
+    if request.param == "cluster":
+        cluster: LocalCluster = request.getfixturevalue("redis_cluster")
+        cluster.flushall()
+        client: Client = cluster.client(socket_timeout=30)
+    else:
+        client = redis.Redis.from_url(request.getfixturevalue("redis_url"), socket_timeout=30)
     flushes.use(True)
-    yield Harness(rdb, tmp_path, settings=load_settings(journal_read_backoff_s=0))
+    yield Harness(client, tmp_path, settings=load_settings(journal_read_backoff_s=0))
     flushes.use(False)
+    client.close()
 
 
 def recorders(h: Harness, n: int, flush_s: float) -> list[tuple[str, Recorder]]:
@@ -89,8 +101,9 @@ def test_an_append_whose_answer_was_lost_is_found_at_its_id_not_written_twice(
 
 
 def test_a_run_fenced_out_meets_it_at_its_next_write_while_the_others_text_lands(
-    h: Harness, rdb: redis.Redis
+    h: Harness,
 ) -> None:
+    rdb = h.ledger.client
     (fenced_turn, fenced), (turn, other) = recorders(h, 2, flush_s=0.02)
     lease = fenced.run.lease
     # a newer run of the turn wrote after it (a takeover): its next stream id is refused
@@ -109,3 +122,30 @@ def test_a_run_fenced_out_meets_it_at_its_next_write_while_the_others_text_lands
         (f"{lease.epoch + 1}-0".encode(), {b"e": b"{}"})
     ]
     assert fenced_turn != turn
+
+
+def test_the_text_of_runs_on_every_node_is_made_by_the_one_round_trip(h: Harness) -> None:
+    """On a cluster the pipeline goes to each node with the appends of its slots (redis-py's
+    ``ClusterPipeline``); none is left to be made alone, round trip by round trip."""
+    runs = recorders(h, 12, flush_s=60)
+    items = [(r.make(Text, text=f"run {i}"), r.run.lease) for i, (_, r) in enumerate(runs)]
+    counts = xadds(h.ledger.client)
+    made = append_each(h.ledger, items)
+    assert made == [f"{lease.epoch}-{lease.seq - 1}" for _, lease in items]
+    for i, (turn, recorder) in enumerate(runs):
+        assert text_of(h, turn) == [f"run {i}"]
+        recorder.close()
+    if isinstance(h.ledger.client, RedisCluster):
+        added = {node: n - counts.get(node, 0) for node, n in xadds(h.ledger.client).items()}
+        assert sum(added.values()) == len(items) and len([n for n in added.values() if n]) > 1
+
+
+def xadds(client: Client) -> dict[str, int]:
+    """XADDs each master has run (INFO commandstats): the runs' turns live on several."""
+    if not isinstance(client, RedisCluster):
+        return {}
+    found: dict[str, int] = {}
+    for node in client.get_primaries():  # type: ignore[no-untyped-call]
+        stats: Any = client.info("commandstats", target_nodes=node)  # type: ignore[arg-type]
+        found[node.name] = int(stats.get("cmdstat_xadd", {}).get("calls", 0))
+    return found

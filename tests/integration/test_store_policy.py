@@ -14,10 +14,10 @@ import pytest
 import redis
 from structlog.testing import capture_logs
 
-from rigs import ROOT, ApiProcess, WorkerProcess, subprocess_env
+from rigs import ROOT, ApiProcess, subprocess_env
 from rigs.scrape import Scrape, scrape
 from tests.support import DRES_ENV, TESTS
-from tests.support.fixtures import started
+from tests.support.fixtures import StartWorker, started
 from worker.base.errors import ConfigError
 from worker.base.settings import load_settings
 from worker.dev.redis_server import RedisServer, free_port
@@ -99,25 +99,22 @@ def test_a_worker_and_the_api_refuse_to_start_on_a_redis_that_may_evict_with_one
 
 
 def test_with_allow_eviction_a_worker_starts_warns_and_serves_the_gauge(
-    evicting: RedisServer, tmp_path: Path
+    evicting: RedisServer, start_worker: StartWorker
 ) -> None:
     policy = policy_of(evicting)
     port = free_port()
-    env = env_on(evicting, DRES_ALLOW_EVICTION="1", DRES_METRICS_PORT=str(port))
-    worker = WorkerProcess.start(env, tmp_path / "worker.log", ready=False)
-    try:
-        worker.wait_ready()
-        [warning] = logged(worker.log(), ALLOWED)
-        assert (warning["level"], warning["store"], warning["policy"]) == (
-            "warning",
-            "ledger",
-            policy,
-        )
-        assert warning["address"] == f"127.0.0.1:{evicting.port}"
-        got = scrape(f"http://127.0.0.1:{port}/metrics")
-        assert got.value("dres_store_eviction_allowed", store="ledger", policy=policy) == 1
-    finally:
-        worker.stop()
+    worker = start_worker(
+        overrides=env_on(evicting, DRES_ALLOW_EVICTION="1", DRES_METRICS_PORT=str(port))
+    )
+    [warning] = logged(worker.log(), ALLOWED)
+    assert (warning["level"], warning["store"], warning["policy"]) == (
+        "warning",
+        "ledger",
+        policy,
+    )
+    assert warning["address"] == f"127.0.0.1:{evicting.port}"
+    got = scrape(f"http://127.0.0.1:{port}/metrics")
+    assert got.value("dres_store_eviction_allowed", store="ledger", policy=policy) == 1
 
 
 def test_with_allow_eviction_the_api_starts_warns_and_serves_the_gauge(
@@ -141,18 +138,12 @@ def test_with_allow_eviction_the_api_starts_warns_and_serves_the_gauge(
 
 
 def test_a_worker_starts_with_a_warning_on_a_redis_that_hides_config(
-    config_hidden: RedisServer, tmp_path: Path
+    config_hidden: RedisServer, start_worker: StartWorker
 ) -> None:
-    worker = WorkerProcess.start(env_on(config_hidden), tmp_path / "worker.log", ready=False)
-    try:
-        worker.wait_ready()
-        [warning] = logged(
-            worker.log(), "maxmemory-policy not readable: make sure it is noeviction"
-        )
-        assert (warning["level"], warning["store"]) == ("warning", "ledger")
-        assert "unknown command" in warning["error"]
-    finally:
-        worker.stop()
+    worker = start_worker(overrides=env_on(config_hidden))
+    [warning] = logged(worker.log(), "maxmemory-policy not readable: make sure it is noeviction")
+    assert (warning["level"], warning["store"]) == ("warning", "ledger")
+    assert "unknown command" in warning["error"]
 
 
 def test_a_broker_that_may_evict_is_refused_though_the_ledgers_redis_does_not(

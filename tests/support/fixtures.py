@@ -15,7 +15,9 @@
   process has it (ledger, lifecycle, dispatch).
 - ``start_worker``/``worker``: ``dres worker`` subprocesses on this test's Redis, each in its own
   session; the finalizer SIGKILLs each one's process group, so no test leaves one running. Their
-  pool is ``pool``'s: prefork, unless a test is parametrized over ``BOTH_POOLS``.
+  pool is ``pool``'s: prefork, unless a test is parametrized over ``BOTH_POOLS`` (or a call names
+  one). ``start_module_worker``: the same for workers a module's tests share, on the session's
+  redis-server. Both start them through ``worker_starter``.
 - ``script``: writes scripted-model files in this test's temporary directory.
 """
 
@@ -44,7 +46,7 @@ from worker.base.settings import Settings, load_settings
 from worker.dev.redis_server import RedisServer, RedisServerError
 from worker.edges.runtime import Runtime
 
-#: ``start_worker(concurrency=1, extra=(), ready=True, overrides=None)``
+#: ``start_worker(concurrency=1, extra=(), ready=True, overrides=None, pool=...)``
 StartWorker = Callable[..., WorkerProcess]
 #: a test's or a module's mark: its workers run prefork, then gevent (``pool``)
 BOTH_POOLS = pytest.mark.parametrize("pool", ["prefork", "gevent"])
@@ -190,11 +192,14 @@ def pool() -> str:
     return "prefork"
 
 
-@pytest.fixture
-def start_worker(dres_env: dict[str, str], tmp_path: Path, pool: str) -> Iterator[StartWorker]:
-    """``start_worker(concurrency=1, extra=(), ready=True, overrides=None)`` starts a worker
-    process of ``pool`` (unless ``extra`` names one); ``overrides`` are DRES_* settings of that
-    worker only."""
+def worker_starter(
+    env: dict[str, str], log_dir: Path, pool: str = "prefork"
+) -> tuple[StartWorker, list[WorkerProcess]]:
+    """The one way the suite starts ``dres worker`` processes: ``start(concurrency=1, extra=(),
+    ready=True, overrides=None, pool=pool)`` starts one in its own session with ``env`` and
+    ``overrides`` (its DRES_* settings: a soft limit, a model, ...), its pool ``pool`` unless
+    ``extra`` names one, its log in ``log_dir``; the list holds every one started, for the
+    fixture's finalizer (``stop_workers``)."""
     started: list[WorkerProcess] = []
 
     def start(
@@ -202,26 +207,52 @@ def start_worker(dres_env: dict[str, str], tmp_path: Path, pool: str) -> Iterato
         extra: tuple[str, ...] = (),
         ready: bool = True,
         overrides: dict[str, str] | None = None,
+        pool: str = pool,
     ) -> WorkerProcess:
-        log_path = tmp_path / f"worker-{len(started) + 1}.log"
-        env = {**dres_env, **(overrides or {})}
+        log_path = log_dir / f"worker-{len(started) + 1}.log"
+        every = {**env, **(overrides or {})}
         if pool != "prefork" and not any(arg.startswith(("-P", "--pool")) for arg in extra):
             extra = ("-P", pool, *extra)
         process = WorkerProcess.start(
-            env, log_path, concurrency=concurrency, extra=extra, ready=False
+            every, log_path, concurrency=concurrency, extra=extra, ready=False
         )
         started.append(process)
         if ready:
             process.wait_ready()
         return process
 
-    yield start
+    return start, started
+
+
+def stop_workers(started: list[WorkerProcess]) -> None:
     # SIGKILL, not a warm shutdown: the test is over, and Celery's warm shutdown of an idle worker
     # takes ~2.7 s (its hub's poll, then its pool's stop), paid by every worker test
     # (test_graceful_shutdown.py tests the warm shutdown itself)
     for process in started:
         process.kill_group()
     show_logs(started)
+
+
+@pytest.fixture
+def start_worker(dres_env: dict[str, str], tmp_path: Path, pool: str) -> Iterator[StartWorker]:
+    """``start_worker(concurrency=1, extra=(), ready=True, overrides=None, pool=pool)`` starts a
+    worker process (``worker_starter``) on this test's Redis; each is SIGKILLed after the test."""
+    start, started = worker_starter(dres_env, tmp_path, pool)
+    yield start
+    stop_workers(started)
+
+
+@pytest.fixture(scope="module")
+def start_module_worker(
+    redis_server: RedisServer, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[StartWorker]:
+    """``start_worker`` for a module's workers, which outlive its tests: on the session's
+    redis-server (each test empties it: such a worker keeps nothing there between turns that a
+    test relies on), SIGKILLed after the module."""
+    env = subprocess_env({**DRES_ENV, "DRES_REDIS_URL": redis_server.url}, TESTS)
+    start, started = worker_starter(env, tmp_path_factory.mktemp("module-workers"))
+    yield start
+    stop_workers(started)
 
 
 @pytest.fixture

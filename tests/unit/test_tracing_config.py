@@ -122,3 +122,25 @@ def test_a_model_call_cut_short_still_ends_its_span_with_an_error_status() -> No
     assert chat.status.status_code == StatusCode.ERROR
     assert dict(chat.attributes or {})["error.type"] == "gateway_timeout"
     assert dict(chat.attributes or {})["gen_ai.provider.name"] == "anthropic"
+
+
+def test_a_model_call_is_a_client_span_and_every_other_span_is_internal() -> None:
+    """The GenAI conventions' inference spans are ``CLIENT``; a tool call, a run and the turn's
+    record are work in dres's own process (``INTERNAL``)."""
+    from opentelemetry.trace import SpanKind
+
+    tracer, exporter = recording(False)
+    with tracer.turn(turn_id="t", conversation_id="c", mode="foreground", parent=None) as trace:
+        pass
+    with tracer.run(trace=trace, turn_id="t", run_id="r", chunk=0, cause="first"):
+        with tracer.chat("openai:gpt-x") as chat:
+            chat.answered(None, "tool_calls")
+        with tracer.tool("send_email") as span:
+            span.settled(Settled(call_id="c", read_only=False, is_error=False, blocked_reason=None))
+    kinds = {s.name: s.kind for s in exporter.get_finished_spans()}
+    assert kinds == {
+        "turn": SpanKind.INTERNAL,
+        "run": SpanKind.INTERNAL,
+        "chat gpt-x": SpanKind.CLIENT,
+        "execute_tool send_email": SpanKind.INTERNAL,
+    }

@@ -132,6 +132,8 @@ class OtelTracer:
 
     @contextmanager
     def _chat(self, model: str) -> Iterator[ChatSpan]:
+        from opentelemetry.trace import SpanKind
+
         provider, _, name = model.partition(":")
         attributes = {
             **_RUN.get(),
@@ -139,7 +141,8 @@ class OtelTracer:
             "gen_ai.request.model": name or model,
             "gen_ai.provider.name": provider,
         }
-        with self._span(f"chat {name or model}", attributes) as span:
+        # A call to a model served elsewhere: the GenAI conventions' inference spans are CLIENT.
+        with self._span(f"chat {name or model}", attributes, kind=SpanKind.CLIENT) as span:
             yield _Chat(span)
 
     def tool(self, name: str) -> AbstractContextManager[ToolSpan]:
@@ -163,15 +166,21 @@ class OtelTracer:
 
     @contextmanager
     def _span(
-        self, name: str, attributes: Mapping[str, Value], context: Any = None
+        self,
+        name: str,
+        attributes: Mapping[str, Value],
+        context: Any = None,
+        *,
+        kind: Any = None,
     ) -> Iterator[Any]:
-        """A span made current; whatever ends it early (an error, a time limit, Stop) ends it
-        with an error status naming the exception."""
-        from opentelemetry.trace import Status, StatusCode
+        """A span made current, ``INTERNAL`` unless ``kind`` says otherwise; whatever ends it
+        early (an error, a time limit, Stop) ends it with an error status naming the exception."""
+        from opentelemetry.trace import SpanKind, Status, StatusCode
 
         with self._tracer.start_as_current_span(
             name,
             context=context,
+            kind=SpanKind.INTERNAL if kind is None else kind,
             attributes=dict(attributes),
             record_exception=False,
             set_status_on_exception=False,

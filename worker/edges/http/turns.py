@@ -23,6 +23,7 @@ from starlette.exceptions import HTTPException
 from ledger import keys
 from ledger.approvals import fold_approvals
 from ledger.codec import text
+from ledger.events import Event
 from ledger.journal import build_journal
 from ledger.turn import continue_refusal
 from ledger.usage import UsageFold
@@ -144,12 +145,15 @@ async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> Turn
         auto=False,
         max_auto=runtime_of(request).settings.max_auto_continue,
     )
-    # The turn's usage is a sum over its model_done events (docs/http-api.md): the status reads
-    # its stream, as the page asks for it only when a run ends or a decision lands.
-    events = await run_in_threadpool(runtime_of(request).ledger.events, turn_id)
+    # The turn's usage is kept in its metadata as its model_done events are appended; only a
+    # turn recorded before that, or one with approvals (folded from their events), reads its stream.
+    events: list[Event] = []
+    if meta.approvals or meta.usage is None:
+        events = await run_in_threadpool(runtime_of(request).ledger.events, turn_id)
     approvals: list[ApprovalOut] = []
     if meta.approvals:
         approvals = [ApprovalOut(**entry.as_dict()) for entry in fold_approvals(events)]
+    usage = meta.usage if meta.usage is not None else UsageFold().feed(events).spent()
     return TurnStatus(
         turn_id=turn_id,
         conversation_id=meta.conversation_id,
@@ -161,7 +165,7 @@ async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> Turn
         can_continue=refusal is None,
         code=meta.code,
         approvals=approvals,
-        usage=UsageOut(**UsageFold().feed(events).spent().model_dump()),
+        usage=UsageOut(**usage.model_dump()),
         waiting_for=meta.waiting_for,
         awaiting=[AwaitedCall(call_id=c, tool=t) for c, t in meta.pending_calls],
     )
