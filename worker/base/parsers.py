@@ -1,7 +1,7 @@
-"""The parsers of the settings' values that are more than a type: the Sentinels, the TLS options
-of a Sentinel's ``rediss://`` URL, ``DRES_APPROVAL``, the URLs of webhooks and their secret,
-and the tokens (the API's, the approvers'). Each raises a ``ValueError`` saying what is wrong,
-which the settings turn into one line naming the variable.
+"""The parsers of the settings' values that are more than a type: the Redis URLs, the
+Sentinels, the TLS options of a Sentinel's ``rediss://`` URL, ``DRES_APPROVAL``, the URLs of
+webhooks and their secret, and the tokens (the API's, the approvers'). Each raises a
+``ValueError`` saying what is wrong, which the settings turn into one line naming the variable.
 """
 
 from __future__ import annotations
@@ -96,6 +96,50 @@ def parse_sentinel_tls(url: str) -> dict[str, Any]:
     if parts.scheme == "redis":
         return {}
     return {"ssl": True} | {k: v for k, v in parsed.items() if k in SENTINEL_TLS_OPTIONS}
+
+
+#: the schemes of a Redis URL, as redis-py reads them
+REDIS_SCHEMES = ("redis", "rediss", "unix")
+#: a Redis URL's example, for the lines that say one is malformed
+REDIS_EXAMPLE = "e.g. redis://localhost:6379/0"
+
+
+def parse_redis_url(raw: str) -> str:
+    """A Redis URL that redis-py and Celery's broker both read (DRES_REDIS_URL; a
+    DRES_BROKER_URL that is a Redis). The value is never repeated in the ``ValueError``: its
+    userinfo may hold a password, and a malformed URL's secret cannot be told from its host."""
+    scheme, sep, _ = raw.partition("://")
+    if not sep or scheme.lower() not in REDIS_SCHEMES:
+        raise ValueError(f"must start with redis://, rediss:// or unix:// ({REDIS_EXAMPLE})")
+    parts = urlsplit(raw)
+    try:
+        parts.port  # noqa: B018 (urllib checks the port when it is read)
+    except ValueError:
+        raise ValueError(f"its port must be a number up to 65535 ({REDIS_EXAMPLE})") from None
+    database = parts.path.strip("/")
+    if scheme.lower() != "unix" and database and not database.isdigit():
+        raise ValueError(f"its path must be a database number ({REDIS_EXAMPLE})")
+    if scheme.lower() == "unix" and not parts.path:
+        raise ValueError("a unix:// URL must name the socket's path (unix:///run/redis.sock)")
+    if "password" in parse_qs(parts.query):
+        # redis-py takes it there; kombu (the broker) fails on it with a TypeError
+        raise ValueError("give the password in the URL's userinfo (redis://:PASSWORD@host:6379/0)")
+    try:
+        parse_url(raw)  # type: ignore[no-untyped-call]  # (unannotated)
+    except (ValueError, TypeError) as e:
+        raise ValueError(str(e).splitlines()[0] if str(e) else type(e).__name__) from None
+    return raw
+
+
+def parse_broker_url(raw: str) -> str:
+    """DRES_BROKER_URL: empty (the ledger's Redis), a Redis URL as ``parse_redis_url`` checks
+    it, or another transport's URL (``sentinel://``, ``amqp://``), which Celery reads."""
+    if not raw:
+        return raw
+    scheme, sep, _ = raw.partition("://")
+    if not sep:
+        raise ValueError(f"must be a URL with its scheme ({REDIS_EXAMPLE})")
+    return parse_redis_url(raw) if scheme.lower() in REDIS_SCHEMES else raw
 
 
 def parse_approval(raw: str) -> tuple[bool, frozenset[str]]:

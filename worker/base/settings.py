@@ -19,7 +19,9 @@ from worker.base.parsers import (
     check_token,
     parse_approval,
     parse_approver_tokens,
+    parse_broker_url,
     parse_http_url,
+    parse_redis_url,
     parse_sentinel_tls,
     parse_sentinels,
     parse_webhook_secret,
@@ -33,6 +35,8 @@ DEMO_TOOLS = "worker.demo_tools"
 #: the settings whose value a parser checks at start, beyond its type: its ``ValueError``
 #: becomes one line naming the variable (``load_settings``)
 PARSERS: dict[str, Callable[[str], object]] = {
+    "redis_url": parse_redis_url,
+    "broker_url": parse_broker_url,
     "agents": parse_agents,
     "mcp_servers": parse_mcp_servers,
     "openapi": parse_openapi,

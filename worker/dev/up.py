@@ -26,7 +26,8 @@ from types import FrameType
 from typing import TextIO
 
 from worker.base.errors import ConfigError
-from worker.base.settings import load_settings
+from worker.base.masking import mask_url
+from worker.base.settings import Settings, load_settings
 from worker.dev.embedded import embedded_redis
 from worker.dev.worker_process import READY_S, DresProcess, WorkerProcess
 
@@ -61,6 +62,7 @@ def run_up(port: int, out: TextIO = sys.stdout) -> int:
     if not _port_free(port):
         raise ConfigError(f"port {port} on 127.0.0.1 is in use: choose another with --port")
     settings = load_settings()  # a bad DRES_* setting fails here, before anything starts
+    _check_configured_redis(settings)
     made_token = None if settings.api_token else secrets.token_urlsafe(TOKEN_BYTES)
     stop = threading.Event()
 
@@ -75,6 +77,7 @@ def run_up(port: int, out: TextIO = sys.stdout) -> int:
             if made_token:
                 env["DRES_API_TOKEN"] = made_token
             print(f"dres up: redis: {redis_info.description}", file=out, flush=True)
+            print(f"dres up: for other dres commands: {_export(redis_info.url)}", file=out)
             if not redis_info.durable:
                 print("  WARNING: no redis-server found; fakeredis keeps nothing", file=out)
             worker = WorkerProcess.start(env, Path(tmp) / "worker.log", ready=False)
@@ -84,7 +87,7 @@ def run_up(port: int, out: TextIO = sys.stdout) -> int:
             api = DresProcess.launch(args, env, Path(tmp) / "api.log", name="api")
             started.append(api)
             if not _wait_ready(worker, api, url, stop):
-                return 130 if stop.is_set() else 1
+                return 130
             print(f"dres up: worker pid {worker.pid}, api pid {api.pid}", file=out)
             page = f"{url}/#token={made_token}" if made_token else f"{url}/"
             print(f"dres up: open {page}   (Ctrl-C stops everything)", file=out, flush=True)
@@ -98,8 +101,31 @@ def run_up(port: int, out: TextIO = sys.stdout) -> int:
             signal.signal(signum, handler)
 
 
+def _check_configured_redis(settings: Settings) -> None:
+    """A configured Redis (DRES_REDIS_URL, DRES_BROKER_URL) that cannot be reached: one line,
+    before anything starts (a worker would wait for it, and the page would never be ready)."""
+    if not (os.environ.get("DRES_REDIS_URL") or settings.broker_url):
+        return  # ``dres up`` starts its own
+    from worker.edges.redis.policy import read_stores
+    from worker.edges.redis.reach import store_url
+
+    away = [r for r in read_stores(settings) if not r.reached]
+    if away:
+        urls = ", ".join(store_url(settings, r) for r in away)
+        raise ConfigError(f"cannot reach Redis at {urls}: {away[0].error}")
+
+
+def _export(url: str) -> str:
+    """The line to paste in another shell so that its ``dres`` commands use this Redis: a
+    configured URL's secrets masked, and said so."""
+    shown = mask_url(url)
+    masked = "   (its secrets masked: put yours back)" if shown != url else ""
+    return f"export DRES_REDIS_URL={shown}{masked}"
+
+
 def _wait_ready(worker: WorkerProcess, api: DresProcess, url: str, stop: threading.Event) -> bool:
-    """Both children ready, or False (a signal arrived, or a child failed: its log is shown)."""
+    """Both children ready, or False (a signal arrived); a child that exits or is not ready in
+    time raises ``ConfigError``: one line, its own last line (its one-line start-up error)."""
     checks: list[tuple[DresProcess, Callable[[], bool]]] = [
         (worker, lambda: "ready." in worker.log()),
         (api, lambda: _healthy(url)),
@@ -107,12 +133,20 @@ def _wait_ready(worker: WorkerProcess, api: DresProcess, url: str, stop: threadi
     for process, ready in checks:
         try:
             process.wait(_or_stopped(ready, stop), READY_S)
-        except RuntimeError as e:
-            print(f"dres up: {e}", file=sys.stderr)
-            return False
+        except RuntimeError:
+            raise ConfigError(_failed_at_start(process)) from None
         if stop.is_set():
             return False
     return True
+
+
+def _failed_at_start(process: DresProcess) -> str:
+    lines = [line.strip() for line in process.log().splitlines() if line.strip()]
+    said = f": {lines[-1].removeprefix('dres: ')[:300]}" if lines else ""
+    code = process.process.poll()
+    if code is None:
+        return f"the {process.name} was not ready within {READY_S:g} s{said}"
+    return f"the {process.name} exited at start ({code}){said}"
 
 
 def _or_stopped(ready: Callable[[], bool], stop: threading.Event) -> Callable[[], bool]:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, NoReturn
 import kombu.exceptions
 import redis
 
-from ledger.errors import DresBaseError
+from ledger.errors import DresBaseError, LedgerUnavailable
 from worker.base.errors import ConfigError
 
 if TYPE_CHECKING:
@@ -36,6 +36,14 @@ def _broker_name() -> str:
     from worker.edges.http.faults import broker_name
 
     return broker_name(load_settings())
+
+
+def _ledger_name() -> str:
+    """The ledger's Redis as a person set it (DRES_REDIS_URL), its secrets masked."""
+    from worker.base.masking import mask_url
+    from worker.base.settings import load_settings
+
+    return mask_url(load_settings().redis_url)
 
 
 def _runtime() -> Runtime:
@@ -397,10 +405,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _fail(f"unexpected arguments: {' '.join(extra)}")
     try:
         return COMMANDS[args.command](args, extra)
+    except LedgerUnavailable as e:  # its outage window ran out (``dres watch``'s reads)
+        return _fail(f"cannot reach Redis at {_ledger_name()}: {e}")
     except DresBaseError as e:
         return _fail(str(e))
-    except redis.ConnectionError as e:
-        return _fail(f"cannot reach Redis: {e}")
+    except (redis.ConnectionError, redis.TimeoutError) as e:
+        return _fail(f"cannot reach Redis at {_ledger_name()}: {e}")
     except kombu.exceptions.OperationalError as e:
         # Celery's publish (a chunk's message, a revoke) raises kombu's error for a broker it
         # cannot reach: one line naming the broker, as an unreachable ledger gets

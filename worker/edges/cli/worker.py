@@ -28,6 +28,7 @@ from worker.edges.cli.pools import GEVENT, concurrency_option, pool_option
 from worker.edges.redis.clients import expect_chunks
 from worker.edges.redis.durability import check_durability
 from worker.edges.redis.policy import check_stores
+from worker.edges.redis.reach import wait_for_stores
 from worker.edges.runtime import Runtime
 from worker.engine import flushes
 from worker.engine.models import preload_sdks
@@ -131,7 +132,9 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     flushes.use(pool.chunks_share_a_process)
     pool.hand_over()
     load_before_fork(runtime)
-    check_stores(settings)  # after the checks that need no Redis; its gauge after prepare()
+    # after the checks that need no Redis: a Redis that is away is waited for, one line a look
+    wait_for_stores(settings)
+    check_stores(settings)  # its gauge after prepare()
     check_durability(settings)
 
     def keep_dres_logging(**_: Any) -> None:
