@@ -172,6 +172,30 @@ def test_a_worker_s_start_up_error_names_its_tool_source_without_its_secrets(
         assert "u:****@127.0.0.1:" in lines[0] and "?token=****&api_key=****" in lines[0], lines
 
 
+def test_a_worker_s_log_names_no_secret_of_an_mcp_server_s_url_while_it_calls_it(
+    runtime: Runtime,
+    start_worker: Callable[..., WorkerProcess],
+    script: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """The MCP SDK's HTTP client logs each request's URL at INFO (logger ``httpx2``): held at
+    WARNING like httpx's, and any URL in a line masked."""
+    log = tmp_path / "mcp.jsonl"
+    server = McpHttpServer(log).start()
+    try:
+        url = f"http://u:pw-SEKRET-1@127.0.0.1:{server.port}/mcp?token=SEKRET-2"
+        worker = start_worker(overrides={"DRES_MCP_SERVERS": json.dumps({"t": {"url": url}})})
+        turn = runtime.lifecycle.enqueue(
+            "Look it up", model=script([step(("t__lookup", {"key": "a"})), DONE])
+        )
+        events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=40, what="the end")
+    finally:
+        server.stop()
+    assert of(events, "tool_done", tool="t__lookup"), show(events)
+    assert [c["tool"] for c in calls(log)] == ["lookup"]
+    assert "SEKRET" not in worker.log(), worker.log()[-4000:]
+
+
 def test_a_cut_turn_reruns_the_get_and_blocks_the_post_on_a_worker(
     runtime: Runtime,
     start_worker: Callable[..., WorkerProcess],
