@@ -90,7 +90,6 @@ def test_a_bad_setting_is_one_line_naming_its_variable_exit_2_from_every_command
         (["approvals"], schemeless),
         (["worker"], {"DRES_REDIS_URL": f"redis://:{SECRET}@localhost:abc/0"}),
         (["enqueue", "hi"], {"DRES_REDIS_URL": f"redis://:{SECRET}@localhost:6379/zero"}),
-        (["worker"], {"DRES_REDIS_URL": f"redis://localhost:6379/0?password={SECRET}"}),
         (["worker"], {"DRES_BROKER_URL": "localhost:6379"}),
         (["api"], {"DRES_SOFT_LIMIT_S": "soon"}),
     ]

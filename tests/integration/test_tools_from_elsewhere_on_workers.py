@@ -122,6 +122,80 @@ def test_a_worker_whose_mcp_server_is_missing_refuses_to_start_with_one_line(
     assert len(lines) == 1 and "DRES_MCP_SERVERS: server 'gone'" in lines[0], done.stderr
 
 
+#: a tool source's secrets: a password in its URL's userinfo, a token in its query, arguments
+SEKRET_URL = "http://u:pw-SEKRET-1@127.0.0.1:{port}/{path}?token=SEKRET-2&api_key=SEKRET-3"
+
+
+def secret_source(case: str, tmp_path: Path) -> tuple[str, dict[str, Any], Callable[[], None]]:
+    """The setting of ``case``'s tool source with secrets in it (its variable, its value) and
+    what stops the server it started: nothing listens at port 9; a real server answers 404 to
+    a path it does not serve (httpx's status error repeats the request's URL)."""
+    if case == "mcp-command":
+        command = [str(tmp_path / "no-such-server"), "--api-key", "sk-SEKRET-4", "--token=SEKRET-5"]
+        return "DRES_MCP_SERVERS", {"files": {"command": command}}, lambda: None
+    if case.endswith("404"):
+        server = (
+            ApiServer(tmp_path / "api.jsonl")
+            if case.startswith("openapi")
+            else McpHttpServer(tmp_path / "mcp.jsonl")
+        ).start()
+        port, stop = server.port, server.stop
+    else:
+        port, stop = 9, lambda: None
+    if case.startswith("openapi"):
+        spec = SEKRET_URL.format(port=port, path="nope.json")
+        entry = {"spec": spec, "base_url": f"http://127.0.0.1:{port}/?sig=SEKRET-6"}
+        return "DRES_OPENAPI", {"shop": entry}, stop
+    return "DRES_MCP_SERVERS", {"remote": {"url": SEKRET_URL.format(port=port, path="nope")}}, stop
+
+
+@pytest.mark.parametrize(
+    "case", ["openapi-closed", "openapi-404", "mcp-closed", "mcp-404", "mcp-command"]
+)
+def test_a_worker_s_start_up_error_names_its_tool_source_without_its_secrets(
+    dres_env: dict[str, str], tmp_path: Path, case: str
+) -> None:
+    """A tool source that cannot be read stops the worker with one line naming it: its URL's
+    host, port and query keys, its program; never its password, query values or arguments."""
+    variable, value, stop = secret_source(case, tmp_path)
+    try:
+        done = dres({**dres_env, variable: json.dumps(value)}, "worker")
+    finally:
+        stop()
+    assert done.returncode == 2, done.stderr
+    assert "SEKRET" not in done.stdout + done.stderr, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith(f"dres: {variable}: "), done.stderr
+    if case == "mcp-command":
+        assert f"({tmp_path / 'no-such-server'} **** **** ****)" in lines[0], done.stderr
+    else:
+        assert "u:****@127.0.0.1:" in lines[0] and "?token=****&api_key=****" in lines[0], lines
+
+
+def test_a_worker_s_log_names_no_secret_of_an_mcp_server_s_url_while_it_calls_it(
+    runtime: Runtime,
+    start_worker: Callable[..., WorkerProcess],
+    script: Callable[..., str],
+    tmp_path: Path,
+) -> None:
+    """The MCP SDK's HTTP client logs each request's URL at INFO (logger ``httpx2``): held at
+    WARNING like httpx's, and any URL in a line masked."""
+    log = tmp_path / "mcp.jsonl"
+    server = McpHttpServer(log).start()
+    try:
+        url = f"http://u:pw-SEKRET-1@127.0.0.1:{server.port}/mcp?token=SEKRET-2"
+        worker = start_worker(overrides={"DRES_MCP_SERVERS": json.dumps({"t": {"url": url}})})
+        turn = runtime.lifecycle.enqueue(
+            "Look it up", model=script([step(("t__lookup", {"key": "a"})), DONE])
+        )
+        events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=40, what="the end")
+    finally:
+        server.stop()
+    assert of(events, "tool_done", tool="t__lookup"), show(events)
+    assert [c["tool"] for c in calls(log)] == ["lookup"]
+    assert "SEKRET" not in worker.log(), worker.log()[-4000:]
+
+
 def test_a_cut_turn_reruns_the_get_and_blocks_the_post_on_a_worker(
     runtime: Runtime,
     start_worker: Callable[..., WorkerProcess],

@@ -7,10 +7,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 
 import pytest
 
 from rigs import ROOT
+from rigs.processes import subprocess_env
 from worker.base.settings import Settings
 from worker.edges.cli.config import MASK, rows
 from worker.edges.cli.main import main
@@ -149,14 +152,79 @@ def test_no_secret_of_a_settings_environment_shows_in_dres_config_or_its_json(
     assert printed["DRES_APPROVAL_WEBHOOK"] == f"https://hooks.example/{MASK}?{MASK}"
 
 
+#: every form a secret takes in the settings (docs/security.md), each value holding ``SEKRET``
+EVERY_SECRET_FORM = {
+    "DRES_REDIS_URL": "redis://127.0.0.1:6390/0?password=redis-SEKRET-1&db=0",
+    "DRES_BROKER_URL": "redis://app:broker-SEKRET-2@127.0.0.1:6391/0?token=broker-SEKRET-3",
+    "DRES_PUBLIC_URL": "https://u:SEKRET-4@dres.example/?access_token=SEKRET-5",
+    "DRES_APPROVAL_WEBHOOK": "https://hooks.example/services/SEKRET-6?key=SEKRET-7",
+    "DRES_MCP_SERVERS": json.dumps(
+        {
+            "files": {
+                "command": [
+                    "npx",
+                    "-y",
+                    "@acme/server-files",
+                    "--api-key",
+                    "sk-SEKRET-8",
+                    "--token=SEKRET-9",
+                    "postgresql://u:SEKRET-10@db/app",
+                    "xoxb-SEKRET-11",
+                ],
+                "env": {"FILES_KEY": "SEKRET-12"},
+            },
+            "remote": {
+                "url": "http://mcp:SEKRET-13@127.0.0.1:9/mcp?token=SEKRET-14",
+                "headers": {"Authorization": "Bearer SEKRET-15"},
+            },
+        }
+    ),
+    "DRES_OPENAPI": json.dumps(
+        {
+            "billing": {
+                "spec": "http://u:SEKRET-16@127.0.0.1:9/o.json?api_key=SEKRET-17",
+                "base_url": "http://127.0.0.1:9/v1?sig=SEKRET-18",
+                "headers": {"X-Api-Key": "SEKRET-19"},
+            }
+        }
+    ),
+    "DRES_AGENTS": json.dumps(
+        {"billing": {"url": "http://b.example/?access_token=SEKRET-20", "token": "SEKRET-21"}}
+    ),
+}
+
+
+@pytest.mark.parametrize("form", [[], ["--json"]])
+def test_dres_config_as_a_process_shows_no_secret_of_any_form(form: list[str]) -> None:
+    """A user's ``dres config`` with every form of secret set: none of them in what it prints,
+    and where each setting points still there (hosts, query keys, the MCP program, header
+    names)."""
+    done = subprocess.run(
+        [sys.executable, "-m", "worker.edges.cli", "config", *form],
+        cwd=ROOT,
+        env=subprocess_env(EVERY_SECRET_FORM),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, done.stderr
+    assert "SEKRET" not in done.stdout + done.stderr, done.stdout
+    for kept in ("127.0.0.1:6390", "db=0", "app:****@", "npx", "token=****", "FILES_KEY"):
+        assert kept in done.stdout, (kept, done.stdout)
+
+
 def test_dres_up_s_banner_names_a_configured_redis_without_its_password(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """``dres up`` prints which Redis it uses: a DRES_REDIS_URL's password is not in it."""
     from worker.dev.embedded import embedded_redis
 
-    monkeypatch.setenv("DRES_REDIS_URL", "redis://app:s3cret-pw@10.0.0.5:6380/2")
-    with embedded_redis() as redis_info:
-        assert "s3cret-pw" not in redis_info.description
-        assert "10.0.0.5:6380" in redis_info.description
-        assert redis_info.url == "redis://app:s3cret-pw@10.0.0.5:6380/2"  # used as given
+    for url in (
+        "redis://app:s3cret-pw@10.0.0.5:6380/2",
+        "redis://10.0.0.5:6380/2?password=s3cret-pw",
+    ):
+        monkeypatch.setenv("DRES_REDIS_URL", url)
+        with embedded_redis() as redis_info:
+            assert "s3cret-pw" not in redis_info.description
+            assert "10.0.0.5:6380" in redis_info.description
+            assert redis_info.url == url  # used as given

@@ -4,7 +4,9 @@ through it, rendered for a person (``console``, the default) or as one JSON obje
 
 Nothing a log line says carries a secret or a tool's input or result (docs/security.md): httpx
 and httpcore log at WARNING and above only, since httpx's INFO line names every request's full
-URL (an OpenAPI call's path parameters, a webhook's secret path or ``?token=``).
+URL (an OpenAPI call's path parameters, a webhook's secret path or ``?token=``); and every URL in
+a line's text fields, dres's and the libraries' alike, is masked (``mask_secrets``: its password
+and query values, ``worker.base.masking``).
 
 Context such as ``turn_id``, ``run_id``, ``chunk`` and ``epoch`` is bound once per chunk in
 contextvars (``worker.edges.celery.app`` and the lifecycle's claim) and merged into every log line
@@ -18,10 +20,22 @@ import sys
 
 import structlog
 
+from worker.base.masking import mask_text
 from worker.base.settings import Settings
 
 #: libraries whose lines below WARNING carry URLs or traffic: held at WARNING whatever the level
-QUIET_LOGGERS = ("httpx", "httpcore")
+#: (``httpx2``: the MCP SDK's HTTP client, whose INFO line names each request's URL and query)
+QUIET_LOGGERS = ("httpx", "httpcore", "httpx2", "httpcore2")
+
+
+def mask_secrets(
+    _logger: object, _method: str, event: structlog.types.EventDict
+) -> structlog.types.EventDict:
+    """Every URL in the line's text fields masked (its message, an ``error``, a ``url``)."""
+    for key, value in event.items():
+        if isinstance(value, str) and "://" in value:
+            event[key] = mask_text(value)
+    return event
 
 
 def configure_logging(level: str = "INFO", *, json: bool = False) -> None:
@@ -34,13 +48,14 @@ def configure_logging(level: str = "INFO", *, json: bool = False) -> None:
     ]
     rendering: list[structlog.types.Processor] = (
         # a traceback becomes one string field, so a line stays one object
-        [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
+        [structlog.processors.format_exc_info, mask_secrets, structlog.processors.JSONRenderer()]
         if json
         # plain tracebacks: the rich ones print every local and stall a server on each error
         else [
+            mask_secrets,
             structlog.dev.ConsoleRenderer(
                 colors=False, exception_formatter=structlog.dev.plain_traceback
-            )
+            ),
         ]
     )
     structlog.configure(

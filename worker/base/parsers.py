@@ -11,7 +11,7 @@ import binascii
 import json
 import re
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, quote, unquote_plus, urlsplit, urlunsplit
 
 from redis.connection import parse_url
 
@@ -106,8 +106,10 @@ REDIS_EXAMPLE = "e.g. redis://localhost:6379/0"
 
 def parse_redis_url(raw: str) -> str:
     """A Redis URL that redis-py and Celery's broker both read (DRES_REDIS_URL; a
-    DRES_BROKER_URL that is a Redis). The value is never repeated in the ``ValueError``: its
-    userinfo may hold a password, and a malformed URL's secret cannot be told from its host."""
+    DRES_BROKER_URL that is a Redis; a ``?password=`` the settings then move into its userinfo,
+    where the broker reads it: ``credentials_in_userinfo``). The value is never repeated in the
+    ``ValueError``: its userinfo may hold a password, and a malformed URL's secret cannot be told
+    from its host."""
     scheme, sep, _ = raw.partition("://")
     if not sep or scheme.lower() not in REDIS_SCHEMES:
         raise ValueError(f"must start with redis://, rediss:// or unix:// ({REDIS_EXAMPLE})")
@@ -121,9 +123,6 @@ def parse_redis_url(raw: str) -> str:
         raise ValueError(f"its path must be a database number ({REDIS_EXAMPLE})")
     if scheme.lower() == "unix" and not parts.path:
         raise ValueError("a unix:// URL must name the socket's path (unix:///run/redis.sock)")
-    if "password" in parse_qs(parts.query):
-        # redis-py takes it there; kombu (the broker) fails on it with a TypeError
-        raise ValueError("give the password in the URL's userinfo (redis://:PASSWORD@host:6379/0)")
     try:
         parse_url(raw)  # type: ignore[no-untyped-call]  # (unannotated)
     except (ValueError, TypeError) as e:
@@ -140,6 +139,45 @@ def parse_broker_url(raw: str) -> str:
     if not sep:
         raise ValueError(f"must be a URL with its scheme ({REDIS_EXAMPLE})")
     return parse_redis_url(raw) if scheme.lower() in REDIS_SCHEMES else raw
+
+
+#: the schemes of a URL, the ledger's or the broker's, whose query may hold the credentials
+#: redis-py reads there (``?password=``, ``?username=``)
+CREDENTIAL_SCHEMES = frozenset({"redis", "rediss", "sentinel"})
+CREDENTIALS = ("username", "password")
+
+
+def credentials_in_userinfo(url: str) -> str:
+    """A Redis URL (``;``-separated URLs each) with the ``username`` and ``password`` of its query
+    moved into its userinfo. redis-py reads both places, the userinfo first; kombu (Celery's
+    broker) reads only the userinfo and fails on a ``?password=`` (a second ``password``
+    argument: a ``TypeError``), and the masking (``worker.base.masking``) keeps a userinfo's
+    user name. One form then for every client: the ledger's, the broker's, the Sentinel
+    master's. A userinfo's own user or password wins, as in redis-py; an empty value in the
+    query is none (redis-py's ``parse_qs`` drops it). Any other URL is returned as it is."""
+    return ";".join(_moved(part) for part in url.split(";"))
+
+
+def _moved(url: str) -> str:
+    parts = urlsplit(url)
+    if parts.scheme not in CREDENTIAL_SCHEMES or not parts.query:
+        return url
+    kept: list[str] = []
+    found: dict[str, str] = {}
+    for pair in parts.query.split("&"):
+        key, _, value = pair.partition("=")
+        if unquote_plus(key) not in CREDENTIALS:
+            kept.append(pair)
+        elif value and unquote_plus(key) not in found:  # the first, as redis-py takes it
+            found[unquote_plus(key)] = quote(unquote_plus(value), safe="")
+    if len(kept) == len(parts.query.split("&")):
+        return url
+    userinfo, _, host = parts.netloc.rpartition("@")
+    user, _, password = userinfo.partition(":")
+    user = user or found.get("username", "")
+    password = password or found.get("password", "")
+    at = f"{user}:{password}@" if password else f"{user}@" if user else ""
+    return urlunsplit(parts._replace(netloc=at + host, query="&".join(kept)))
 
 
 def parse_approval(raw: str) -> tuple[bool, frozenset[str]]:

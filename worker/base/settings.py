@@ -17,6 +17,7 @@ from ledger.durability import Durability, Level
 from worker.base.errors import ConfigError
 from worker.base.parsers import (
     check_token,
+    credentials_in_userinfo,
     parse_approval,
     parse_approver_tokens,
     parse_broker_url,
@@ -253,6 +254,11 @@ class Settings(BaseSettings):
         except ValueError as e:
             raise PydanticCustomError("dres_setting", str(e)) from None
         return raw
+
+    @field_validator("redis_url", "broker_url")
+    @classmethod
+    def _credentials_in_userinfo(cls, raw: str) -> str:
+        return credentials_in_userinfo(raw)
 
     @field_validator("api_token")
     @classmethod

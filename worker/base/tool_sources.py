@@ -17,6 +17,8 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from worker.base.masking import mask_command, mask_url
+
 #: a source's name: the prefix of its tools' names (``NAME__tool``), which model providers
 #: allow only in ``[A-Za-z0-9_-]``
 SOURCE_NAME = re.compile(r"^[A-Za-z0-9-]+(_[A-Za-z0-9-]+)*$")
@@ -59,7 +61,10 @@ class McpServer(BaseModel):
 
     @property
     def where(self) -> str:
-        return self.url or " ".join(self.command or ())
+        """Where the server is, as a message may say it: its URL or its program, masked."""
+        if self.url is not None:
+            return mask_url(self.url)
+        return " ".join(mask_command(self.command or ()))
 
 
 class AgentApp(BaseModel):

@@ -31,6 +31,7 @@ from standardwebhooks import Webhook
 
 from ledger.approvals import request_fields
 from ledger.events import ApprovalRequested
+from worker.base.masking import mask_text
 from worker.base.settings import Settings
 from worker.lifecycle.base import NotifyApprovals
 
@@ -113,7 +114,8 @@ class ApprovalWebhook:
         try:
             answer = client.post(self.url, content=data, headers=self.headers(message_id, data))
         except Exception as e:  # best-effort: the request stands in the ledger and the lists
-            error = f"{type(e).__name__}: {e}".replace(self.url, where)
+            # the URL as httpx spells it may differ from the setting's: every URL in it masked
+            error = mask_text(f"{type(e).__name__}: {e}".replace(self.url, where), path=True)
             log.warning("approval webhook failed", url=where, error=error)
             return
         if answer.is_redirect:

@@ -1,9 +1,9 @@
 """``dres config``: every ``DRES_*`` setting with its value, its default and one line of meaning,
 read from the settings class itself (``worker.base.settings.Settings``), so the table can never
-list a setting the class lacks or miss one it has. Secrets are masked: tokens, passwords and
-secrets, the password in a URL's userinfo, a webhook URL's path and query, the tokens in
-``DRES_AGENTS``, and every ``env`` and ``headers`` value of an MCP server or an OpenAPI source
-(their keys are kept).
+list a setting the class lacks or miss one it has. Secrets are masked (``worker.base.masking``,
+docs/security.md): tokens, passwords and secrets, every URL's password and query values (a webhook
+URL's path too), the tokens in ``DRES_AGENTS``, an MCP server's command arguments, and every
+``env`` and ``headers`` value of an MCP server or an OpenAPI source (their keys are kept).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from worker.base.masking import MASK, mask_url
+from worker.base.masking import MASK, mask_command, mask_text, mask_url, mask_values
 from worker.base.settings import Settings
 
 #: words that make a setting a secret by its name alone (``api_token``, a setting added later):
@@ -25,11 +25,11 @@ URLS = frozenset({"redis_url", "broker_url", "public_url"})
 SECRET_PATHS = frozenset({"approval_webhook"})
 #: JSON settings of named entries ``{"NAME": {…}}`` (docs/configuration.md, docs/tools.md): per
 #: entry, the fields whose every value is masked (a header or an environment variable is often a
-#: credential) and the fields that are URLs
+#: credential), the fields that are URLs, and those that are command lines (the program kept)
 ENTRIES = {
-    "agents": (frozenset({"token"}), frozenset({"url"})),
-    "mcp_servers": (frozenset({"env", "headers"}), frozenset({"url"})),
-    "openapi": (frozenset({"headers"}), frozenset({"spec", "base_url"})),
+    "agents": (frozenset({"token"}), frozenset({"url"}), frozenset[str]()),
+    "mcp_servers": (frozenset({"env", "headers"}), frozenset({"url"}), frozenset({"command"})),
+    "openapi": (frozenset({"headers"}), frozenset({"spec", "base_url"}), frozenset[str]()),
 }
 
 
@@ -56,11 +56,13 @@ def shown(value: Any) -> str:
 def _secret_values(value: Any) -> Any:
     """A secret's value masked: a mapping keeps its keys, anything else is masked whole."""
     if isinstance(value, dict):
-        return {key: MASK for key in value}
+        return mask_values(value)
     return MASK if value not in (None, "", [], {}) else value
 
 
-def _mask_entries(raw: str, secret: frozenset[str], urls: frozenset[str]) -> str:
+def _mask_entries(
+    raw: str, secret: frozenset[str], urls: frozenset[str], commands: frozenset[str]
+) -> str:
     try:
         entries = json.loads(raw)
     except json.JSONDecodeError:
@@ -73,6 +75,9 @@ def _mask_entries(raw: str, secret: frozenset[str], urls: frozenset[str]) -> str
         for field in urls & entry.keys():
             if isinstance(entry[field], str):
                 entry[field] = mask_url(entry[field])
+        for field in commands & entry.keys():
+            if isinstance(entry[field], list):  # checked at start: its items are strings
+                entry[field] = mask_command(entry[field])
     return json.dumps(entries, separators=(",", ":"))
 
 
@@ -96,7 +101,7 @@ def masked(name: str, value: Any) -> Any:
         return ";".join(mask_url(url, path=name in SECRET_PATHS) for url in value.split(";"))
     if name in ENTRIES:
         return _mask_entries(value, *ENTRIES[name])
-    return value
+    return mask_text(value)  # a URL in any other setting (a model spec's) keeps no secret
 
 
 def rows(settings: Settings) -> list[Row]:

@@ -30,6 +30,7 @@ import httpx
 from ledger.errors import EventDecodeError
 from ledger.events import Event, ModelStart, RunEnded, Text, TurnEnded, parse_event
 from worker.base.errors import DresError
+from worker.base.masking import mask_text
 from worker.base.tool_sources import AgentApp
 from worker.engine.tools.context import ToolContext
 from worker.engine.tools.spec import ToolSpec, specs_of, tool
@@ -98,7 +99,8 @@ def _enqueue(client: httpx.Client, agent: str, message: str, key: str) -> str:
             )
         except httpx.TransportError as e:
             if attempt + 1 == ENQUEUE_ATTEMPTS:
-                raise DelegationError(f"agent {agent!r} unreachable: {e!r}") from None
+                why = mask_text(repr(e))
+                raise DelegationError(f"agent {agent!r} unreachable: {why}") from None
             time.sleep(BACKOFF_S * 2**attempt)
             continue
         if response.status_code == 202:
@@ -134,7 +136,7 @@ def _follow(client: httpx.Client, agent: str, turn_id: str) -> dict[str, Any]:
                     if answer.waiting and _still_waiting(client, turn_id, answer):
                         return answer.outcome()
         except (httpx.TransportError, httpx.DecodingError) as e:
-            failure = repr(e)
+            failure = mask_text(repr(e))
         else:
             failure = "the event stream closed before the turn ended"
         quiet = 0 if got else quiet + 1

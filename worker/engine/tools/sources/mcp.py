@@ -38,6 +38,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, RequestParamsMeta
 
 from worker.base.errors import ConfigError, OutcomeUnknown
+from worker.base.masking import mask_text
 from worker.base.tool_sources import McpServer
 from worker.engine.tools.context import ToolContext
 from worker.engine.tools.sources import ToolCallFailed
@@ -310,10 +311,11 @@ def _result(name: str, result: mcp_types.CallToolResult) -> Any:
 
 
 def _why(error: BaseException) -> str:
-    """One line for an error, the innermost of an exception group's."""
+    """One line for an error, the innermost of an exception group's; a URL in it masked (httpx's
+    status errors name the request's URL, its userinfo and query)."""
     while isinstance(error, BaseExceptionGroup) and error.exceptions:
         error = error.exceptions[0]
-    return f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    return mask_text(f"{type(error).__name__}: {error}".splitlines()[0])[:300]
 
 
 def mcp_tools(servers: Mapping[str, McpServer]) -> list[ToolSpec]:

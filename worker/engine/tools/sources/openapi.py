@@ -38,6 +38,7 @@ import httpx
 import structlog
 
 from worker.base.errors import ConfigError, OutcomeUnknown
+from worker.base.masking import mask_text, mask_url
 from worker.base.tool_sources import OpenApi
 from worker.engine.tools.context import ToolContext
 from worker.engine.tools.sources import ToolCallFailed
@@ -84,9 +85,14 @@ def _read(name: str, api: OpenApi) -> dict[str, Any]:
             text = Path(api.spec).read_text()
         document = _parse(text)
     except (OSError, ValueError, httpx.HTTPError) as e:
-        raise ConfigError(f"DRES_OPENAPI: API {name!r}: cannot read {api.spec}: {e}") from None
+        # the spec's URL masked, and httpx's message, which names it too (a status error's,
+        # whose second line is a link to the status's page: one line is kept)
+        where, why = mask_url(api.spec), mask_text(str(e).partition("\n")[0])
+        raise ConfigError(f"DRES_OPENAPI: API {name!r}: cannot read {where}: {why}") from None
     if not isinstance(document, dict) or not str(document.get("openapi", "")).startswith("3."):
-        raise ConfigError(f"DRES_OPENAPI: API {name!r}: {api.spec} is not an OpenAPI 3 document")
+        raise ConfigError(
+            f"DRES_OPENAPI: API {name!r}: {mask_url(api.spec)} is not an OpenAPI 3 document"
+        )
     return document
 
 
@@ -333,9 +339,10 @@ class ApiClient:
         try:
             response = client.send(request)
         except NOT_SENT as e:
-            raise ToolCallFailed(f"{where}: not sent: {type(e).__name__}: {e}") from None
+            why = mask_text(f"{type(e).__name__}: {e}")
+            raise ToolCallFailed(f"{where}: not sent: {why}") from None
         except httpx.TransportError as e:
-            message = f"{where}: no answer: {type(e).__name__}: {e}"
+            message = f"{where}: no answer: {mask_text(f'{type(e).__name__}: {e}')}"
             if op.write:
                 raise OutcomeUnknown(message) from None
             raise ToolCallFailed(message) from None
