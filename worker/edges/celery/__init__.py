@@ -26,6 +26,10 @@ tripwire test that fails if the workaround goes while the bug stays:
 - ``marks``: an acknowledgement that cannot reach Redis still frees its prefetch slot (under
   the gevent pool's loop a held slot stopped the worker taking messages for good) --
   ``tests/integration/test_store_faults.py`` (its gevent case).
+- ``wakeup``: a consumer polling without an event loop (the gevent pool's ``synloop``) asks for
+  a message only at a poll's start and only with a free prefetch slot, so a slot an
+  acknowledgement frees waited out the 2 s poll: a chunk boundary's ~1.7 s (celery/celery#7718);
+  the acknowledgement wakes the poll -- ``tests/integration/test_gevent_boundary.py``.
 - ``metrics``: prometheus_client's multiprocess mode set before the pool forks.
 
 May import: ``ledger``, ``worker.base``, ``worker.engine`` (the guard's signals),
