@@ -20,7 +20,11 @@ Every action is an atomic step of the turn's state machine, so every worker may 
 
 from __future__ import annotations
 
+import math
+import os
 import random
+import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +32,7 @@ from collections.abc import Callable
 import structlog
 
 from ledger.errors import CorruptTurn, LedgerUnavailable, TransitionRefused, UnknownTurn
+from ledger.presence import BEAT_S, Presence
 from ledger.store import STORE_ERRORS, MetaValue
 from ledger.turn import Step, StopCode, TurnMeta, TurnStatus
 from worker.base import metrics
@@ -209,22 +214,41 @@ class Reaper:
 
 
 class ReaperThread(threading.Thread):
-    """Sweeps every ``reaper_interval_s`` (+-``JITTER``) in the worker's main process until
-    stopped."""
+    """The worker's main process's own thread: says every ``presence.BEAT_S`` that the worker is
+    alive (``ledger.presence``: ``GET /healthz`` counts the workers) and, with ``sweeps``, sweeps
+    every ``reaper_interval_s`` (+-``JITTER``), until stopped; ``stop`` takes the worker off the
+    list at once."""
 
-    def __init__(self, reaper: Reaper) -> None:
+    def __init__(self, reaper: Reaper, *, sweeps: bool = True) -> None:
         super().__init__(name="dres-reaper", daemon=True)
         self.reaper = reaper
+        self.sweeps = sweeps
         self.stopping = threading.Event()
+        self.presence = Presence(reaper.store.client)
+        #: this worker in the list: its host and process, and a few random bytes (a pid reused)
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
     def wait_s(self) -> float:
         """Seconds until the next sweep."""
         return self.reaper.settings.reaper_interval_s * random.uniform(1 - JITTER, 1 + JITTER)
 
     def run(self) -> None:
-        while not self.stopping.wait(self.wait_s()):
+        beat_at = time.monotonic()  # at once: the worker is counted as soon as it is ready
+        sweep_at = beat_at + self.wait_s() if self.sweeps else math.inf
+        while not self.stopping.wait(max(0.0, min(beat_at, sweep_at) - time.monotonic())):
             with no_fork():  # the pool's forks wait: no child starts with a lock it holds
-                self._sweep()
+                if time.monotonic() >= beat_at:
+                    self._beat()
+                    beat_at = time.monotonic() + BEAT_S
+                if time.monotonic() >= sweep_at:
+                    self._sweep()
+                    sweep_at = time.monotonic() + self.wait_s()
+
+    def _beat(self) -> None:
+        try:
+            self.presence.beat(self.worker_id, self.reaper.lifecycle.ms())
+        except Exception as e:  # Redis away: the next beat tries again
+            log.warning("could not say this worker is alive", error=repr(e))
 
     def _sweep(self) -> None:
         try:
@@ -238,5 +262,15 @@ class ReaperThread(threading.Thread):
         if moved:
             log.info("reaper sweep", actions=moved)
 
-    def stop(self) -> None:
+    def stop(self, timeout_s: float = 2.0) -> None:
+        """Stop, and take this worker off the list of the live ones (after a beat under way, so
+        that the beat does not put it back; within ``timeout_s``, else its entry ages out)."""
         self.stopping.set()
+        if self.is_alive() and self is not threading.current_thread():
+            self.join(timeout_s)
+        if self.is_alive():
+            return
+        try:
+            self.presence.leave(self.worker_id)
+        except Exception as e:  # its entry ages out of the window instead
+            log.warning("could not take this worker off the list", error=repr(e))

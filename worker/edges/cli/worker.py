@@ -147,18 +147,19 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
     threads: list[ReaperThread] = []
 
     def start_reaper(**_: Any) -> None:
-        thread = ReaperThread(runtime.reaper())
+        # without the reaper too: its thread says the worker is alive (GET /healthz counts it)
+        thread = ReaperThread(runtime.reaper(), sweeps=reaper)
         thread.start()
         threads.append(thread)
-        log.info("reaper started", interval_s=settings.reaper_interval_s)
+        if reaper:
+            log.info("reaper started", interval_s=settings.reaper_interval_s)
 
     def stop_reaper(**_: Any) -> None:
         for thread in threads:
             thread.stop()
 
-    if reaper:
-        signals.worker_ready.connect(start_reaper, weak=False)
-        signals.worker_shutdown.connect(stop_reaper, weak=False)
+    signals.worker_ready.connect(start_reaper, weak=False)
+    signals.worker_shutdown.connect(stop_reaper, weak=False)
     return start()
 
 
