@@ -169,7 +169,8 @@ def routes(http: httpx.Client, turn_id: str) -> dict[str, Callable[[], httpx.Res
 
 
 def assert_names_no_address(health: dict[str, Any], *servers: RedisServer) -> None:
-    """``/healthz`` answers anyone (no token): its body names no host, port or URL (§8)."""
+    """``/healthz`` answers anyone (no token): its body names no host, port or URL
+    (docs/http-api.md)."""
     said = json.dumps(health)
     for server in servers:
         for address in (str(server.port), server.url, "127.0.0.1", "localhost", "redis://"):
