@@ -115,6 +115,15 @@ def approval_requests() -> str:
     return f"{PREFIX}:approvals:requests"
 
 
+def workers() -> str:
+    """Sorted set of the workers alive lately: each running ``dres worker`` (its main process)
+    scored by when it last said so (ms), every few seconds (``ledger.presence``). Global on purpose
+    (``GET /healthz`` counts them), like ``active_turns``: one single-key command per worker per
+    beat, trimmed of the ones not seen for a while at each beat, so it holds about one member per
+    live worker."""
+    return f"{PREFIX}:workers"
+
+
 def idempotency(key: str) -> str:
     """An API Idempotency-Key: the request's hash and the turn it created."""
     return f"{PREFIX}:idem:{_tag(key)}"

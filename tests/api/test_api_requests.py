@@ -149,7 +149,7 @@ def test_with_the_bearer_token_requests_succeed(guarded: httpx.Client) -> None:
 def test_healthz_needs_no_token(guarded: httpx.Client) -> None:
     reply = guarded.get("/healthz")
     assert reply.status_code == 200
-    assert reply.json() == {"redis": "ok", "broker": "ok"}
+    assert reply.json() == {"redis": "ok", "broker": "ok", "workers": 0}
 
 
 # -- bad input ----------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ above the API's own (about a second): it fails if the API waits an outage out, a
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import subprocess
@@ -167,6 +168,15 @@ def routes(http: httpx.Client, turn_id: str) -> dict[str, Callable[[], httpx.Res
     }
 
 
+def assert_names_no_address(health: dict[str, Any], *servers: RedisServer) -> None:
+    """``/healthz`` answers anyone (no token): its body names no host, port or URL
+    (docs/http-api.md)."""
+    said = json.dumps(health)
+    for server in servers:
+        for address in (str(server.port), server.url, "127.0.0.1", "localhost", "redis://"):
+            assert address not in said, said
+
+
 def created(http: httpx.Client) -> str:
     response = http.post("/v1/turns", json={"message": "hello"})
     assert response.status_code == 202, response.text
@@ -187,11 +197,12 @@ def test_while_redis_is_down_every_route_answers_503_naming_it_and_202_once_it_i
         assert_answered(call, 503, "the ledger's Redis", f":{store.port}", "unreachable")
     health = assert_answered(lambda: http.get("/healthz"), 503, "the ledger's Redis")
     assert health["redis"].startswith("unreachable") and health["broker"].startswith("unreachable")
+    assert_names_no_address(health, store)
 
     store.start()  # the same port and data: the turn made before is there again
     assert http.get(f"/v1/turns/{turn_id}").json()["status"] == "queued"
     assert http.post("/v1/turns", json={"message": "hello again"}).status_code == 202
-    assert http.get("/healthz").json() == {"redis": "ok", "broker": "ok"}
+    assert http.get("/healthz").json() == {"redis": "ok", "broker": "ok", "workers": 0}
 
 
 def test_while_redis_hangs_every_route_answers_503_within_the_bound_and_202_once_it_wakes(
@@ -205,6 +216,7 @@ def test_while_redis_hangs_every_route_answers_503_within_the_bound_and_202_once
             assert_answered(call, 503, "the ledger's Redis", "unreachable")
         health = assert_answered(lambda: http.get("/healthz"), 503, "the ledger's Redis")
         assert health["redis"].startswith("unreachable"), health
+        assert_names_no_address(health, store)
     finally:
         store.resume()
 
@@ -232,6 +244,8 @@ def test_with_its_broker_down_or_hung_a_new_turn_answers_503_naming_it_and_is_ta
         assert ledger_redis.dbsize() == 0, redis_state(ledger_redis)
         health = assert_answered(lambda: http.get("/healthz"), 503, "the broker")
         assert health["redis"] == "ok" and health["broker"].startswith("unreachable"), health
+        assert health["workers"] == 0, health  # the ledger's Redis answers: the count is known
+        assert_names_no_address(health, broker)
 
         broker.start()
         assert http.post("/v1/turns", json=new_turn).status_code == 202

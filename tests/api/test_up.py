@@ -69,7 +69,8 @@ def test_dres_up_serves_the_page_at_the_url_it_prints_and_a_signal_stops_every_c
         page = httpx.get(f"{url}/", timeout=10)
         assert page.status_code == 200
         assert 'data-testid="composer"' in page.text
-        assert httpx.get(f"{url}/healthz", timeout=10).json() == {"redis": "ok", "broker": "ok"}
+        health = {"redis": "ok", "broker": "ok", "workers": 1}  # its worker says it is alive
+        wait_until(lambda: httpx.get(f"{url}/healthz", timeout=10).json() == health, timeout=30)
         # no DRES_API_TOKEN was set: the API wants the random one the printed URL carries
         assert token is not None and len(token) >= 32, log.read_text()
         assert httpx.get(f"{url}/v1/conversations", timeout=10).status_code == 401

@@ -7,6 +7,9 @@ unless told not to.
 from __future__ import annotations
 
 import io
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from api_support import Cli
@@ -14,7 +17,8 @@ from api_support import Cli
 from ledger.codec import Envelope
 from ledger.events import ToolDone, ToolStart
 from ledger.store import Ledger
-from rigs import DONE, MULTI_CHUNK, Script, WorkerProcess, crashed_stop, send
+from rigs import DONE, MULTI_CHUNK, ROOT, Script, WorkerProcess, crashed_stop, send, wait_until
+from tests.support.fixtures import StartWorker
 from worker.base.settings import get_settings
 from worker.client import watch_turn
 from worker.edges.cli.watch import PersonView
@@ -55,6 +59,56 @@ def test_dres_watch_shows_a_blocked_repeat_with_the_call_it_matched(
     blocked = [line for line in calls if line.startswith("  [blocked] send_email")]
     assert len(blocked) == 1, calls
     assert "matched send_email" in blocked[0] and "not run" in blocked[0]
+
+
+def watching(turn_id: str, env: dict[str, str], err: Path) -> subprocess.Popen[str]:
+    """``dres watch TURN`` running, its stderr written to ``err`` as it comes."""
+    with err.open("w") as err_file:
+        return subprocess.Popen(
+            [sys.executable, "-m", "worker.edges.cli", "watch", turn_id],
+            cwd=ROOT,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=err_file,
+            text=True,
+        )
+
+
+def test_dres_watch_says_once_when_no_worker_has_taken_the_turn_and_how_to_start_one(
+    cli: Cli, start_worker: StartWorker, dres_env: dict[str, str], tmp_path: Path
+) -> None:
+    turn_id = cli("enqueue", "hello").stdout.strip()
+    err = tmp_path / "watch.err"
+    watch = watching(turn_id, dres_env, err)
+    try:
+        said = "No worker has taken the turn after 5 s: no worker is running"
+        wait_until(lambda: said in err.read_text(), timeout=30, what="the no-worker line")
+        start_worker()  # the watch goes on, and ends with the turn
+        out, _ = watch.communicate(timeout=60)
+    finally:
+        watch.kill()
+    lines = err.read_text().splitlines()
+    assert lines == [f"{said} — start one with `dres worker`; still watching"], lines
+    assert watch.returncode == 0, out
+    assert out.splitlines()[-1] == "Completed", out
+
+
+def test_dres_watch_with_a_worker_alive_elsewhere_says_it_is_not_taken_without_the_command(
+    cli: Cli, start_worker: StartWorker, dres_env: dict[str, str], tmp_path: Path
+) -> None:
+    start_worker(extra=("-Q", "elsewhere"))  # alive, but not consuming the turn's queue
+    turn_id = cli("enqueue", "hello").stdout.strip()
+    err = tmp_path / "watch.err"
+    watch = watching(turn_id, dres_env, err)
+    try:
+        wait_until(lambda: "still watching" in err.read_text(), timeout=30, what="the line")
+    finally:
+        watch.kill()
+        watch.communicate(timeout=10)
+    assert err.read_text().splitlines() == [
+        "No worker has taken the turn after 5 s (1 worker is running: busy, or not consuming "
+        "its queue); still watching"
+    ]
 
 
 def test_dres_watch_continues_a_crashed_stop_on_its_own_and_shows_resuming(

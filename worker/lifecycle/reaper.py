@@ -20,7 +20,11 @@ Every action is an atomic step of the turn's state machine, so every worker may 
 
 from __future__ import annotations
 
+import math
+import os
 import random
+import secrets
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -28,6 +32,7 @@ from collections.abc import Callable
 import structlog
 
 from ledger.errors import CorruptTurn, LedgerUnavailable, TransitionRefused, UnknownTurn
+from ledger.presence import BEAT_S, Presence
 from ledger.store import STORE_ERRORS, MetaValue
 from ledger.turn import Step, StopCode, TurnMeta, TurnStatus
 from worker.base import metrics
@@ -209,22 +214,72 @@ class Reaper:
 
 
 class ReaperThread(threading.Thread):
-    """Sweeps every ``reaper_interval_s`` (+-``JITTER``) in the worker's main process until
-    stopped."""
+    """The worker's main process's own thread: says every ``presence.BEAT_S`` that the worker is
+    alive (``ledger.presence``: ``GET /healthz`` counts the workers) and, with ``sweeps``, sweeps
+    every ``reaper_interval_s`` (+-``JITTER``), until stopped. ``depart`` (as the worker's warm
+    shutdown begins: it takes no new chunk) and ``stop`` take the worker off the list at once;
+    a worker that departs goes on sweeping until it stops."""
 
-    def __init__(self, reaper: Reaper) -> None:
+    def __init__(self, reaper: Reaper, *, sweeps: bool = True) -> None:
         super().__init__(name="dres-reaper", daemon=True)
         self.reaper = reaper
+        self.sweeps = sweeps
         self.stopping = threading.Event()
+        self.departing = False
+        #: set by ``stop`` and ``depart``: the thread looks at once
+        self._wake = threading.Event()
+        self.presence = Presence(reaper.store.client)
+        #: this worker in the list: its host and process, and a few random bytes (a pid reused)
+        self.worker_id = f"{socket.gethostname()}:{os.getpid()}:{secrets.token_hex(3)}"
 
     def wait_s(self) -> float:
         """Seconds until the next sweep."""
         return self.reaper.settings.reaper_interval_s * random.uniform(1 - JITTER, 1 + JITTER)
 
     def run(self) -> None:
-        while not self.stopping.wait(self.wait_s()):
+        beat_at = time.monotonic()  # at once: the worker is counted as soon as it is ready
+        sweep_at = beat_at + self.wait_s() if self.sweeps else math.inf
+        if self.sweeps:
+            log.info("reaper started", interval_s=self.reaper.settings.reaper_interval_s)
+        while True:
+            self._wake.wait(max(0.0, min(beat_at, sweep_at) - time.monotonic()))
+            self._wake.clear()  # the flags are read after: a wake-up now is not lost
             with no_fork():  # the pool's forks wait: no child starts with a lock it holds
-                self._sweep()
+                if self.stopping.is_set() or self.departing:
+                    if beat_at < math.inf:  # after any beat under way: none puts it back
+                        self._leave()
+                        beat_at = math.inf
+                    if self.stopping.is_set():
+                        return
+                elif time.monotonic() >= beat_at:
+                    self._beat()
+                    beat_at = time.monotonic() + BEAT_S
+                if time.monotonic() >= sweep_at:
+                    self._sweep()
+                    sweep_at = time.monotonic() + self.wait_s()
+
+    def depart(self) -> None:
+        """Take this worker off the list of the live ones, and beat no more; sweep on. Only sets
+        flags: called from the worker's shutdown signal handler."""
+        self.departing = True
+        self._wake.set()
+
+    def stop(self) -> None:
+        """Stop, leaving the list (``depart``) if it has not yet."""
+        self.stopping.set()
+        self._wake.set()
+
+    def _leave(self) -> None:
+        try:
+            self.presence.leave(self.worker_id)
+        except Exception as e:  # its entry ages out of the window instead
+            log.warning("could not take this worker off the list", error=repr(e))
+
+    def _beat(self) -> None:
+        try:
+            self.presence.beat(self.worker_id, self.reaper.lifecycle.ms())
+        except Exception as e:  # Redis away: the next beat tries again
+            log.warning("could not say this worker is alive", error=repr(e))
 
     def _sweep(self) -> None:
         try:
@@ -237,6 +292,3 @@ class ReaperThread(threading.Thread):
         moved = {t: a for t, a in actions.items() if a not in quiet}
         if moved:
             log.info("reaper sweep", actions=moved)
-
-    def stop(self) -> None:
-        self.stopping.set()

@@ -7,6 +7,10 @@ tool call once its state is known (and, for a blocked or refused call, the call 
 event instead, one line each with its stream id. Either way a time-limit stop is continued on
 its own (``--no-auto-continue`` turns that off), through ``worker.edges.client.follow``, which
 also rides out a Redis restart or outage (saying so on stderr) and goes on where it was.
+
+A turn that stays ``queued`` for ``UNCLAIMED_S`` while watched is said on stderr, once per
+stretch: no worker has taken it, and with no worker alive (``ledger.presence``, as ``GET
+/healthz`` counts them) how to start one; the watch goes on.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from ledger.events import (
     ToolStart,
 )
 from ledger.note import shown
+from ledger.presence import Presence
 from ledger.turn import TurnMeta
 from ledger.usage import UsageFold
 from worker.edges.client import FOLLOW_OUTAGE_S, STORE_DOWN, follow
@@ -54,6 +59,8 @@ CAUSES = {
     "continue": "continued",
     "approval": "a person decided",
 }
+#: seconds a watched turn stays queued before ``dres watch`` says no worker has taken it
+UNCLAIMED_S = 5.0
 #: a tool_blocked event's reason -> the call's state (docs/http-api.md's data-state words)
 BLOCKED_STATES = {"completed": "blocked", "reconciled": "completed"}
 
@@ -171,6 +178,42 @@ def spent(usage: UsageFold) -> str:
     return f" · {usage.input_tokens:,} tokens in, {usage.output_tokens:,} out"
 
 
+def unclaimed(runtime: Runtime, waited_s: float) -> str:
+    """The line for a turn no worker has taken for ``waited_s``: with none alive, how to start
+    one; else how many are (busy, or consuming other queues)."""
+    said = f"No worker has taken the turn after {waited_s:g} s"
+    try:
+        workers = Presence(runtime.redis).count(int(runtime.clock.now() * 1000))
+    except STORE_DOWN:
+        return f"{said}; still watching"
+    if not workers:
+        return f"{said}: no worker is running — start one with `dres worker`; still watching"
+    alive = "1 worker is" if workers == 1 else f"{workers} workers are"
+    return f"{said} ({alive} running: busy, or not consuming its queue); still watching"
+
+
+class Unclaimed:
+    """When to say that the turn is still ``queued``: once per stretch, ``UNCLAIMED_S`` after
+    it was first seen so (``due``: asked with the turn's status at each batch)."""
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+        self.since: float | None = None
+        self.said = False
+
+    def due(self, status: str) -> bool:
+        if status != "queued":
+            self.since, self.said = None, False
+            return False
+        now = self.runtime.clock.now()
+        if self.since is None:
+            self.since = now
+        if self.said or now - self.since < UNCLAIMED_S:
+            return False
+        self.said = True
+        return True
+
+
 def watch(
     runtime: Runtime,
     turn_id: str,
@@ -187,6 +230,7 @@ def watch(
     spinning = False  # a status line is on screen (a terminal only), to be wiped before output
     meta: TurnMeta | None = None
     usage = UsageFold()
+    waiting = Unclaimed(runtime)
 
     def outage(error: Exception) -> None:
         err.write(f"Redis is unreachable ({error}); trying again for up to {FOLLOW_OUTAGE_S:g} s\n")
@@ -201,6 +245,13 @@ def watch(
         usage.feed(envelope.event for envelope in batch)
         with suppress(*STORE_DOWN):  # the status line waits; ``follow`` rides the outage out
             meta = runtime.ledger.meta(turn_id)
+        if meta is not None and waiting.due(meta.status):
+            if spinning:  # wiped first: the spinner is drawn again below the line
+                out.write("\r\x1b[K")
+                out.flush()
+                spinning = False
+            err.write(unclaimed(runtime, UNCLAIMED_S) + "\n")
+            err.flush()
         if live and meta is not None and not meta.ended and not view.mid_line:
             label = LABELS.get(meta.status, meta.status)
             out.write(f"\r\x1b[K{next(spin)} {label}…{spent(usage)}")

@@ -144,22 +144,33 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
             app.log.redirect_stdouts(app.conf.worker_redirect_stdouts_level)
 
     signals.setup_logging.connect(keep_dres_logging, weak=False)
+    run_reaper_thread(runtime, sweeps=reaper)
+    return start()
+
+
+def run_reaper_thread(runtime: Runtime, *, sweeps: bool) -> None:
+    """From the worker's ready to its shutdown, the main process's ``ReaperThread``: it says the
+    worker is alive (``GET /healthz`` counts it) and, with ``sweeps`` (no ``--no-reaper``), runs
+    the reaper; as the warm shutdown begins, the worker leaves the list of the live ones."""
     threads: list[ReaperThread] = []
 
-    def start_reaper(**_: Any) -> None:
-        thread = ReaperThread(runtime.reaper())
+    def start(**_: Any) -> None:
+        thread = ReaperThread(runtime.reaper(), sweeps=sweeps)
         thread.start()
         threads.append(thread)
-        log.info("reaper started", interval_s=settings.reaper_interval_s)
 
-    def stop_reaper(**_: Any) -> None:
+    def depart(**_: Any) -> None:
+        # in the shutdown's signal handler: only sets flags (the thread does the rest)
+        for thread in threads:
+            thread.depart()
+
+    def stop(**_: Any) -> None:
         for thread in threads:
             thread.stop()
 
-    if reaper:
-        signals.worker_ready.connect(start_reaper, weak=False)
-        signals.worker_shutdown.connect(stop_reaper, weak=False)
-    return start()
+    signals.worker_ready.connect(start, weak=False)
+    signals.worker_shutting_down.connect(depart, weak=False)
+    signals.worker_shutdown.connect(stop, weak=False)
 
 
 def celery_worker(

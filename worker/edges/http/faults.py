@@ -26,6 +26,7 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
+from ledger import keys, presence
 from ledger.errors import LedgerUnavailable, StoreFull
 from worker.base.settings import Settings
 from worker.edges.runtime import Runtime
@@ -57,7 +58,7 @@ def broker_name(settings: Settings) -> str:
     return f"the broker ({via_sentinels(settings) if sentinel else place(settings.broker)})"
 
 
-def unreachable(detail: str, extra: Mapping[str, str] | None = None) -> JSONResponse:
+def unreachable(detail: str, extra: Mapping[str, str | int] | None = None) -> JSONResponse:
     """503 with ``Retry-After``; ``extra``: more fields of the body (``/healthz``'s checks)."""
     body = {**(extra or {}), "detail": detail}
     return JSONResponse(body, 503, headers={"Retry-After": str(RETRY_AFTER_S)})
@@ -103,26 +104,38 @@ def add_fault_handlers(api: FastAPI) -> None:
 
 async def healthz(request: Request) -> JSONResponse:
     """Reachability of the ledger's Redis (``redis``) and of the broker (``broker``), each
-    ``ok`` or ``unreachable: …``, both looked at together and each within about a second; a 503
-    also names what is unreachable in its ``detail``."""
+    ``ok`` or ``unreachable: …``, both looked at together and each within about a second, and
+    ``workers``: how many workers were seen in the last 30 s (``ledger.presence``; 0 is an
+    answer, not a fault). A 503 also names what is unreachable in its ``detail``. It answers
+    anyone (no token), so it names no host, port or URL: a store by its role, a fault by its
+    kind (the other routes' 503s, behind the token, name the address)."""
     state = request.app.state
-    ledger, broker = await asyncio.gather(
-        _ledger_check(state.reader), run_in_threadpool(_broker_check, state.rt)
+    now_ms = int(state.rt.clock.now() * 1000)
+    (ledger, workers), broker = await asyncio.gather(
+        _ledger_check(state.reader, now_ms), run_in_threadpool(_broker_check, state.rt)
     )
-    checks = {"redis": ledger, "broker": broker}
-    named = ((ledger_name(state.settings), ledger), (broker_name(state.settings), broker))
+    body: dict[str, str | int] = {"redis": ledger, "broker": broker}
+    if workers is not None:
+        body["workers"] = workers
+    named = (("the ledger's Redis", ledger), ("the broker", broker))
     down = [name for name, check in named if check != "ok"]
     if not down:
-        return JSONResponse(checks)
-    return unreachable("unreachable: " + ", ".join(down), checks)
+        return JSONResponse(body)
+    return unreachable("unreachable: " + ", ".join(down), body)
 
 
-async def _ledger_check(reader: aioredis.Redis) -> str:
+def _fault(error: BaseException) -> str:
+    """A check's fault by its kind only: redis-py's and kombu's messages name the address."""
+    return f"unreachable: {type(error).__name__}"
+
+
+async def _ledger_check(reader: aioredis.Redis, now_ms: int) -> tuple[str, int | None]:
+    """``ok`` and the workers seen lately, or the fault and None."""
     try:
-        await reader.ping()
+        workers = await reader.zcount(keys.workers(), *presence.window(now_ms))
     except redis.RedisError as e:
-        return f"unreachable: {e}"
-    return "ok"
+        return _fault(e), None
+    return "ok", int(workers)
 
 
 def _broker_check(rt: Runtime) -> str:
@@ -131,5 +144,5 @@ def _broker_check(rt: Runtime) -> str:
             # the Celery app's own socket timeouts bound each attempt (``Runtime.for_api``)
             connection.ensure_connection(max_retries=1, interval_start=0, timeout=2)
     except Exception as e:  # kombu raises many kinds; any of them means unreachable
-        return f"unreachable: {e}"
+        return _fault(e)
     return "ok"

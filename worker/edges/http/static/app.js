@@ -2,10 +2,11 @@
 // job: api.js (the API client), stream.js (a turn's event stream), turnstate.js (a turn's
 // state, a pure fold of its events), turn.js (a turn followed, polled, continued), render.js
 // (a turn's timeline and status bar), approvals.js, inspector.js, conversations.js (with
-// forks: Regenerate, Edit), editor.js (a user message's inline editor). This one wires the
-// page's controls.
+// forks: Regenerate, Edit), editor.js (a user message's inline editor), health.js (the
+// no-worker notice). This one wires the page's controls.
 import { $ } from "./dom.js";
 import { closeMenu, newConversation, send, startConversations } from "./conversations.js";
+import { watchWorkers } from "./health.js";
 import { closeInspector, inspecting } from "./inspector.js";
 
 const MAX_AUTO = Number(document.querySelector('meta[name="dres-max-auto-continue"]').content) || 0;
@@ -42,6 +43,7 @@ function start() {
   auto.checked = localStorage.getItem("dres.autoContinue") !== "0";
   auto.addEventListener("change", () => localStorage.setItem("dres.autoContinue", auto.checked ? "1" : "0"));
   startConversations({ maxAuto: MAX_AUTO, autoOn: () => auto.checked });
+  watchWorkers();
 }
 
 start();
