@@ -16,17 +16,14 @@ tracing``).
 
 from __future__ import annotations
 
-import argparse
 import gc
 import itertools
 import os
 import statistics
 import sys
-import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import redis
@@ -36,9 +33,7 @@ from bench.harness import (
     Row,
     percentile,
     private_redis,
-    table_lines,
     time_each,
-    write_result,
 )
 from bench.ledger_turns import open_turn
 from bench.tool_call_bench import TOOL, CallData, call_data, record_call
@@ -150,27 +145,12 @@ def measure(plan: TracingPlan) -> tuple[list[Row], dict[str, Any]]:
     ], info
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.tracing_bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="few, short blocks")
-    parser.add_argument("--json", metavar="PATH", type=Path, help="also write results as JSON")
-    args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    started = time.monotonic()
-    rows, info = measure(plan)
-    info["elapsed_s"] = round(time.monotonic() - started, 1)
-    print("\n".join(table_lines(rows)))
-    if args.json:
-        write_result(args.json, plan, info, rows)
-    return 0
-
-
 GROUP = Group(
     "tracing",
     "row T1: a tool call with tracing on (OTLP/HTTP to a local receiver) beside it off (issue 39)",
-    lambda args: measure(QUICK if args.quick else FULL),
-    main,
-)
+    measure, FULL, QUICK, __doc__,
+)  # fmt: skip
+main = GROUP.main
 
 
 if __name__ == "__main__":
