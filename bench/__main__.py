@@ -163,12 +163,18 @@ def only(args: argparse.Namespace) -> int:
     """One group of rows alone, on servers of its own: printed, and its JSON written (beside
     results.json, as ``results-NAME.json``, unless ``--json`` says where)."""
     group = next(group for group in GROUPS if group.name == args.only)
+    return group.main(only_argv(args, group))
+
+
+def only_argv(args: argparse.Namespace, group: Group) -> list[str]:
+    """The command line ``--only`` hands the group: ``--quick``, ``--json``, and those of the
+    group's options that ``python -m bench`` takes too and was given (``--turns N``)."""
     path = args.json if args.json != DEFAULT_JSON else HERE / f"results-{group.name}.json"
     argv = [*(["--quick"] if args.quick else []), "--json", str(path)]
     for option in group.forward:
-        if getattr(args, option) is not None:
+        if getattr(args, option, None) is not None:
             argv += [f"--{option}", str(getattr(args, option))]
-    return group.main(argv)
+    return argv
 
 
 def rows_1_to_7(

@@ -18,10 +18,11 @@ processes as the chunks they are compared with. Foreground chunks get a 0.3 s so
    note, and the prompt all lie in between (the ``resumed`` record is written with that
    ``model_start``, before the model is called). Baseline: a chain of plain self-chaining
    ``bench.hop`` tasks on the same worker, start(i+1) - end(i), end taken just before
-   ``apply_async``. For information, a second baseline: ``bench.soft_hop``, a plain task cut by
-   the same soft limit that sends the next one from its ``SoftTimeLimitExceeded`` handler —
-   what Celery itself adds to any chain made at a soft limit (signal, the pool's timeout
-   handling), so that the part of the boundary that is dres's own can be read off.
+   ``apply_async`` (for information since issue 27). The row with the target: ``bench.soft_hop``,
+   a plain task cut by the same soft limit that sends the next one from its
+   ``SoftTimeLimitExceeded`` handler — what Celery itself adds to any chain made at a soft
+   limit (signal, the pool's timeout handling), so that the part of the boundary that is
+   dres's own can be read off.
 5. Throughput. N turns (scripted: five steps with one ``record(n)`` call each, then a text step),
    enqueued by this process as fast as it can, timed from the first enqueue to the last
    ``turn_ended`` ``ts``; turns/s and tool calls/s. Baseline: N plain ``bench.noop`` tasks sent
@@ -33,9 +34,9 @@ both sides; row figures are medians over rounds with [min..max] and per-round ra
 
 4g. Issue 37: once the prefork worker has stopped, the same rounds of row 4's dres turn on a
    ``dres worker -P gevent -c 2`` with the same settings (its 0.3 s soft limit is dres's own
-   timer, thrown into the chunk's greenlet), beside row 4's information baseline, the plain
-   prefork task chaining from its soft limit: Celery's gevent pool has no soft limit to chain
-   from. Unpaired (the rounds run after the prefork ones): the ratio of the medians.
+   timer, thrown into the chunk's greenlet), beside row 4's targeted baseline (never the plain
+   hop), the plain prefork task chaining from its soft limit: Celery's gevent pool has no soft
+   limit to chain from. Unpaired (the rounds run after the prefork ones): the ratio of the medians.
 
 Run from the project root: ``.venv/bin/python -m bench.celery_bench [--quick]`` (or through
 ``python -m bench``, which prints every row in one table).

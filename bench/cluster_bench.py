@@ -19,20 +19,17 @@ It reports and never asserts.
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import redis
 import redis.cluster
 
 from bench import ledger_bench
-from bench.harness import Group, Row, loadavg, private_redis, summary, table_lines, write_result
+from bench.harness import Group, Row, loadavg, private_redis, summary
 from bench.ledger_bench import Plan
 from bench.rebuild_bench import CALLS_1000
 from rigs.redis_cluster import LocalCluster
@@ -141,32 +138,12 @@ def measure(plan: ClusterPlan) -> tuple[list[Row], dict[str, Any]]:
     return compare(single.rows, cluster.rows), info
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.cluster_bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="few repeats: a smoke test")
-    parser.add_argument("--json", metavar="PATH", type=Path, help="also write results as JSON")
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    started = time.monotonic()
-    rows, info = measure(plan)
-    info["elapsed_s"] = round(time.monotonic() - started, 1)
-    print("\n".join(table_lines(rows)))
-    print(f"elapsed {info['elapsed_s']} s")
-    if args.json:
-        write_result(args.json, plan, info, rows)
-    return 0
-
-
 GROUP = Group(
     "cluster",
     "rows C1-C3: the ledger rows 1-3 on a Redis Cluster beside one Redis (issue 16)",
-    lambda args: measure(QUICK if args.quick else FULL),
-    main,
-)
+    measure, FULL, QUICK, __doc__,
+)  # fmt: skip
+main = GROUP.main
 
 
 if __name__ == "__main__":

@@ -14,17 +14,14 @@ Each row is "after" beside "before", both measured in the same run.
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 from bench import heartbeat_bench, reaper_bench
-from bench.harness import Group, Row, table_lines, write_result
+from bench.harness import Group, Row, info_line
 
 #: bytes one sweep may read with 100k messages queued (issue 27)
 SWEEP_BYTES_LIMIT = 1_000_000
@@ -65,26 +62,13 @@ def measure(plan: CostPlan) -> tuple[list[Row], dict[str, Any]]:
     return rows, info
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.cost_bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="few repeats, short windows")
-    parser.add_argument("--json", metavar="PATH", type=Path, help="also write results as JSON")
-    args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    rows, info = measure(plan)
-    print("\n".join(table_lines(rows)))
-    print(json.dumps(info))
-    if args.json:
-        write_result(args.json, plan, info, rows)
-    return 0
-
-
 GROUP = Group(
     "cost",
     "rows K1-K2: the reaper under a backlog, the heartbeat's and the reaper's traffic (issue 27)",
-    lambda args: measure(QUICK if args.quick else FULL),
-    main,
-)
+    measure, FULL, QUICK, __doc__,
+    summary=info_line,
+)  # fmt: skip
+main = GROUP.main
 
 
 if __name__ == "__main__":

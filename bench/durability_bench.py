@@ -31,20 +31,16 @@ It reports and never asserts.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import itertools
 import statistics
 import sys
-import time
-from collections.abc import Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import redis
 
-from bench.harness import Group, Row, loadavg, table_lines, time_each, write_result
+from bench.harness import Group, Row, loadavg, time_each
 from bench.ledger_turns import open_turn
 from ledger.durability import Confirmer, Durability, Level
 from ledger.store import Ledger
@@ -161,32 +157,13 @@ def measure(plan: DurabilityPlan) -> tuple[list[Row], dict[str, Any]]:
     return rows, info
 
 
-def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.durability_bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="few repeats: a smoke test")
-    parser.add_argument("--json", metavar="PATH", type=Path, help="also write results as JSON")
-    return parser.parse_args(argv)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    args = parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    started = time.monotonic()
-    rows, info = measure(plan)
-    info["elapsed_s"] = round(time.monotonic() - started, 1)
-    print("\n".join(table_lines(rows)))
-    print(f"server {info['server']}; elapsed {info['elapsed_s']} s")
-    if args.json:
-        write_result(args.json, plan, info, rows)
-    return 0
-
-
 GROUP = Group(
     "durability",
     "rows D1-D4: a tool call at each DRES_DURABILITY level beside ack (issue 23)",
-    lambda args: measure(QUICK if args.quick else FULL),
-    main,
-)
+    measure, FULL, QUICK, __doc__,
+    summary=lambda rows, info: [f"server {info['server']}"],
+)  # fmt: skip
+main = GROUP.main
 
 
 if __name__ == "__main__":

@@ -40,7 +40,6 @@ Run from the project root: ``.venv/bin/python -m bench.failover_bench [--quick] 
 
 from __future__ import annotations
 
-import argparse
 import itertools
 import statistics
 import sys
@@ -63,7 +62,7 @@ from bench.failover_rig import (
     restore,
     watch_new_master,
 )
-from bench.harness import Group, Row, loadavg, table_lines, write_result
+from bench.harness import Group, Row, loadavg
 from ledger.events import Event, ModelStart, RunStarted, TurnEnded
 from rigs import ROOT, WorkerProcess, poll, subprocess_env, write_script
 from rigs.redis_sentinel import DOWN_AFTER_MS, FAILOVER_TIMEOUT_MS, QUORUM, LocalSentinel
@@ -313,35 +312,14 @@ def trial_lines(rows: Sequence[Row]) -> list[str]:
     ]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.failover_bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK.trials} trials per fault")
-    parser.add_argument("--trials", type=int, help=f"trials per fault (default {FULL.trials})")
-    parser.add_argument("--json", metavar="PATH", type=Path, help="also write results as JSON")
-    args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    if args.trials is not None:
-        if args.trials < 1:
-            parser.error("--trials must be at least 1")
-        plan = FailoverPlan(trials=args.trials, deadline_s=plan.deadline_s)
-    started = time.monotonic()
-    rows, info = measure(plan)
-    info["elapsed_s"] = round(time.monotonic() - started, 1)
-    print("\n".join(table_lines(rows)))
-    print()
-    print("\n".join(trial_lines(rows)))
-    print(f"\nrig {info['rig']}; elapsed {info['elapsed_s']} s")
-    if args.json:
-        write_result(args.json, plan, info, rows)
-    return 0
-
-
 GROUP = Group(
     "failover",
     "rows D5-D6: a Sentinel failover mid-turn -> the turn's next event (issue 23)",
-    lambda args: measure(QUICK if args.quick else FULL),
-    main,
-)
+    measure, FULL, QUICK, __doc__,
+    options=(("trials", f"trials per fault (default {FULL.trials})"),),
+    summary=lambda rows, info: ["", *trial_lines(rows), "", f"rig {info['rig']}"],
+)  # fmt: skip
+main = GROUP.main
 
 
 if __name__ == "__main__":

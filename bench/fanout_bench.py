@@ -14,7 +14,6 @@ HTTP/1.1 readers (``lean_watch``) in one asyncio loop, so that the bench's own c
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import multiprocessing
@@ -24,7 +23,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -36,11 +35,10 @@ from bench.celery_worker import bench_settings, process_env
 from bench.harness import (
     Group,
     Row,
+    info_line,
     loadavg,
     percentile,
     private_redis,
-    table_lines,
-    write_result,
 )
 from rigs import ApiProcess, say
 from rigs.watchers import Watcher, all_started, playing, redis_connections
@@ -264,26 +262,13 @@ def measure(plan: FanoutPlan) -> tuple[list[Row], dict[str, Any]]:
     return rows, {"plan": asdict(plan), **load, "trials": {str(p): t for p, t in trials.items()}}
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.fanout_bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="one short trial")
-    parser.add_argument("--json", metavar="PATH", type=Path, help="also write results as JSON")
-    args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    rows, info = measure(plan)
-    print("\n".join(table_lines(rows)))
-    print(json.dumps({k: v for k, v in info.items() if k != "plan"}))
-    if args.json:
-        write_result(args.json, plan, info, rows)
-    return 0
-
-
 GROUP = Group(
     "fanout",
     "row M3: 1,000 watchers of 100 streaming turns on one API process (issue 37)",
-    lambda args: measure(QUICK if args.quick else FULL),
-    main,
-)
+    measure, FULL, QUICK, __doc__,
+    summary=info_line,
+)  # fmt: skip
+main = GROUP.main
 
 
 if __name__ == "__main__":

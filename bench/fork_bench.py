@@ -31,27 +31,16 @@ Run alone: ``python -m bench --only fork [--quick]`` or ``python -m bench.fork_b
 
 from __future__ import annotations
 
-import argparse
 import gc
 import statistics
 import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from bench.celery_worker import running_worker, wait_turns
-from bench.harness import (
-    HERE,
-    Group,
-    Row,
-    loadavg,
-    private_redis,
-    progress,
-    table_lines,
-    write_result,
-)
+from bench.harness import Group, Row, loadavg, private_redis
 from bench.ledger_turns import tool_event
 from ledger import keys
 from ledger.codec import FIELD
@@ -282,27 +271,12 @@ def on_private_redis(plan: ForkPlan) -> tuple[list[Row], dict[str, Any]]:
         return measure(server.url, plan)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Row F1 alone: printed, and its JSON written (``results-fork.json`` by default)."""
-    parser = argparse.ArgumentParser(prog="python -m bench.fork_bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help=f"{QUICK.rounds} rounds")
-    parser.add_argument("--rounds", type=int, help=f"rounds (default {FULL.rounds})")
-    parser.add_argument("--json", metavar="PATH", type=Path, default=HERE / "results-fork.json")
-    args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    if args.rounds is not None:
-        plan = ForkPlan(rounds=max(1, args.rounds))
-    started = time.monotonic()
-    progress(started, ABOUT)
-    rows, info = on_private_redis(plan)
-    print("\n".join(table_lines(rows)))
-    print(f"\nload average {info['loadavg_before']} -> {info['loadavg_end']}")
-    write_result(args.json, plan, info, rows)
-    print(f"elapsed {time.monotonic() - started:.1f} s; wrote {args.json}")
-    return 0
-
-
-GROUP = Group("fork", ABOUT, lambda args: on_private_redis(QUICK if args.quick else FULL), main)
+GROUP = Group(
+    "fork", ABOUT, on_private_redis, FULL, QUICK, __doc__,
+    options=(("rounds", f"rounds (default {FULL.rounds})"),),
+    summary=lambda _, x: ["", f"load average {x['loadavg_before']} -> {x['loadavg_end']}"],
+)  # fmt: skip
+main = GROUP.main
 
 
 if __name__ == "__main__":

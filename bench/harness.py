@@ -19,7 +19,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -343,19 +343,82 @@ def machine_environment(client: redis.Redis) -> dict[str, Any]:
 # -- a group of rows, as python -m bench knows it ------------------------------------------------
 
 
+def info_line(rows: Sequence[Row], info: dict[str, Any]) -> list[str]:
+    """A group's ``summary``: what else it saw, as one line of JSON (its plan left out)."""
+    return [json.dumps({k: v for k, v in info.items() if k != "plan"})]
+
+
+#: a group's plan: a dataclass of how much it measures (``FULL``, ``QUICK``)
+Plan = Any
+#: a group's measurement of a plan: its rows, and what else it saw (``info``)
+Measured = tuple[list[Row], dict[str, Any]]
+
+
 @dataclass(frozen=True)
 class Group:
     """A group of rows with servers of its own: ``python -m bench --only NAME`` runs it alone
     (``main``, given ``--quick``, ``--json PATH`` and the ``forward``ed options), the full run
-    runs ``measure`` after rows 1-7 and keeps its info under ``NAME`` in results.json."""
+    runs ``measure`` after rows 1-7 and keeps its info under ``NAME`` in results.json.
+
+    Both measure the plan ``plan`` makes (``quick`` or ``full``, with the group's ``options``
+    set from the command line) with ``run``; ``main`` is every group's command line, so that
+    ``python -m bench.X`` and ``python -m bench --only NAME`` take, print and write the same."""
 
     #: ``--only NAME``; its key in results.json; its JSON alone is ``results-NAME.json``
     name: str
     #: which rows, in a line (``--only``'s listing and the full run's progress)
     about: str
-    #: the full run's call: (rows, info) with ``args`` those of ``python -m bench``
-    measure: Callable[[argparse.Namespace], tuple[list[Row], dict[str, Any]]]
-    #: the group alone: its own command line (``--quick``, ``--json PATH``, ...)
-    main: Callable[[Sequence[str] | None], int]
-    #: options of ``python -m bench`` passed on to ``main`` when given (``turns``: ``--turns N``)
-    forward: tuple[str, ...] = ()
+    #: the rows of a plan, on servers the group starts and stops itself
+    run: Callable[[Plan], Measured]
+    #: the plans of a full run and of ``--quick``
+    full: Plan
+    quick: Plan
+    #: the module's docstring: ``--help`` of ``python -m bench.MODULE``
+    doc: str | None = None
+    #: fields of the plan its own command line sets (``--FIELD N``, a whole number >= 1), with
+    #: their help; those ``python -m bench`` also takes are passed on (``forward``)
+    options: tuple[tuple[str, str], ...] = ()
+    #: lines printed after the table, from the rows and what else the group saw
+    summary: Callable[[list[Row], dict[str, Any]], list[str]] | None = None
+
+    @property
+    def forward(self) -> tuple[str, ...]:
+        """Options passed on to ``main`` when ``python -m bench`` takes and is given them
+        (``--turns N``)."""
+        return tuple(name for name, _ in self.options)
+
+    def plan(self, args: argparse.Namespace) -> Plan:
+        """``quick`` or ``full``, with each of ``options`` that ``args`` sets."""
+        plan = self.quick if args.quick else self.full
+        given = {name: getattr(args, name, None) for name, _ in self.options}
+        given = {name: value for name, value in given.items() if value is not None}
+        return replace(plan, **given) if given else plan
+
+    def measure(self, args: argparse.Namespace) -> Measured:
+        """The full run's call, ``args`` those of ``python -m bench``."""
+        return self.run(self.plan(args))
+
+    def main(self, argv: Sequence[str] | None = None) -> int:
+        """The group alone: printed, and its JSON written (``results-NAME.json`` by default)."""
+        module = Path(getattr(sys.modules.get(self.run.__module__), "__file__", "") or "").stem
+        parser = argparse.ArgumentParser(prog=f"python -m bench.{module}", description=self.doc)
+        parser.add_argument("--quick", action="store_true", help="few, short repeats: a smoke test")
+        default = HERE / f"results-{self.name}.json"
+        parser.add_argument("--json", metavar="PATH", type=Path, default=default)
+        for name, text in self.options:
+            parser.add_argument(f"--{name}", metavar="N", type=int, help=text)
+        args = parser.parse_args(argv)
+        for name, _ in self.options:
+            if getattr(args, name) is not None and getattr(args, name) < 1:
+                parser.error(f"--{name} must be at least 1")
+        plan = self.plan(args)
+        started = time.monotonic()
+        progress(started, self.about)
+        rows, info = self.run(plan)
+        info.setdefault("elapsed_s", round(time.monotonic() - started, 1))
+        print("\n".join(table_lines(rows)))
+        if self.summary is not None:
+            print("\n".join(self.summary(rows, info)))
+        write_result(args.json, plan, info, rows)
+        print(f"elapsed {info['elapsed_s']} s; wrote {args.json}")
+        return 0

@@ -20,20 +20,17 @@ M2. The workers' memory per turn in flight at M1's peak: every ``SAMPLE_S`` the 
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from bench.celery_worker import bench_settings, process_env, turn_statuses, wait_turns
-from bench.harness import Group, Row, loadavg, private_redis, table_lines, write_result
+from bench.harness import Group, Row, info_line, loadavg, private_redis
 from bench.scale_support import workers
 from ledger.events import RunStarted, TurnEnded
 from rigs import WorkerProcess, write_script
@@ -230,26 +227,13 @@ def rows(
     return out
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.many_turns_bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="100 turns, one prefork case")
-    parser.add_argument("--json", metavar="PATH", type=Path, help="also write results as JSON")
-    args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    found, info = measure(plan)
-    print("\n".join(table_lines(found)))
-    print(json.dumps({k: v for k, v in info.items() if k != "plan"}))
-    if args.json:
-        write_result(args.json, plan, info, found)
-    return 0
-
-
 GROUP = Group(
     "many-turns",
     "rows M1-M2: 1,000 turns waiting on their models, gevent workers beside prefork (issue 37)",
-    lambda args: measure(QUICK if args.quick else FULL),
-    main,
-)
+    measure, FULL, QUICK, __doc__,
+    summary=info_line,
+)  # fmt: skip
+main = GROUP.main
 
 
 if __name__ == "__main__":

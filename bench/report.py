@@ -79,8 +79,9 @@ def markdown(result: dict[str, Any], rows: Sequence[Row]) -> str:
         "the median against the target. The ratio of the two medians is listed under Details. "
         "Rows 2g, 4g, 7g and S2g (issue 37) are rows 2, 4, 7 and S2 under Celery's gevent pool, "
         "in the same run: 2g in a process patched for gevent, 4g on a gevent worker after row "
-        "4's prefork worker stopped, beside row 4's prefork baseline (unpaired: the ratio of "
-        "the medians). Raw data: `bench/results.json`.",
+        "4's prefork worker stopped, beside row 4's plain task chaining from its soft limit on "
+        "prefork, never the plain hop (unpaired: the ratio of the medians). Raw data: "
+        "`bench/results.json`.",
         "",
         "## Machine",
         "",

@@ -24,16 +24,17 @@ METHOD = [
     "boundary, from the ledger: `ts` of the next chunk's first `model_start` − `ts` of "
     "`run_ended(soft_limit)`. Baseline: a self-chaining plain task on the same worker, "
     "start(i+1) − time just before `apply_async` in hop i. Rounds alternate; the figure per "
-    "round is its median. The second row 4 (information, no target) sets the same dres figures "
-    "beside a plain task cut by the same soft limit that sends the next one from its "
-    "`SoftTimeLimitExceeded` handler: Celery's own cost of chaining at a soft limit.",
+    "round is its median. The second row 4 (since issue 27 the one with the target; the plain "
+    "hop's is for information) sets the same dres figures beside a plain task cut by the same "
+    "soft limit that sends the next one from its `SoftTimeLimitExceeded` handler: Celery's own "
+    "cost of chaining at a soft limit.",
     "**4g** (issue 37) once row 4's worker has stopped, on the same server, a `dres worker -P "
     "gevent -c 2` of the same settings: its 0.3 s foreground soft limit is dres's own timer, "
     "thrown into the chunk's greenlet (Celery's gevent pool has none); the same scripted turn, "
     "the same figure per boundary (`run_ended(soft_limit)` -> the next chunk's first "
-    "`model_start`), median per round. Baseline: row 4's information baseline, the plain task "
-    "chaining from its own `SoftTimeLimitExceeded` on prefork, as no plain task on gevent has a "
-    "soft limit to chain from; taken before, so unpaired: median / median.",
+    "`model_start`), median per round. Baseline: row 4's targeted baseline, the plain task "
+    "chaining from its own `SoftTimeLimitExceeded` on prefork (never the plain hop), as no plain "
+    "task on gevent has a soft limit to chain from; taken before, so unpaired: median / median.",
     "**5** the same worker: N turns (background mode, one chunk each) of a scripted model making "
     "5 calls of a no-op write tool `bench_tools.record(n)` then answering, enqueued by the bench "
     "process as fast as it can; first enqueue -> last `turn_ended` `ts`. Baseline: N plain "
@@ -142,7 +143,7 @@ NOISE = [
     "A chunk boundary comes after 0.3 s in which the whole machine idled (the chunk 'thinks'); "
     "on this VM the first Redis round trip after such a pause took ~430 µs against ~51 µs back "
     "to back (a quiet hour of 2026-12-03, PING, same server), and the code that runs first is "
-    "cold too. A plain hop runs hot, one task straight after the other; the information row 4 "
+    "cold too. A plain hop runs hot, one task straight after the other; the second row 4 "
     "(a plain task chaining from its own soft limit) pays the same wake-up as dres.",
     "Row 7 is a matter of timers, not of CPU: a pickup waits for the dead run's lease to run out "
     "(up to a lease after its last renewal) and for the next reaper sweep, or, for a killed pool "

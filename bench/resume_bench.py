@@ -183,9 +183,12 @@ def bench_resume(rt: Runtime, plan: CeleryPlan, model: str) -> list[Row]:
 
 def gevent_resume_row(rounds: Sequence[ResumeRound], soft: Row, worker: str) -> Row:
     """Row 4g: the boundaries of ``rounds`` (run on ``worker``, a gevent one, whose soft limit is
-    dres's own timer) beside the prefork baseline of ``soft`` (row 4's information row): Celery's
-    gevent pool has no soft limit, so no plain task there can chain from one. Taken after the
-    prefork rounds, not beside them: unpaired, the ratio of the medians."""
+    dres's own timer) beside the prefork baseline of ``soft``, row 4's ``SOFT_ROW`` (never the
+    plain hop's row, which the target of 4g is not set against): Celery's gevent pool has no soft
+    limit, so no plain task there can chain from one. Taken after the prefork rounds, not beside
+    them: unpaired, the ratio of the medians."""
+    if soft.name != SOFT_ROW or soft.number != "4":
+        raise ValueError(f"row 4g's baseline is row 4's {SOFT_ROW!r}, not {soft.name!r}")
     pooled = [x for r in rounds for x in r.latency]
     extra = {
         "unpaired": True,

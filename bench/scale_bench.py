@@ -21,19 +21,17 @@ Every group runs on the private redis-server ``python -m bench`` hands it. Run a
 
 from __future__ import annotations
 
-import argparse
 import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from bench.celery_worker import bench_settings, process_env
 from bench.celery_worker import wait_turns as wait_ended
-from bench.harness import HERE, Group, Row, private_redis, progress, table_lines, write_result
+from bench.harness import Group, Row, private_redis
 from bench.scale_support import MILLION, ScalePlan, events_json_bytes, turn_bytes, workers
 from bench.stream_bench import bytes_rows, measure_streaming
 from bench.throughput_bench import throughput_script
@@ -187,30 +185,11 @@ def on_private_redis(plan: ScalePlan) -> tuple[list[Row], dict[str, Any]]:
         return measure(server.url, plan)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Rows S1-S3 alone: printed, and their JSON written (``results-scale.json`` by default)."""
-    parser = argparse.ArgumentParser(prog="python -m bench.scale_bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="few, short rounds: a smoke test")
-    parser.add_argument("--json", metavar="PATH", type=Path, default=HERE / "results-scale.json")
-    parser.add_argument("--turns", metavar="N", type=int, help="row S1's short turns per round")
-    args = parser.parse_args(argv)
-    plan = plan_for(args.quick, args.turns)
-    started = time.monotonic()
-    progress(started, ABOUT)
-    rows, info = on_private_redis(plan)
-    print("\n".join(table_lines(rows)))
-    write_result(args.json, plan, info, rows)
-    print(f"elapsed {time.monotonic() - started:.1f} s; wrote {args.json}")
-    return 0
-
-
 GROUP = Group(
-    "scale",
-    ABOUT,
-    lambda args: on_private_redis(plan_for(args.quick, args.turns)),
-    main,
-    forward=("turns",),
-)
+    "scale", ABOUT, on_private_redis, FULL, QUICK, __doc__,
+    options=(("turns", "row S1's short turns per round"),),
+)  # fmt: skip
+main = GROUP.main
 
 
 if __name__ == "__main__":

@@ -6,7 +6,9 @@ two fenced XADDs on a private redis-server) inside the executor's tracing hooks:
 within a run's span. "Off" is the tracer dres uses when no ``OTEL_*`` endpoint is named (``OFF``);
 "on" is the OpenTelemetry SDK's, built from the environment as a worker builds it
 (``worker.edges.tracing.from_environment``), its batch processor exporting over OTLP/HTTP to a
-real receiver on loopback (``rigs.otlp``). Blocks alternate (on, off, off, on, ...); the row's
+real receiver on loopback (``rigs.otlp``) in a process of its own, as a collector is: in the
+bench's process its decoding of every batch took the GIL from the calls it measures. Blocks
+alternate (on, off, off, on, ...); the row's
 ratio is on / off, medians with their range; the spans the receiver decoded are counted, so a
 run that exported nothing fails instead of measuring nothing.
 
@@ -16,30 +18,21 @@ tracing``).
 
 from __future__ import annotations
 
-import argparse
 import gc
 import itertools
+import multiprocessing
 import os
 import statistics
 import sys
-import time
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
-from pathlib import Path
+from multiprocessing.connection import Connection
 from typing import Any
 
 import redis
 
-from bench.harness import (
-    Group,
-    Row,
-    percentile,
-    private_redis,
-    table_lines,
-    time_each,
-    write_result,
-)
+from bench.harness import Group, Row, percentile, private_redis, time_each
 from bench.ledger_turns import open_turn
 from bench.tool_call_bench import TOOL, CallData, call_data, record_call
 from ledger import keys
@@ -84,8 +77,44 @@ def exporting_to(url: str) -> Iterator[OtelTracer]:
         tracer.provider.shutdown()
 
 
+def _serve(conn: Connection) -> None:
+    """The receiver's process: its URL sent, then the count of spans it decoded on each ask."""
+    with otlp_receiver() as receiver:
+        conn.send(receiver.url)
+        while conn.recv() == "count":
+            conn.send(len(receiver.received()))
+
+
+@contextmanager
+def receiver_apart() -> Iterator[tuple[str, Callable[[], int]]]:
+    """``rigs.otlp``'s receiver in a process of its own: (its URL, how many spans it has
+    decoded). Stopped whatever happens."""
+    ours, theirs = multiprocessing.get_context("spawn").Pipe()
+    child = multiprocessing.get_context("spawn").Process(
+        target=_serve, args=(theirs,), name="otlp-receiver", daemon=True
+    )
+    child.start()
+
+    def count() -> int:
+        ours.send("count")
+        spans: int = ours.recv()
+        return spans
+
+    try:
+        if not ours.poll(60):
+            raise RuntimeError("the OTLP receiver's process did not start")
+        yield ours.recv(), count
+    finally:
+        with suppress(OSError):
+            ours.send("stop")
+        child.join(10)
+        if child.is_alive():
+            child.kill()
+            child.join()
+
+
 def measure(plan: TracingPlan) -> tuple[list[Row], dict[str, Any]]:
-    with private_redis() as server, otlp_receiver() as receiver:
+    with private_redis() as server, receiver_apart() as (url, exported_spans):
         client = redis.Redis(port=server.port)
         ledger = Ledger(client)
         lease = open_turn(ledger, TURN_ID)
@@ -95,7 +124,7 @@ def measure(plan: TracingPlan) -> tuple[list[Row], dict[str, Any]]:
         numbers = itertools.count()
         p50s: dict[str, list[float]] = {"on": [], "off": []}
         p99s: dict[str, list[float]] = {"on": [], "off": []}
-        with exporting_to(receiver.url) as traced:
+        with exporting_to(url) as traced:
             tracers: dict[str, Tracer] = {"on": traced, "off": OFF}
 
             def calling(tracer: Tracer) -> Any:
@@ -118,7 +147,7 @@ def measure(plan: TracingPlan) -> tuple[list[Row], dict[str, Any]]:
                         p50s[mode].append(statistics.median(ns) / 1000)
                         p99s[mode].append(percentile(ns, 0.99) / 1000)
             traced.provider.force_flush()
-        exported = len(receiver.spans)
+        exported = exported_spans()
         client.delete(*keys.turn_keys(TURN_ID))
         client.close()
     expected = (plan.blocks + 1) * plan.ops
@@ -150,27 +179,12 @@ def measure(plan: TracingPlan) -> tuple[list[Row], dict[str, Any]]:
     ], info
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.tracing_bench", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="few, short blocks")
-    parser.add_argument("--json", metavar="PATH", type=Path, help="also write results as JSON")
-    args = parser.parse_args(argv)
-    plan = QUICK if args.quick else FULL
-    started = time.monotonic()
-    rows, info = measure(plan)
-    info["elapsed_s"] = round(time.monotonic() - started, 1)
-    print("\n".join(table_lines(rows)))
-    if args.json:
-        write_result(args.json, plan, info, rows)
-    return 0
-
-
 GROUP = Group(
     "tracing",
     "row T1: a tool call with tracing on (OTLP/HTTP to a local receiver) beside it off (issue 39)",
-    lambda args: measure(QUICK if args.quick else FULL),
-    main,
-)
+    measure, FULL, QUICK, __doc__,
+)  # fmt: skip
+main = GROUP.main
 
 
 if __name__ == "__main__":

@@ -42,7 +42,7 @@ def test_only_fork_runs_row_f1_alone() -> None:
     from bench.__main__ import ONLY, OWN_MAIN, parse_args
 
     assert parse_args(["--only", "fork", "--quick"]).only == "fork"
-    assert OWN_MAIN["fork"] is fork_bench.main
+    assert OWN_MAIN["fork"] == fork_bench.main
     assert "F1" in ONLY["fork"]
 
 

@@ -97,3 +97,27 @@ def test_row_4gs_baseline_is_row_4s_soft_limit_chain_not_the_plain_hop() -> None
     soft = Row(SOFT_ROW, "ms", [5.0], [3.0], RESUME_TARGET, number="4")
 
     assert soft_limit_row([hop, soft]) is soft
+
+
+def test_row_4gs_ratio_and_its_report_read_row_4s_soft_limit_baseline_never_the_hop() -> None:
+    """Issue 46: a full run printed 4g against the plain hop (4.15, misses) where against the
+    soft-limit chain it names it was 1.99. The row refuses any other baseline, and the table
+    line and the report's words for 4g read the soft-limit chain's figures, not the hop's."""
+    from bench.celery_bench import soft_limit_row
+    from bench.report import markdown_table
+    from bench.report_notes import METHOD
+    from bench.resume_bench import RESUME_TARGET, SOFT_ROW
+
+    hop = Row("resume latency", "ms", [4.0, 4.2], [1.0, 1.1], None, number="4")
+    soft = Row(SOFT_ROW, "ms", [4.0, 4.2], [2.0, 2.2], RESUME_TARGET, number="4")
+    rounds = [resume_round(4.0, 4.0), resume_round(4.2, 4.2)]
+    with pytest.raises(ValueError, match="soft limit"):
+        gevent_resume_row(rounds, hop, "dres worker -P gevent -c 2")
+
+    row = gevent_resume_row(rounds, soft_limit_row([hop, soft]), "dres worker -P gevent -c 2")
+
+    assert row.ratio == pytest.approx(4.1 / 2.1)
+    line = markdown_table([hop, soft, row])[-1]
+    assert "| 2.10 [2.00–2.20] | 1.95 (unpaired) | ≤ 2.0 | meets |" in line, line
+    note = next(x for x in METHOD if x.startswith("**4g**"))
+    assert "information" not in note and "never the plain hop" in note

@@ -128,7 +128,7 @@ def test_only_failover_runs_the_failover_rows_alone() -> None:
     from bench.__main__ import OWN_MAIN, parse_args
 
     assert parse_args(["--only", "failover", "--quick"]).only == "failover"
-    assert OWN_MAIN["failover"] is failover_bench.main
+    assert OWN_MAIN["failover"] == failover_bench.main
 
 
 def test_a_cost_figure_with_nothing_before_is_a_row_without_a_ratio() -> None:
