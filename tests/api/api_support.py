@@ -210,6 +210,40 @@ def expected_journal() -> dict[str, list[dict[str, Any]]]:
     }
 
 
+# (method, path with {turn} for a queued turn, request kwargs, status, words the detail holds)
+Case = tuple[str, str, dict[str, Any], int, list[str]]
+
+
+def check_bad_input(http: httpx.Client, rdb: redis.Redis, cases: dict[str, Case]) -> None:
+    """Each case gets its status and a JSON ``detail`` holding its words; Redis stays unchanged.
+
+    The cases run against a queued turn (its ledger must stay as it is); every case is tried
+    and the mismatches are reported together.
+    """
+    turn_id = post_turn(http)["turn_id"]
+    before = redis_state(rdb)
+    wrong = []
+    for name, (method, path, kwargs, status, words) in cases.items():
+        if callable(kwargs.get("content")):
+            kwargs = {**kwargs, "content": kwargs["content"]()}
+        reply = http.request(method, path.format(turn=turn_id), **kwargs)
+        try:
+            detail = reply.json()["detail"]
+        except (ValueError, KeyError, TypeError):
+            detail = None
+        if (
+            reply.status_code != status
+            or reply.headers.get("content-type") != "application/json"
+            or not isinstance(detail, str)
+            or not all(word.lower() in detail.lower() for word in words)
+        ):
+            wrong.append(f"{name}: {reply.status_code} {reply.text[:300]}")
+        if redis_state(rdb) != before:
+            wrong.append(f"{name}: Redis changed")
+            before = redis_state(rdb)
+    assert not wrong, "\n".join(wrong)
+
+
 def status_of(http: httpx.Client, turn_id: str) -> dict[str, Any]:
     response = http.get(f"/v1/turns/{turn_id}")
     assert response.status_code == 200, response.text

@@ -17,7 +17,7 @@ def test_an_ai_sdk_output_is_its_value_and_an_error_is_its_error_text_as_it_is()
             {"type": "tool-ask", "toolCallId": "c3", "state": "input-available", "input": {}},
         ],
     }
-    assert outputs_of(message) == [Output("c1", 1), Output("c2", "no", True)]
+    assert outputs_of(message, "messages[1]") == [Output("c1", 1), Output("c2", "no", True)]
 
 
 def test_agui_tool_messages_ending_the_input_are_outputs_an_error_its_text() -> None:

@@ -182,7 +182,7 @@ def _moved(url: str) -> str:
 
 def parse_approval(raw: str) -> tuple[bool, frozenset[str]]:
     """DRES_APPROVAL as (every write waits, the tool names that wait)."""
-    if not all(NAME.match(name.strip()) for name in raw.split(",")):
+    if not all(NAME.fullmatch(name.strip()) for name in raw.split(",")):
         raise ValueError(f"must be none, writes, or comma-separated tool names (got '{raw}')")
     names = {name.strip() for name in raw.split(",")}
     if names <= {"none"}:
@@ -194,7 +194,7 @@ def parse_approval(raw: str) -> tuple[bool, frozenset[str]]:
 
 def parse_http_url(raw: str) -> str:
     """An optional http(s) URL: empty, or one."""
-    if raw and not HTTP_URL.match(raw):
+    if raw and not HTTP_URL.fullmatch(raw):
         # the value is not repeated: a webhook's URL may be its credential
         raise ValueError("must be an http:// or https:// URL")
     return raw

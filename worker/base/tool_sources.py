@@ -135,7 +135,7 @@ def parse_entries(raw: str, model: type[M], kind: str, shape: str) -> dict[str, 
 
 def _named(entries: dict[str, M], kind: str) -> dict[str, M]:
     for name in entries:
-        if not SOURCE_NAME.match(name):
+        if not SOURCE_NAME.fullmatch(name):
             raise ValueError(
                 f"{kind} {name!r}: a name is letters, digits, '-' and single '_' "
                 "(its tools are NAME__tool)"

@@ -311,6 +311,15 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
 }
 
 
+def _an_id(value: str) -> str:
+    """An id as the API takes one (docs/http-api.md, "Errors"); else a usage error."""
+    from ledger.ids import ID_RULE, is_id
+
+    if not is_id(value):
+        raise argparse.ArgumentTypeError(f"{ID_RULE}, not {value!r}")
+    return value
+
+
 class _Parser(argparse.ArgumentParser):
     """argparse whose usage errors are one line too, like every other bad input (exit 2)."""
 
@@ -330,7 +339,7 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--port", type=int, default=8000)
     enq = sub.add_parser("enqueue", help="enqueue a turn; prints its turn_id")
     enq.add_argument("message")
-    enq.add_argument("--conversation", default=None)
+    enq.add_argument("--conversation", default=None, type=_an_id)
     enq.add_argument("--background", action="store_true")
     enq.add_argument("--model", default=None, help="scripted:PATH, anthropic:MODEL, openai:MODEL")
     enq.add_argument(

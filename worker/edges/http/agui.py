@@ -26,8 +26,9 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from starlette.exceptions import HTTPException
 
 from ledger.events import ClientTool
+from ledger.ids import ID
 from worker.edges.http.aguievents import AguiEvents
-from worker.edges.http.answers import Answer, Begun, Output, take
+from worker.edges.http.answers import Answer, Begun, Output, id_of, reason_of, take
 from worker.edges.http.chat import (
     TEXT,
     Said,
@@ -42,7 +43,7 @@ from worker.edges.http.chat import (
 )
 from worker.edges.http.deps import RT
 from worker.edges.http.fanout import Fanout
-from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, ID, WRITE_ERRORS
+from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, WRITE_ERRORS
 from worker.edges.http.sse import KEEPALIVE, LiveStream, admit_stream, event_stream
 from worker.edges.http.uichunks import events_of, sse_data
 from worker.edges.runtime import Runtime
@@ -116,12 +117,15 @@ class RunAgentInput(BaseModel):
         return tools
 
 
-def answer_of(entry: ResumeEntry) -> Answer:
-    """``resolved`` with ``payload.approved`` true approves; anything else denies."""
+def answer_of(entry: ResumeEntry, where: str) -> Answer:
+    """``resolved`` with ``payload.approved`` true approves; anything else denies (``where``:
+    the entry's place in the input, which an error names)."""
     payload = entry.payload if isinstance(entry.payload, dict) else {}
     approved = entry.status == "resolved" and payload.get("approved") is True
-    reason = payload.get("reason") or ("cancelled" if entry.status == "cancelled" else "")
-    return Answer(entry.interruptId, approved, str(reason))
+    reason = reason_of(payload.get("reason"), f"{where}.payload.reason")
+    if not reason and entry.status == "cancelled":
+        reason = "cancelled"
+    return Answer(entry.interruptId, approved, reason)
 
 
 def message_text(message: dict[str, Any]) -> str:
@@ -168,10 +172,11 @@ def outputs_of(messages: list[dict[str, Any]]) -> list[Output]:
     (``content`` as JSON when it is, else its text; an ``error`` makes it an error result, that
     text)."""
     found: list[Output] = []
-    for message in reversed(messages):
-        call_id = message.get("toolCallId")
-        if message.get("role") != "tool" or not isinstance(call_id, str):
+    for i in range(len(messages) - 1, -1, -1):
+        message = messages[i]
+        if message.get("role") != "tool" or message.get("toolCallId") is None:
             break
+        call_id = id_of(message.get("toolCallId"), f"messages[{i}].toolCallId")
         content = message.get("content")
         try:
             value = json.loads(content) if isinstance(content, str) else content
@@ -187,7 +192,7 @@ async def _begin(
 ) -> Begun:
     outputs = outputs_of(body.messages)
     if body.resume or outputs:
-        answers = [answer_of(entry) for entry in body.resume or ()]
+        answers = [answer_of(entry, f"resume[{i}]") for i, entry in enumerate(body.resume or ())]
         return await run_in_threadpool(
             take, rt, rt.settings, body.threadId, answers, outputs, approver, NOTHING_TO_TAKE
         )

@@ -16,10 +16,12 @@ from typing import Any
 from starlette.exceptions import HTTPException
 
 from ledger.event_models import ApprovalRequested, RunEnded, ToolStart
+from ledger.ids import ID_RULE, is_id
 from ledger.turn import PENDING
 from ledger.usage import UsageFold
 from worker.base.settings import Settings
 from worker.edges.http.decisions import DECIDED_STATUS
+from worker.edges.http.schemas import MAX_REASON_CHARS
 from worker.edges.runtime import Runtime
 from worker.lifecycle.approvals import DecidedKind
 from worker.lifecycle.outputs import AnsweredKind
@@ -75,44 +77,69 @@ def dicts(values: Any) -> list[dict[str, Any]]:
     return [v for v in values if isinstance(v, dict)] if isinstance(values, list) else []
 
 
-def _tool_parts(message: dict[str, Any]) -> list[dict[str, Any]]:
+def reason_of(value: Any, where: str) -> str:
+    """A decision's reason as a client sent it (absent: none): a string of at most
+    ``MAX_REASON_CHARS``, from any route or protocol, else a 422 naming ``where``."""
+    if value is None:
+        return ""
+    if not isinstance(value, str) or len(value) > MAX_REASON_CHARS:
+        raise HTTPException(
+            422,
+            f"{where}: a decision's reason is a string of at most {MAX_REASON_CHARS} characters",
+        )
+    return value
+
+
+def id_of(value: Any, where: str) -> str:
+    """An id a client sent in a body (an approval's, a call's): else a 422 naming ``where``."""
+    if not is_id(value):
+        raise HTTPException(422, f"{where}: {ID_RULE}, not {value!r}"[:300])
+    return value
+
+
+def _tool_parts(message: dict[str, Any], where: str) -> list[tuple[str, dict[str, Any]]]:
+    """The tool parts of a UI message, each with where it is (``messages[N].parts[I]``)."""
+    parts = message.get("parts")
     return [
-        part
-        for part in dicts(message.get("parts"))
-        if str(part.get("type", "")).startswith("tool-") or part.get("type") == "dynamic-tool"
+        (f"{where}.parts[{i}]", part)
+        for i, part in enumerate(parts if isinstance(parts, list) else [])
+        if isinstance(part, dict)
+        and (str(part.get("type", "")).startswith("tool-") or part.get("type") == "dynamic-tool")
     ]
 
 
-def answers_of(message: dict[str, Any]) -> list[Answer]:
-    """The ``approval-responded`` tool parts of an AI SDK assistant message."""
+def answers_of(message: dict[str, Any], where: str) -> list[Answer]:
+    """The ``approval-responded`` tool parts of an AI SDK assistant message (``where``: the
+    message's place in the request, which an error names)."""
     found: list[Answer] = []
-    for part in _tool_parts(message):
+    for at, part in _tool_parts(message, where):
         approval = part.get("approval")
         if part.get("state") != "approval-responded" or not isinstance(approval, dict):
             continue
         found.append(
             Answer(
-                str(approval.get("id")),
+                id_of(approval.get("id"), f"{at}.approval.id"),
                 approval.get("approved") is True,
-                approval.get("reason") or "",
+                reason_of(approval.get("reason"), f"{at}.approval.reason"),
             )
         )
     return found
 
 
-def outputs_of(message: dict[str, Any]) -> list[Output]:
+def outputs_of(message: dict[str, Any], where: str) -> list[Output]:
     """The tool parts of an AI SDK assistant message that carry an output (``addToolOutput``:
     ``output-available``, ``output-error``). Server calls' parts are among them: ``take`` keeps
     only the calls the turn waits on. An error's result is its ``errorText`` as it is, so that the
     streams and the history give the client back the text it sent."""
     found = []
-    for part in _tool_parts(message):
-        call_id = part.get("toolCallId")
-        if not isinstance(call_id, str):
+    for at, part in _tool_parts(message, where):
+        state = part.get("state")
+        if state not in ("output-available", "output-error"):
             continue
-        if part.get("state") == "output-available":
+        call_id = id_of(part.get("toolCallId"), f"{at}.toolCallId")
+        if state == "output-available":
             found.append(Output(call_id, part.get("output")))
-        elif part.get("state") == "output-error":
+        else:
             found.append(Output(call_id, str(part.get("errorText") or ""), True))
     return found
 
@@ -218,6 +245,8 @@ __all__ = [
     "Output",
     "answers_of",
     "dicts",
+    "id_of",
     "outputs_of",
+    "reason_of",
     "take",
 ]

@@ -20,6 +20,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.errors import BadCursor, CorruptTurn, UnknownTurn
+from ledger.ids import ID, ID_RULE
 from worker.base.errors import ConfigError, InvalidInput, Refused
 from worker.base.settings import Settings
 from worker.edges.http.access import CallerCheck
@@ -31,6 +32,7 @@ from worker.edges.http.deps import authorize
 from worker.edges.http.document import install_document, operation_id
 from worker.edges.http.fanout import Fanout
 from worker.edges.http.faults import add_fault_handlers, healthz
+from worker.edges.http.limits import StreamCap, stream_cap
 from worker.edges.http.listings import approvals_router, conversations_router
 from worker.edges.http.metrics import serve_metrics
 from worker.edges.http.models import check_allow_list
@@ -67,13 +69,12 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.state.reader = ledger_reader(settings, socket_timeout=API_STORE_TIMEOUT_S)
     # the event streams' XREAD BLOCK waits up to SSE_KEEPALIVE_S for news
     api.state.tail = ledger_reader(settings, socket_timeout=SSE_KEEPALIVE_S + 30)
-    # one reader follows every live stream, except on a cluster (one XREAD cannot span nodes)
-    api.state.streams = Fanout(
-        api.state.reader,
-        api.state.tail,
-        settings.max_streams,
-        shared=not settings.redis_cluster,
-    )
+    # one reader follows every live stream, except on a cluster (one XREAD cannot span nodes:
+    # each stream then holds a connection of its own besides its client's)
+    shared = not settings.redis_cluster
+    cap = stream_cap(settings.max_streams, files_per_stream=1 if shared else 2)
+    _log_cap(cap)
+    api.state.streams = Fanout(api.state.reader, api.state.tail, cap.streams, shared=shared)
     api.add_middleware(BodyLimit)
     api.add_middleware(CallerCheck, settings=settings)  # the outermost: before anything is read
     api.add_exception_handler(HTTPException, http_error)  # type: ignore[arg-type]
@@ -107,6 +108,19 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     )
 
     return api
+
+
+def _log_cap(cap: StreamCap) -> None:
+    """Say once, at start, how many live streams this process serves (and why fewer than asked)."""
+    fields = {"streams": cap.streams, "max_streams": cap.asked, "open_file_limit": cap.files}
+    if cap.streams < cap.asked:
+        log.warning(
+            "live event streams capped below DRES_MAX_STREAMS by the open-file limit: raise it "
+            "(ulimit -n, LimitNOFILE=) to serve more",
+            **fields,
+        )
+    else:
+        log.info("live event streams", **fields)
 
 
 @asynccontextmanager
@@ -177,7 +191,10 @@ async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse
     if first.get("type") == "json_invalid":
         return JSONResponse({"detail": f"malformed JSON body: {first.get('msg')}"}, 400)
     where = ".".join(str(p) for p in first.get("loc", ())) or "request"
-    return JSONResponse({"detail": f"{where}: {first.get('msg')}"}, 422)
+    said = first.get("msg")
+    if first.get("type") == "string_pattern_mismatch" and first.get("ctx", {}).get("pattern") == ID:
+        said = ID_RULE  # the rule in words, not the pattern that spells it
+    return JSONResponse({"detail": f"{where}: {said}"}, 422)
 
 
 async def internal_error(request: Request, exc: Exception) -> JSONResponse:

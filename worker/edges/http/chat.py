@@ -15,7 +15,6 @@ fork), any other is a new turn. Either way the answer is the turn's events as UI
 
 from __future__ import annotations
 
-import re
 from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from contextlib import aclosing
 from dataclasses import dataclass
@@ -30,13 +29,14 @@ from starlette.exceptions import HTTPException
 from ledger import keys
 from ledger.codec import text
 from ledger.events import ClientTool, Event, TurnEnded
+from ledger.ids import ID
 from ledger.turn import TurnStatus
 from worker.base.settings import Settings
-from worker.edges.http.answers import Begun, answers_of, dicts, outputs_of, take
-from worker.edges.http.deps import RT, authorize, decider
+from worker.edges.http.answers import Begun, answers_of, dicts, id_of, outputs_of, take
+from worker.edges.http.deps import RT, authorize, bearer
 from worker.edges.http.fanout import Fanout
 from worker.edges.http.models import admit_model
-from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, ID, MAX_MESSAGE_CHARS, WRITE_ERRORS
+from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, MAX_MESSAGE_CHARS, WRITE_ERRORS
 from worker.edges.http.sse import KEEPALIVE, LiveStream, admit_stream, event_stream
 from worker.edges.http.uichunks import DONE, UIChunks, events_of, sse_data
 from worker.edges.runtime import Runtime
@@ -53,7 +53,6 @@ RECONNECTS = frozenset(
 )
 #: the statuses of a turn that ended
 ENDED = frozenset({TurnStatus.COMPLETED.value, TurnStatus.STOPPED.value})
-ID_FORM = re.compile(ID)
 #: a request with no user message whose text dres takes
 NO_TEXT = (
     422,
@@ -126,15 +125,15 @@ def last_user_text(messages: list[dict[str, Any]], text: Callable[[dict[str, Any
 async def caller(
     request: Request, authorization: Annotated[str | None, Header()] = None
 ) -> str | None:
-    """The token checks before the body is read: the API token, or an approver's (who may only
-    decide). Which one the request needs is known once its messages are."""
+    """The token checks before the body is read: an approver's token (who may only decide: its
+    NAME), else what every other write wants (the API token when one is set; with none, no
+    token, approvers or not: docs/http-api.md, "Who may call"). Which one the request needs is
+    known once its messages are: a decision without an approver's token is refused then."""
     settings: Settings = request.app.state.settings
-    if settings.approvers:
-        try:
-            return await decider(request, authorization)
-        except HTTPException as refused:
-            if refused.status_code != 403:
-                raise  # not an approver, nor the API token
+    given = bearer(authorization)
+    name = settings.approver_named(given) if settings.approvers and given else None
+    if name is not None:
+        return name
     await authorize(request, authorization)
     return None
 
@@ -172,7 +171,8 @@ async def _begin(request: Request, rt: Runtime, body: ChatRequest, approver: str
     regenerate = body.trigger == "regenerate-message"
     message = last_user_text(body.messages, text_of)
     if not regenerate and last.get("role") == "assistant":
-        answers, outputs = answers_of(last), outputs_of(last)
+        where = f"messages[{len(body.messages) - 1}]"
+        answers, outputs = answers_of(last, where), outputs_of(last, where)
         if not answers and not outputs and not message:
             raise HTTPException(*NO_TEXT)
         settings = request.app.state.settings
@@ -270,11 +270,7 @@ def message_id_of(message: dict[str, Any], where: str) -> str | None:
     found = message.get("id")
     if found is None or found == "":
         return None
-    if not isinstance(found, str) or not ID_FORM.match(found):
-        raise HTTPException(
-            422, f"{where}: a message id is 1-128 characters of [A-Za-z0-9._:-], not {found!r}"
-        )
-    return found
+    return id_of(found, where)
 
 
 def _reconnect_turn(rt: Runtime, conversation_id: str) -> str | None:

@@ -12,9 +12,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path
 from starlette.exceptions import HTTPException
 
+from ledger.ids import ID
 from ledger.turn import TurnStatus
 from worker.edges.http.deps import RT, authorize
-from worker.edges.http.schemas import ERRORS, ID, UIMessageOut
+from worker.edges.http.schemas import ERRORS, UIMessageOut
 from worker.edges.http.uimessages import TurnRecord, UIMessage, conversation_messages
 
 router = APIRouter(prefix="/v1/chat", dependencies=[Depends(authorize)], responses=ERRORS)

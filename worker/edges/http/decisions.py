@@ -11,10 +11,10 @@ from typing import Annotated
 from fastapi import APIRouter, Depends, Path
 from starlette.exceptions import HTTPException
 
+from ledger.ids import ID
 from worker.edges.http.deps import RT, TurnId, decider
 from worker.edges.http.schemas import (
     ERRORS,
-    ID,
     TURN_ERRORS,
     WRITE_ERRORS,
     DecisionOut,

@@ -12,9 +12,9 @@ from starlette.exceptions import HTTPException
 
 from ledger import keys
 from ledger.errors import UnknownTurn
+from ledger.ids import ID
 from ledger.turn import TurnMeta
 from worker.base.settings import Settings
-from worker.edges.http.schemas import ID
 from worker.edges.runtime import Runtime
 
 #: the methods that only read: an approver's token is accepted on these (and on decisions)
@@ -25,7 +25,7 @@ def _unauthorized() -> HTTPException:
     return HTTPException(401, "a valid bearer token is required", {"WWW-Authenticate": "Bearer"})
 
 
-def _bearer(authorization: str | None) -> str:
+def bearer(authorization: str | None) -> str:
     scheme, _, given = (authorization or "").partition(" ")
     return given if scheme.lower() == "bearer" else ""
 
@@ -42,7 +42,7 @@ async def authorize(
     token = settings.api_token
     if not token:
         return
-    given = _bearer(authorization)
+    given = bearer(authorization)
     if given and _same(given, token):
         return
     if given and settings.approver_named(given) is not None:
@@ -65,7 +65,7 @@ async def decider(
     if not settings.approvers:
         await authorize(request, authorization)
         return None
-    given = _bearer(authorization)
+    given = bearer(authorization)
     name = settings.approver_named(given) if given else None
     if name is not None:
         return name

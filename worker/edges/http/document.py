@@ -22,22 +22,22 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 
+from ledger.ids import STREAM_ID
 from worker.base.settings import Settings
 from worker.edges.http.deps import authorize
 from worker.edges.http.models import default_spec
 from worker.engine.models import PROVIDERS
 from worker.engine.models.allow import ANY, parse_allowed
 
-#: a stream id as a client may give it (``3-14``; ``3`` is ``3-0``, as Redis reads it): ASCII
-#: digits, at most 19 to a part, so that each part is a 64-bit number, as Redis requires (the
-#: route checks the same form; the document says it, so a fuzzer generates within it)
-STREAM_ID_PATTERN = r"^[0-9]{1,19}(-[0-9]{1,19})?$"
+#: a stream id as a client may give it: exactly ``N-N`` (``ledger.ids``; the route checks the
+#: same form; the document says it, so a fuzzer generates within it)
+STREAM_ID_PATTERN = STREAM_ID
 #: a stream id, as the SSE ``id`` of each event
 STREAM_ID_SCHEMA = {
     "type": "string",
     "pattern": STREAM_ID_PATTERN,
     "examples": ["3-14"],
-    "description": "a stream id, as each event's SSE id; `3` is `3-0`; each part at most 19 digits",
+    "description": "a stream id, exactly as each event's SSE id (N-N); each part at most 19 digits",
 }
 #: the prefix of a spec that names a script file on the server (docs/models.md)
 SCRIPTED = "scripted:"

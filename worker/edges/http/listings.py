@@ -9,12 +9,12 @@ from fastapi import APIRouter, Depends, Path, Query, Response
 from starlette.exceptions import HTTPException
 
 from ledger.approvals import request_fields
+from ledger.ids import ID
 from ledger.paging import CURSOR_PATTERN, encode_cursor
 from ledger.turn import continue_refusal
 from worker.edges.http.deps import RT, authorize
 from worker.edges.http.schemas import (
     ERRORS,
-    ID,
     WRITE_ERRORS,
     ApprovalList,
     ApprovalOut,

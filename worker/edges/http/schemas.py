@@ -7,12 +7,14 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from ledger.ids import ID
 from ledger.journal import JournalEntry
 from worker.lifecycle.service import NOT_BLANK, is_blank
 
 #: characters: the longest user message accepted
 MAX_MESSAGE_CHARS = 100_000
-ID = r"^[A-Za-z0-9_.:-]{1,128}$"
+#: characters: the longest reason of a decision, from any route or protocol
+MAX_REASON_CHARS = 2000
 STATUSES = ("queued", "running", "resuming", "waiting", "completed", "stopped")
 #: an input signature: hex sha256 of the call's canonical JSON (docs/architecture.md)
 SIGNATURE = r"^[0-9a-f]{64}$"
@@ -92,7 +94,7 @@ class DecisionRequest(BaseModel):
         pattern=SIGNATURE,
         description="the request's signature, as listed: a decision for another is refused (409)",
     )
-    reason: str = Field("", max_length=2000)
+    reason: str = Field("", max_length=MAX_REASON_CHARS)
     by: str | None = Field(None, min_length=1, max_length=200, description="who decides")
 
 

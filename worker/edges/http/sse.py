@@ -14,7 +14,6 @@ one reader (``worker.edges.http.fanout``); at most ``DRES_MAX_STREAMS`` are open
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from typing import Any
 
@@ -43,7 +42,6 @@ log = structlog.get_logger("dres.api")
 
 #: seconds between keepalive comments on an idle event stream
 SSE_KEEPALIVE_S = 15.0
-STREAM_ID = re.compile(r"^\d+-\d+$")
 KEEPALIVE = b": keepalive\n\n"
 #: seconds between looks at whether a client of a busy stream has gone
 LEFT_CHECK_S = 1.0
@@ -81,8 +79,9 @@ def admit_stream(request: Request) -> Fanout:
         raise HTTPException(
             503,
             f"this API process serves at most {streams.max_streams} live event streams at once "
-            "(DRES_MAX_STREAMS): try again shortly",
-            {"Retry-After": str(RETRY_AFTER_S)},
+            "(DRES_MAX_STREAMS, under its open-file limit): try again shortly",
+            # and its connection closed: it holds one of the process's open files meanwhile
+            {"Retry-After": str(RETRY_AFTER_S), "Connection": "close"},
         )
     return streams
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 from contextlib import suppress
 from typing import Annotated
 
@@ -24,16 +23,15 @@ from ledger import keys
 from ledger.approvals import fold_approvals
 from ledger.codec import text
 from ledger.events import Event
+from ledger.ids import ID, STREAM_ID_RULE, is_stream_id
 from ledger.journal import build_journal
 from ledger.turn import continue_refusal
 from ledger.usage import UsageFold
 from worker.edges.http.deps import RT, Reader, TurnId, authorize, meta_of, runtime_of
-from worker.edges.http.document import STREAM_ID_PATTERN
 from worker.edges.http.models import admit_model
 from worker.edges.http.schemas import (
     CREATE_ERRORS,
     ERRORS,
-    ID,
     TURN_ERRORS,
     WRITE_ERRORS,
     Accepted,
@@ -54,7 +52,6 @@ from worker.edges.http.schemas import (
 from worker.edges.http.sse import LiveStream, admit_stream, event_stream
 
 #: a stream id as a client may give it (the OpenAPI document's form)
-STREAM_ID_FORM = re.compile(STREAM_ID_PATTERN)
 #: bytes: the largest request body accepted
 MAX_BODY_BYTES = 256 * 1024
 #: seconds an Idempotency-Key is remembered beyond DRES_FINISHED_TTL_S: a stopped turn can be
@@ -192,17 +189,14 @@ async def events(
 ) -> StreamingResponse:
     """Server-Sent Events: every ledger event with its stream id as the SSE ``id``."""
     # the header wins over ?after=, but each one given must be a stream id: given but empty is
-    # a bad one, not the start (a client that sends it lost its place)
-    given = [value for value in (last_event_id, after) if value is not None]
-    for value in given:
-        # each part of a stream id is a 64-bit number: Redis refuses a larger one mid-stream
-        if not STREAM_ID_FORM.match(value):
-            raise HTTPException(
-                400, f"not a stream id: {value!r} (expected like 3-14, at most 19 digits a part)"
-            )
-    start = given[0] if given else "0-0"
-    if "-" not in start:
-        start += "-0"  # as Redis reads an id without its sequence number
+    # a bad one, not the start (a client that sends it lost its place); exactly N-N, each part a
+    # 64-bit number, or Redis refuses it mid-stream
+    named = ((last_event_id, "Last-Event-ID"), (after, "after"))
+    given = [(value, name) for value, name in named if value is not None]
+    for value, name in given:
+        if not is_stream_id(value):
+            raise HTTPException(422, f"{name}: not a stream id: {value!r} ({STREAM_ID_RULE})")
+    start = given[0][0] if given else "0-0"
     streams = admit_stream(request)
     try:
         async with streams.reads:
