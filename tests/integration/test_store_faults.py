@@ -321,3 +321,51 @@ def test_a_live_run_outlasting_its_lease_in_a_redis_outage_keeps_its_turn(
     live_run_kept(events, worker)
     assert len(outside_effects(effects_file, "a")) == 1, "the write ran once"
     assert worker.alive()
+
+
+def aof_tail(store: RedisServer) -> Path:
+    """The AOF file redis-server appends to now (Redis 7: the newest ``*.incr.aof``)."""
+    [*_, newest] = sorted(
+        (store.data_dir / "appendonlydir").glob("*.incr.aof"), key=lambda p: p.stat().st_mtime
+    )
+    return newest
+
+
+@BOTH_POOLS
+def test_a_restart_that_loses_the_aofs_last_renewals_takes_no_live_run_for_dead(
+    runtime: Runtime,
+    store: RedisServer,
+    long_worker: StartWorker,
+    script: Callable[..., str],
+    effects_file: str,
+) -> None:
+    """``appendfsync everysec`` loses up to the last two seconds of acknowledged writes when
+    redis-server is killed while a slow disk holds back its writes (a loaded host): here the
+    AOF is cut back after the SIGKILL to where it stood a lease ago, so that the live run's
+    renewals since are lost and the turn comes back from the restart with its lease run out.
+    The restart is short: no command of the worker's fails (redis-py reconnects inside it) and
+    none stalls, yet the reaper must wait for the run's heartbeat rather than take it for dead
+    (the chaos run's false takeover, seed 61, trial 83)."""
+    worker = long_worker(overrides={"DRES_LEASE_S": "3"})
+    model = script([outside_write("a", 8.0), DONE], on_resume="restart")
+    turn = runtime.lifecycle.enqueue("write a", mode="background", model=model)
+    started_writing(runtime, turn.turn_id, effects_file, "a")
+    aof = aof_tail(store)
+    kept, lease_until = aof.stat().st_size, runtime.ledger.meta(turn.turn_id).lease_until
+    # renewals a full lease beyond it: cut back, the lease has run out by the restart
+    wait_until(
+        lambda: runtime.ledger.meta(turn.turn_id).lease_until >= lease_until + 3000,
+        timeout=10,
+        what="a lease's worth of renewals",
+    )
+
+    store.kill()
+    with aof.open("r+b") as f:
+        f.truncate(kept)  # the writes a busy disk held back are lost with the process
+    store.start()
+
+    events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what="turn end")
+    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+    live_run_kept(events, worker)
+    assert len(outside_effects(effects_file, "a")) == 1, "the write ran once"
+    assert worker.alive()
