@@ -25,10 +25,10 @@ from ledger.turn import Step, TurnMeta, TurnStatus
 from rigs import DONE
 from worker.base.settings import load_settings
 from worker.demo_tools import outbox
+from worker.dev.redis_server import RedisServer
 from worker.engine.loop import AgentLoop
 from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
 from worker.engine.recorder import Recorder, RunContext
-from worker.dev.redis_server import RedisServer
 from worker.lifecycle.reaper import RECONNECT_S, Reaper
 
 EMAIL = {"to": "ada@example.com", "subject": "Launch", "body": "Friday at 10."}

@@ -16,6 +16,12 @@ It looks at the turns in the active index whose time has come:
 - a turn missing from its conversation's list (a crash right after its creation) is listed;
 - an ended or vanished turn leaves the index.
 Every action is an atomic step of the turn's state machine, so every worker may run a reaper.
+
+After an outage of Redis (a restart, a failover, a pause) every live run's lease may have run
+out unrenewed: the reaper takes no run for dead until a lease and the time to reconnect have
+passed since it last failed to reach Redis, saw it answer only after a stall, or found it
+restarted (``_calm_for``). A redelivered message of a run whose lease ran out leaves the turn
+to it (``ChunkPath.not_claimed``).
 """
 
 from __future__ import annotations
