@@ -93,7 +93,7 @@ class Reaper:
             started = self.monotonic()
             self._look_at_server()
             due = self.store.due(now_ms, BATCH)
-            if self._stalled(started):
+            if self._stalled(started, self.settings.heartbeat_s):
                 now_ms = self.lifecycle.ms()
             return {turn_id: self.check(turn_id, now_ms) for turn_id in due}
         except (*STORE_ERRORS, LedgerUnavailable):
@@ -115,11 +115,11 @@ class Reaper:
             self._stalled_at = self.monotonic()
         self._server = server
 
-    def _stalled(self, started: float) -> bool:
-        """Did Redis answer a read begun at ``started`` only after a stall (a paused server, a
-        partition that healed, a restart ridden out inside the client)? The heartbeats waited as
-        long, so it counts as an outage."""
-        if self.monotonic() - started <= self.settings.heartbeat_s:
+    def _stalled(self, started: float, over_s: float) -> bool:
+        """Did Redis answer a read begun at ``started`` only after a stall of more than
+        ``over_s`` (a paused server, a partition that healed, a restart ridden out inside the
+        client)? The heartbeats waited as long, so it counts as an outage."""
+        if self.monotonic() - started <= over_s:
             return False
         self._stalled_at = self.monotonic()
         return True
@@ -128,7 +128,10 @@ class Reaper:
         try:
             started = self.monotonic()
             meta = self.store.meta(turn_id)
-            self._stalled(started)
+            # A pause that began after the sweep's first read: only one long enough to let a
+            # renewed lease run out counts (a busy process's own latency, in a gevent worker
+            # beside many runs, must not put off every take-over), a restart is the run id's
+            self._stalled(started, self.settings.lease_s - self.settings.heartbeat_s)
         except UnknownTurn:
             self.store.unwatch(turn_id)
             return "gone"
