@@ -374,6 +374,28 @@ class Ledger:
             self._ridden(outage)
             return result
 
+    def server_run(self) -> str:
+        """The Redis server's run id (``INFO server``): a new one after every restart of the
+        server and on the new master of a failover ("" where the server does not say: one
+        that refuses ``INFO``, as a managed Redis may, or fakeredis). On a cluster, every
+        master's, joined."""
+        info: Any
+        try:
+            if isinstance(self.client, RedisCluster):
+                info = self.retry(
+                    lambda: self.client.info("server", target_nodes=RedisCluster.PRIMARIES), "read"
+                )
+            else:
+                info = self.retry(partial(self.client.info, "server"), "read")
+        except redis.ResponseError:
+            return ""
+        if not isinstance(info, dict):
+            return ""
+        if "run_id" in info:
+            return str(info["run_id"])
+        runs = [str(node.get("run_id", "")) for node in info.values() if isinstance(node, dict)]
+        return ",".join(sorted(runs))
+
     def note_unreachable(self) -> None:
         """Redis could not be reached just now (by this client, or by a caller's own command)."""
         self.last_error_at = time.monotonic()

@@ -134,3 +134,30 @@ def test_batched_beats_renew_each_lease_hand_stop_to_its_run_and_drop_a_run_take
     finally:
         for beat in beats.values():
             beat.__exit__(None, None, None)
+
+
+class Interrupt(BaseException):
+    """A signal handler's exception (a soft limit, a shutdown), as it lands in a run."""
+
+
+def test_an_interrupt_landing_as_the_heartbeat_joins_leaves_no_heartbeat_beating(
+    store: TurnStore, leases: dict[str, Lease], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An interrupt that lands inside the heartbeat's ``__enter__``, once it joined the process's
+    beats, reaches no ``__exit__``: the heartbeat must stop there, or it goes on renewing past
+    its run's own hand-over and then says another run holds the turn (issue 46)."""
+    monkeypatch.setattr(heartbeat, "_process_beats", None)
+    beats = heartbeat._beats()
+    join = beats.join
+
+    def interrupted(beat: Heartbeat) -> None:
+        join(beat)
+        raise Interrupt("soft time limit")  # lands just after the heartbeat joined
+
+    monkeypatch.setattr(beats, "join", interrupted)
+    beat = Heartbeat(store, RunContext(leases["t0"]), SystemClock(), lease_s=3.0, interval_s=0.05)
+    with pytest.raises(Interrupt), beat:
+        pytest.fail("the block never runs")
+    assert beat.stopping.is_set()
+    assert beat not in beats._runs
+    assert not beat.tick(), "a heartbeat whose run never began renews nothing"

@@ -25,10 +25,11 @@ from ledger.turn import Step, TurnMeta, TurnStatus
 from rigs import DONE
 from worker.base.settings import load_settings
 from worker.demo_tools import outbox
+from worker.dev.redis_server import RedisServer
 from worker.engine.loop import AgentLoop
 from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
 from worker.engine.recorder import Recorder, RunContext
-from worker.lifecycle.reaper import Reaper
+from worker.lifecycle.reaper import RECONNECT_S, Reaper
 
 EMAIL = {"to": "ada@example.com", "subject": "Launch", "body": "Friday at 10."}
 SEND = {"text": "Sending.", "tool_calls": [{"name": "send_email", "input": EMAIL}]}
@@ -355,7 +356,12 @@ def test_a_redelivered_message_takes_over_only_once_its_runs_lease_ran_out(
     assert due_at(h.client, h.turn_id) == held.lease_until
 
     h.clock.t = held.lease_until / 1000 + 1
-    assert h.lifecycle.not_claimed(h.turn_id, run_id, redelivered=True) == after
+    # the reaper judges a lease that ran out (it watches Redis for outages, which make live runs
+    # late): the turn is due at once, and, no outage seen, taken over
+    late = h.lifecycle.not_claimed(h.turn_id, run_id, redelivered=True)
+    assert late == "holder late: left to the reaper"
+    assert (meta(h).epoch, due_at(h.client, h.turn_id)) == (run.epoch, h.lifecycle.ms())
+    assert Reaper(h.lifecycle).sweep() == {h.turn_id: after.removeprefix("took over: ")}
 
     now = meta(h)
     assert now.epoch > run.epoch
@@ -644,10 +650,10 @@ def test_after_an_outage_it_saw_the_reaper_gives_a_live_run_a_full_lease_before_
 
     assert reaper.sweep() == {h.turn_id: "alive"}
     waited_ms = (due_at(h.client, h.turn_id) or 0) - h.lifecycle.ms()
-    assert abs(waited_ms - (h.settings.lease_s - 0.5) * 1000) < 5
+    assert abs(waited_ms - (h.settings.lease_s + RECONNECT_S - 0.5) * 1000) < 5
 
-    ticks.now += h.settings.lease_s
-    h.clock.t += h.settings.lease_s  # the turn is due again
+    ticks.now += h.settings.lease_s + RECONNECT_S
+    h.clock.t += h.settings.lease_s + RECONNECT_S  # the turn is due again
     assert reaper.sweep() == {h.turn_id: "resumed"}
 
 
@@ -669,6 +675,74 @@ def test_a_sweep_that_redis_answered_only_after_a_stall_counts_as_an_outage(
     assert reaper.sweep() == {h.turn_id: "alive"}
 
     monkeypatch.setattr(reaper.store, "due", due)
-    ticks.now += h.settings.lease_s
-    h.clock.t += h.settings.lease_s  # the turn is due again
+    ticks.now += h.settings.lease_s + RECONNECT_S
+    h.clock.t += h.settings.lease_s + RECONNECT_S  # the turn is due again
     assert reaper.sweep() == {h.turn_id: "resumed"}
+
+
+def test_a_turn_read_only_after_a_stall_is_not_taken_for_dead(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Redis stalled not in the sweep's first read but in its look at the turn itself: the
+    heartbeats waited as long, so that look counts as an outage too."""
+    claimed_then_expired(h)
+    ticks = Ticks()
+    reaper = Reaper(h.lifecycle, monotonic=ticks)
+    read = reaper.store.meta
+
+    def stalled(turn_id: str) -> TurnMeta:
+        ticks.now += h.settings.lease_s  # a stall a renewed lease runs out in
+        return read(turn_id)
+
+    monkeypatch.setattr(reaper.store, "meta", stalled)
+    assert reaper.sweep() == {h.turn_id: "alive"}
+
+
+def test_a_look_at_a_turn_slowed_by_a_busy_process_puts_no_take_over_off(
+    h: Harness, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A gevent worker's reaper shares its process with many runs: a look at a turn that came
+    back a heartbeat late, too soon for a renewed lease to run out, is no outage."""
+    claimed_then_expired(h)
+    ticks = Ticks()
+    reaper = Reaper(h.lifecycle, monotonic=ticks)
+    read = reaper.store.meta
+
+    def slow(turn_id: str) -> TurnMeta:
+        ticks.now += h.settings.heartbeat_s + 0.1
+        return read(turn_id)
+
+    monkeypatch.setattr(reaper.store, "meta", slow)
+    assert reaper.sweep() == {h.turn_id: "resumed"}
+
+
+@pytest.mark.redis_server
+def test_a_redis_restart_between_two_sweeps_gives_live_runs_a_full_lease(
+    tmp_path: Path,
+) -> None:
+    """A real redis-server (AOF on) SIGKILLed and started again between two sweeps, while a
+    live run's lease runs out unrenewed: no command of the reaper's fails (redis-py reconnects
+    inside it) nor stalls, yet the server's new run id tells the restart, and the run gets a
+    full lease and the time to reconnect before it is taken for dead (issue 46)."""
+    server = RedisServer(data_dir=tmp_path / "redis").start()
+    try:
+        h = Harness(redis.Redis.from_url(server.url), tmp_path)
+        h.start([SEND, DONE], mode="background")
+        assert h.pending
+        assert h.lifecycle.claim(h.turn_id, h.pending) is not None
+        ticks = Ticks()
+        reaper = Reaper(h.lifecycle, monotonic=ticks)
+        assert reaper.sweep() in ({}, {h.turn_id: "alive"})
+
+        server.kill()
+        server.start()  # the same port and directory: the AOF brings the turn back
+        h.clock.t += h.settings.lease_s + 1  # the lease ran out while Redis was away
+
+        assert reaper.sweep() == {h.turn_id: "alive"}
+        assert meta(h).status == TurnStatus.RUNNING
+
+        ticks.now += h.settings.lease_s + RECONNECT_S
+        h.clock.t += h.settings.lease_s + RECONNECT_S  # still unrenewed: the run is dead
+        assert reaper.sweep() == {h.turn_id: "resumed"}
+    finally:
+        server.cleanup()

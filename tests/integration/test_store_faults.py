@@ -13,13 +13,16 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 from sample_tools import outside_effects
 
+from chaos.takeovers import TAKEOVER_CAUSES, ZOMBIE_LINES
 from rigs import DONE, ended, having, of, outside_write, show, wait_for, wait_until
 from tests.support.fixtures import BOTH_POOLS, StartWorker, outside_worker, started
 from worker.dev.redis_server import RedisServer
+from worker.dev.worker_process import WorkerProcess
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
@@ -272,3 +275,97 @@ def test_a_worker_with_a_free_slot_stays_up_through_a_restart_while_a_chunk_runs
     events = wait_for(runtime.ledger, after.turn_id, ended(), timeout=AFTER_S, what="next turn")
     assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
     assert worker.alive(), "the worker exited after the restart"
+
+
+def live_run_kept(events: list[Any], worker: WorkerProcess) -> None:
+    """No run of the turn was taken for dead (issue 46): no ``run_started`` of a takeover's
+    cause (a hand-over, when the worker cancels its chunks as it loses the broker, is none), and
+    no line of the worker's saying a live run found its turn taken."""
+    causes = {e.cause for e in of(events, "run_started")}
+    assert not TAKEOVER_CAUSES & causes, f"a live run was taken over:\n{show(events)}"
+    log = worker.log()
+    assert not [line for line in ZOMBIE_LINES if line in log], "a live run found its turn taken"
+
+
+@BOTH_POOLS
+@pytest.mark.parametrize("outage", ["restart", "pause"])
+def test_a_live_run_outlasting_its_lease_in_a_redis_outage_keeps_its_turn(
+    runtime: Runtime,
+    store: RedisServer,
+    long_worker: StartWorker,
+    script: Callable[..., str],
+    effects_file: str,
+    outage: str,
+) -> None:
+    """Redis away for twice the lease (SIGKILL and an AOF restart, or SIGSTOP) while a live run
+    works: no heartbeat can renew its lease meanwhile, so once Redis is back the lease has run
+    out. Neither the reaper nor the run's own message, which kombu puts back in its queue when
+    the consumer reconnects (a free pool slot takes it), may take the turn for dead before the
+    live run's heartbeat renews: the run ends the turn itself, its write once."""
+    worker = long_worker(concurrency=2)
+    model = script([outside_write("a", 7.0), DONE], on_resume="restart")
+    turn = runtime.lifecycle.enqueue("write a", mode="background", model=model)
+    started_writing(runtime, turn.turn_id, effects_file, "a")
+
+    if outage == "restart":
+        restart(store, 4.0)
+    else:
+        store.pause()
+        try:
+            time.sleep(4.0)  # the pause itself (the lease is 2 s), not a wait for state
+        finally:
+            store.resume()
+
+    events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what="turn end")
+    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+    live_run_kept(events, worker)
+    assert len(outside_effects(effects_file, "a")) == 1, "the write ran once"
+    assert worker.alive()
+
+
+def aof_tail(store: RedisServer) -> Path:
+    """The AOF file redis-server appends to now (Redis 7: the newest ``*.incr.aof``)."""
+    [*_, newest] = sorted(
+        (store.data_dir / "appendonlydir").glob("*.incr.aof"), key=lambda p: p.stat().st_mtime
+    )
+    return newest
+
+
+@BOTH_POOLS
+def test_a_restart_that_loses_the_aofs_last_renewals_takes_no_live_run_for_dead(
+    runtime: Runtime,
+    store: RedisServer,
+    long_worker: StartWorker,
+    script: Callable[..., str],
+    effects_file: str,
+) -> None:
+    """``appendfsync everysec`` loses up to the last two seconds of acknowledged writes when
+    redis-server is killed while a slow disk holds back its writes (a loaded host): here the
+    AOF is cut back after the SIGKILL to where it stood a lease ago, so that the live run's
+    renewals since are lost and the turn comes back from the restart with its lease run out.
+    The restart is short: no command of the worker's fails (redis-py reconnects inside it) and
+    none stalls, yet the reaper must wait for the run's heartbeat rather than take it for dead
+    (the chaos run's false takeover, seed 61, trial 83)."""
+    worker = long_worker(overrides={"DRES_LEASE_S": "3"})
+    model = script([outside_write("a", 8.0), DONE], on_resume="restart")
+    turn = runtime.lifecycle.enqueue("write a", mode="background", model=model)
+    started_writing(runtime, turn.turn_id, effects_file, "a")
+    aof = aof_tail(store)
+    kept, lease_until = aof.stat().st_size, runtime.ledger.meta(turn.turn_id).lease_until
+    # renewals a full lease beyond it: cut back, the lease has run out by the restart
+    wait_until(
+        lambda: runtime.ledger.meta(turn.turn_id).lease_until >= lease_until + 3000,
+        timeout=10,
+        what="a lease's worth of renewals",
+    )
+
+    store.kill()
+    with aof.open("r+b") as f:
+        f.truncate(kept)  # the writes a busy disk held back are lost with the process
+    store.start()
+
+    events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what="turn end")
+    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+    live_run_kept(events, worker)
+    assert len(outside_effects(effects_file, "a")) == 1, "the write ran once"
+    assert worker.alive()

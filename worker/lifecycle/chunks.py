@@ -312,12 +312,16 @@ class ChunkPath(LifecycleBase):
         meta = self.store.meta(turn_id)
         if redelivered and meta.run_id == run_id and meta.status == TurnStatus.RUNNING:
             # This very run held the turn and its message came back: its worker may be lost, or
-            # the broker's visibility timeout ran out under a live run. Only a lease that ran out
-            # says which; until then the reaper looks at the turn when it does.
+            # the message was put back under a live run (the broker's visibility timeout, or
+            # kombu restoring its unacknowledged messages as it reconnects after a Redis
+            # restart). Only a lease that ran out says which, and not even that just after an
+            # outage, when every live run's lease ran out unrenewed: the reaper, which watches
+            # Redis for outages (``Reaper._calm_for``), judges it, now or when the lease ends.
             if meta.lease_until > self.ms():
                 self.store.watch(turn_id, meta.lease_until)
                 return "holder alive"
-            outcome = self.take_over(meta, "the run's worker was lost (message redelivered)")
-            return f"took over: {outcome.reason}"
+            self.store.watch(turn_id, self.ms())
+            log.info("redelivered message of a run whose lease ran out; left to the reaper")
+            return "holder late: left to the reaper"
         log.info("duplicate or stale chunk message; nothing to run", status=meta.status)
         return "not-claimed"

@@ -91,7 +91,16 @@ class Heartbeat:
 
     def __enter__(self) -> Heartbeat:
         self.renew_at = self.clock.now() + self.interval_s
-        _beats().join(self)
+        try:
+            _beats().join(self)
+        except BaseException:
+            # An interrupt (a soft limit, a shutdown: a signal handler's exception, or a
+            # greenlet's) that lands in here, the heartbeat already joined, reaches no
+            # ``__exit__``: the run hands its turn over while its orphaned heartbeat goes on
+            # renewing, until a renewal refused by that very hand-over says another run holds
+            # the turn (a false "lease lost", counted by chaos as a live run taken over).
+            self.__exit__()
+            raise
         return self
 
     def __exit__(self, *exc: object) -> None:

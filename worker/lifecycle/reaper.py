@@ -16,6 +16,12 @@ It looks at the turns in the active index whose time has come:
 - a turn missing from its conversation's list (a crash right after its creation) is listed;
 - an ended or vanished turn leaves the index.
 Every action is an atomic step of the turn's state machine, so every worker may run a reaper.
+
+After an outage of Redis (a restart, a failover, a pause) every live run's lease may have run
+out unrenewed: the reaper takes no run for dead until a lease and the time to reconnect have
+passed since it last failed to reach Redis, saw it answer only after a stall, or found it
+restarted (``_calm_for``). A redelivered message of a run whose lease ran out leaves the turn
+to it (``ChunkPath.not_claimed``).
 """
 
 from __future__ import annotations
@@ -52,6 +58,10 @@ MARK_TRUST_GRACES = 2.0
 #: messages in the chunk queues up to which an old mark is checked by reading them (~1 KB each);
 #: behind a longer backlog the wait is the backlog's, and the mark is trusted until it shrinks
 SHORT_BACKLOG = 1000
+#: seconds a live run's heartbeat may take to reach Redis once it answers again, beyond the
+#: reaper's own look: each may be asleep in a backoff when it comes back, the ledger's
+#: (``ledger.store.BACKOFF_CAP_S``, 1 s) and redis-py's own retry's (its cap, 1 s)
+RECONNECT_S = 2.0
 #: each wait between sweeps is ``reaper_interval_s`` times 1 +- this, at random: workers started
 #: together (a deploy) do not sweep in step, and the due turns' sweeps are spread out
 JITTER = 0.2
@@ -64,8 +74,11 @@ class Reaper:
         self.lifecycle = lifecycle
         #: the clock of outages (the ledger's ``last_error_at`` is on it too)
         self.monotonic = monotonic
-        #: when a sweep's first read came back only after a stall (None: never)
+        #: when this reaper last saw Redis answer only after a stall, or found it restarted
+        #: (None: never)
         self._stalled_at: float | None = None
+        #: the Redis server's run id as last read (``Ledger.server_run``; None: not read yet)
+        self._server: str | None = None
         self.store = lifecycle.store
         self.settings = lifecycle.settings
         self.clock = lifecycle.clock
@@ -83,11 +96,9 @@ class Reaper:
         now_ms = self.lifecycle.ms()
         try:
             started = self.monotonic()
+            self._look_at_server()
             due = self.store.due(now_ms, BATCH)
-            if self.monotonic() - started > self.settings.heartbeat_s:
-                # Redis answered, but only after a stall (a paused server, a partition that
-                # healed): the heartbeats waited as long, so it counts as an outage
-                self._stalled_at = self.monotonic()
+            if self._stalled(started, self.settings.heartbeat_s):
                 now_ms = self.lifecycle.ms()
             return {turn_id: self.check(turn_id, now_ms) for turn_id in due}
         except (*STORE_ERRORS, LedgerUnavailable):
@@ -98,9 +109,34 @@ class Reaper:
         with structlog.contextvars.bound_contextvars(turn_id=turn_id):
             return self._check(turn_id, now_ms)
 
+    def _look_at_server(self) -> None:
+        """Read the server's run id: a new one is a restart (or a failover) that this process
+        may not have seen fail at all (redis-py reconnects inside a command, and a short outage
+        between two sweeps costs none of them a stall), and that kept every live run from
+        renewing, its last renewal perhaps lost with the AOF's last second: an outage."""
+        server = self.store.ledger.server_run()
+        if self._server is not None and server != self._server:
+            log.warning("redis restarted: live runs get a full lease to renew", server=server)
+            self._stalled_at = self.monotonic()
+        self._server = server
+
+    def _stalled(self, started: float, over_s: float) -> bool:
+        """Did Redis answer a read begun at ``started`` only after a stall of more than
+        ``over_s`` (a paused server, a partition that healed, a restart ridden out inside the
+        client)? The heartbeats waited as long, so it counts as an outage."""
+        if self.monotonic() - started <= over_s:
+            return False
+        self._stalled_at = self.monotonic()
+        return True
+
     def _check(self, turn_id: str, now_ms: int) -> str:
         try:
+            started = self.monotonic()
             meta = self.store.meta(turn_id)
+            # A pause that began after the sweep's first read: only one long enough to let a
+            # renewed lease run out counts (a busy process's own latency, in a gevent worker
+            # beside many runs, must not put off every take-over), a restart is the run id's
+            self._stalled(started, self.settings.lease_s - self.settings.heartbeat_s)
         except UnknownTurn:
             self.store.unwatch(turn_id)
             return "gone"
@@ -117,12 +153,13 @@ class Reaper:
             if meta.lease_until > now_ms:
                 self.store.watch(turn_id, meta.lease_until)
                 return "alive"
-            calm = self._calm_for()
-            if calm < self.settings.lease_s:
-                # This process could not reach Redis a moment ago: an outage that every worker
-                # saw (a restart, a failover) kept every live run from renewing its lease too.
-                # Each gets a full lease after the outage to renew before any is taken for dead.
-                self.store.watch(turn_id, self.lifecycle.ms(self.settings.lease_s - calm))
+            calm, grace = self._calm_for(), self.settings.lease_s + RECONNECT_S
+            if calm < grace:
+                # This process could not reach Redis a moment ago, or found it restarted: an
+                # outage that every worker saw (a restart, a failover, a pause) kept every live
+                # run from renewing its lease too. Each gets a full lease after the outage, and
+                # the time to reach Redis again, to renew before any is taken for dead.
+                self.store.watch(turn_id, self.lifecycle.ms(grace - calm))
                 return "alive"
             return self.lifecycle.take_over(meta, "lease expired: the run's worker died").reason
         if meta.status == TurnStatus.WAITING:
@@ -131,7 +168,7 @@ class Reaper:
 
     def _calm_for(self) -> float:
         """Seconds since this process last failed to reach the ledger's Redis, or this reaper
-        saw it answer only after a stall (inf: neither)."""
+        saw it answer only after a stall or found it restarted (inf: none of these)."""
         seen = [t for t in (self.store.ledger.last_error_at, self._stalled_at) if t is not None]
         return self.monotonic() - max(seen) if seen else float("inf")
 
