@@ -277,6 +277,16 @@ def test_a_worker_with_a_free_slot_stays_up_through_a_restart_while_a_chunk_runs
     assert worker.alive(), "the worker exited after the restart"
 
 
+def kept_its_turn(runtime: Runtime, turn_id: str, worker: WorkerProcess, effects: str) -> None:
+    """The live run ended its turn itself (``live_run_kept``), its write ``a`` once, and the
+    worker rode the outage out."""
+    events = wait_for(runtime.ledger, turn_id, ended(), timeout=AFTER_S, what="turn end")
+    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
+    live_run_kept(events, worker)
+    assert len(outside_effects(effects, "a")) == 1, "the write ran once"
+    assert worker.alive()
+
+
 def live_run_kept(events: list[Any], worker: WorkerProcess) -> None:
     """No run of the turn was taken for dead (issue 46): no ``run_started`` of a takeover's
     cause (a hand-over, when the worker cancels its chunks as it loses the broker, is none), and
@@ -316,11 +326,7 @@ def test_a_live_run_outlasting_its_lease_in_a_redis_outage_keeps_its_turn(
         finally:
             store.resume()
 
-    events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what="turn end")
-    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
-    live_run_kept(events, worker)
-    assert len(outside_effects(effects_file, "a")) == 1, "the write ran once"
-    assert worker.alive()
+    kept_its_turn(runtime, turn.turn_id, worker, effects_file)
 
 
 def aof_tail(store: RedisServer) -> Path:
@@ -364,8 +370,4 @@ def test_a_restart_that_loses_the_aofs_last_renewals_takes_no_live_run_for_dead(
         f.truncate(kept)  # the writes a busy disk held back are lost with the process
     store.start()
 
-    events = wait_for(runtime.ledger, turn.turn_id, ended(), timeout=AFTER_S, what="turn end")
-    assert [e.status for e in of(events, "turn_ended")] == ["completed"], show(events)
-    live_run_kept(events, worker)
-    assert len(outside_effects(effects_file, "a")) == 1, "the write ran once"
-    assert worker.alive()
+    kept_its_turn(runtime, turn.turn_id, worker, effects_file)
