@@ -192,6 +192,22 @@ def parse_approval(raw: str) -> tuple[bool, frozenset[str]]:
     return False, frozenset(names - {"none"})
 
 
+#: ``N/s``, ``N/m`` or ``N/h``
+RATE = re.compile(r"([1-9][0-9]{0,8})/([smh])")
+PER_S = {"s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_rate(raw: str) -> float:
+    """DRES_TENANT_RATE as the seconds between two starts (0.0: unset, no limit). Starts are
+    spaced evenly, as Celery's own ``rate_limit`` spaces tasks: ``6/m`` is one every 10 s."""
+    if not raw:
+        return 0.0
+    found = RATE.fullmatch(raw.strip())
+    if found is None:
+        raise ValueError(f"must be N/s, N/m or N/h with N a whole number from 1 (got '{raw}')")
+    return PER_S[found.group(2)] / int(found.group(1))
+
+
 def parse_http_url(raw: str) -> str:
     """An optional http(s) URL: empty, or one."""
     if raw and not HTTP_URL.fullmatch(raw):

@@ -24,6 +24,7 @@ from worker.base.parsers import (
     parse_http_url,
     parse_redis_url,
     parse_sentinel_tls,
+    parse_rate,
     parse_sentinels,
     parse_webhook_secret,
 )
@@ -47,6 +48,7 @@ PARSERS: dict[str, Callable[[str], object]] = {
     "approval_webhook_secret": parse_webhook_secret,
     "public_url": parse_http_url,
     "redis_sentinels": parse_sentinels,
+    "tenant_rate": parse_rate,
 }
 
 
@@ -172,6 +174,21 @@ class Settings(BaseSettings):
         "queue",
         description="what a new message does while its conversation has a live turn: queue, "
         "interrupt or reject",
+    )
+    tenant_concurrency: int | None = Field(
+        None,
+        ge=1,
+        description="turns of one tenant running or resuming at once, across all workers; unset: "
+        "no limit",
+    )
+    tenant_rate: str = Field(
+        "", description="N/s, N/m or N/h: turns one tenant may start (evenly spaced); empty: no limit"
+    )
+    tenant_max_queued: int | None = Field(
+        None, ge=1, description="turns one tenant may have queued; one more is refused (429)"
+    )
+    metrics_tenant_label: bool = Field(
+        False, description="per-tenant metrics carry a tenant label (mind the cardinality)"
     )
     history_chars: int = Field(
         24_000, ge=0, description="characters of earlier turns a new turn's model sees; 0: none"
@@ -363,6 +380,11 @@ class Settings(BaseSettings):
 
     def queue(self, mode: str) -> str:
         return self.background_queue if mode == "background" else self.foreground_queue
+
+    @property
+    def tenant_start_interval_s(self) -> float:
+        """Seconds between two starts of one tenant's turns (DRES_TENANT_RATE); 0.0: no limit."""
+        return parse_rate(self.tenant_rate)
 
     @property
     def heartbeat_s(self) -> float:
