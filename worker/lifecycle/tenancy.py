@@ -55,8 +55,10 @@ GONE_AFTER_MS = 60_000
 SETTLED_AFTER_MS = 10_000
 #: seconds between two mendings of the slots by one process's reaper
 MEND_S = 5.0
-#: the kinds of the causes of a run that resumes a turn after a wait
-RESUMES = frozenset({"approval", "tool_output", "timer"})
+#: the causes of a run that goes on with a turn admitted before: after a wait (approval, client
+#: tool, timer) or a stop (Continue); each takes its tenant's next free slot before new turns,
+#: needs no room in the broker ahead of the workers and spends none of the tenant's rate
+RESUMES = frozenset({"approval", "tool_output", "timer", "continue", "auto_continue"})
 
 
 def tenant_of(tenant: str | None) -> str:
@@ -71,7 +73,8 @@ def tenant_of(tenant: str | None) -> str:
 
 
 def kind_of(meta: TurnMeta) -> str:
-    """``resume`` for a turn going on after a wait (it goes before new turns), else ``new``."""
+    """``resume`` for a turn going on after a wait or a stop (it goes before new turns), else
+    ``new``."""
     return "resume" if meta.runs and meta.next_cause in RESUMES else "new"
 
 
@@ -113,7 +116,19 @@ class Tenancy(Hook):
             )
 
     def start(self, tenant: str, turn_id: str) -> bool:
-        return self.tenants.start(tenant, turn_id, self._now(), self.limits, self._room())
+        # the ledger first (nothing waits, the tenant's slots and rate allow), then the broker's
+        # room: a slot taken where the broker has none is given back, and the turn waits
+        if not self.tenants.start(tenant, turn_id, self._now(), self.limits, AHEAD):
+            return False
+        try:
+            room = self._room(strict=True)
+        except Exception:
+            self.tenants.leave(turn_id, self._now(), self.limits, 0)
+            raise
+        if room > 0:
+            return True
+        self.tenants.leave(turn_id, self._now(), self.limits, 0)
+        return False
 
     def wait(self, meta: TurnMeta, kind: str) -> Sequence[Admitted]:
         admissions = self.tenants.wait(
@@ -174,12 +189,16 @@ class Tenancy(Hook):
     def _now(self) -> int:
         return int(self.clock.now() * 1000)
 
-    def _room(self) -> int:
+    def _room(self, *, strict: bool = False) -> int:
         """How many new turns may go into the broker's chunk queues now: ``AHEAD`` less the
-        messages waiting there (a broker that cannot be looked into: no bound)."""
+        messages waiting there (a broker that cannot be looked into: no bound). A broker out of
+        reach raises when ``strict`` (a new turn's start: nothing is recorded, and the request
+        is told), else lets none through now (a later look does)."""
         try:
             backlog = self.dispatcher.backlog()
-        except Exception as e:  # an unreachable broker: a dispatch would fail as well
+        except Exception as e:
+            if strict:
+                raise
             log.warning("could not look into the broker", error=repr(e))
             return 0
         return 1_000_000 if backlog is None else max(AHEAD - backlog, 0)

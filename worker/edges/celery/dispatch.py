@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import kombu.exceptions
+import redis
 import structlog
 from celery import Celery
 
@@ -97,20 +98,32 @@ class CeleryDispatcher:
 
     def _read_queues(self, read: Any, *, unacked: bool) -> list[Any] | None:
         """``read(pipe, key)`` for each chunk queue's priority list (and the unacknowledged
-        messages' values when ``unacked``), in one round trip; None: not kombu's Redis transport,
-        whose queues cannot be looked into here."""
-        with self.app.connection_for_read() as connection:
-            channel: Any = connection.default_channel
-            client = getattr(channel, "client", None)
-            if client is None or not hasattr(channel, "unacked_key"):
-                return None
-            names = [self.settings.foreground_queue, self.settings.background_queue]
-            lists = [
-                channel._q_for_pri(name, pri) for name in names for pri in channel.priority_steps
-            ]
-            pipe = client.pipeline(transaction=False)
-            for key in lists:
-                read(pipe, key)
-            if unacked:
-                pipe.hvals(channel.unacked_key)
-            return list(pipe.execute())
+        messages' values when ``unacked``), in one round trip on a pooled broker connection
+        (tenant admission asks at every turn's start and end); None: not kombu's Redis
+        transport, whose queues cannot be looked into here. A broker out of reach (or hung past
+        the publish timeout) raises kombu's ``OperationalError``, as a publish does."""
+        try:
+            with self.app.pool.acquire(block=True) as connection:
+                # as many attempts to connect as a publish makes (the API's few, a worker's
+                # Celery default): kombu's own default retries a hung broker for seconds
+                policy = self.app.conf.task_publish_retry_policy or {}
+                connection.ensure_connection(
+                    max_retries=policy.get("max_retries", 3),
+                    interval_start=policy.get("interval_start", 0),
+                    interval_step=policy.get("interval_step", 0.2),
+                    interval_max=policy.get("interval_max", 0.2),
+                )
+                channel: Any = connection.default_channel
+                client = getattr(channel, "client", None)
+                if client is None or not hasattr(channel, "unacked_key"):
+                    return None
+                names = [self.settings.foreground_queue, self.settings.background_queue]
+                pipe = client.pipeline(transaction=False)
+                for name in names:
+                    for pri in channel.priority_steps:
+                        read(pipe, channel._q_for_pri(name, pri))
+                if unacked:
+                    pipe.hvals(channel.unacked_key)
+                return list(pipe.execute())
+        except (redis.RedisError, OSError) as e:
+            raise kombu.exceptions.OperationalError(f"the broker: {e}") from e
