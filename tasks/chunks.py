@@ -34,7 +34,8 @@ def runtime() -> Runtime:
 
 @cache
 def _runtime() -> Runtime:
-    rt = Runtime.from_settings(get_settings(), current_app._get_current_object())
+    # on the pool ``dres worker`` named before its pool started (prefork's when none did)
+    rt = Runtime.for_chunks(get_settings(), current_app._get_current_object())
     rt.registry  # noqa: B018  # built once: its tool sources may wait (an MCP server's list)
     return rt
 

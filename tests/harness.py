@@ -22,6 +22,7 @@ from ledger.turns import Outgoing
 from rigs import write_script
 from worker.base.settings import Settings, load_settings
 from worker.edges.webhook import approval_webhook
+from worker.engine.flushes import SharedFlusher
 from worker.engine.loop import AgentLoop
 from worker.engine.models import make_model
 from worker.engine.models.base import ChatModel, ModelEvent, ModelRequest
@@ -122,6 +123,9 @@ class Harness:
         self.turn_id = ""
         self.messages = KeptMessages()
         self.lifecycle = self.lifecycle_for(self.ledger, self.cache)
+        #: the process's shared flusher of streamed text its loops' runs get (a gevent worker's);
+        #: None: each run's own, as on prefork
+        self.flusher: SharedFlusher | None = None
 
     def lifecycle_for(self, ledger: Ledger, cache: EventCache | None) -> Lifecycle:
         return Lifecycle(
@@ -146,6 +150,7 @@ class Harness:
             interrupts=(SimulatedSoftLimit,),
             tool_redis=self.client,
             durable=self.durable,
+            flusher=self.flusher,
         )
 
     def script(self, steps: list[dict[str, Any]], on_resume: str = "continue") -> str:

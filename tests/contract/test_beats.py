@@ -5,7 +5,6 @@ run's own beats, in one round trip per tick (one per run on a cluster)."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator
 
 import pytest
 from test_turns import claim, conditions, create, step_events
@@ -18,8 +17,7 @@ from ledger.turns import TurnStore
 from rigs import wait_until
 from worker.base.clock import SystemClock
 from worker.engine.recorder import RunContext
-from worker.lifecycle import heartbeat
-from worker.lifecycle.heartbeat import BatchedBeats, Heartbeat
+from worker.lifecycle.heartbeat import BatchedBeats, Beats, Heartbeat
 
 TURNS = [f"t{n}" for n in range(5)]
 
@@ -89,15 +87,13 @@ def test_a_beat_after_redis_lost_its_scripts_loads_them_again(
 
 
 @pytest.fixture
-def batched(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
-    """This process's heartbeat is a gevent worker's (here a plain thread)."""
-    monkeypatch.setattr(heartbeat, "_kind", BatchedBeats)
-    monkeypatch.setattr(heartbeat, "_process_beats", None)
-    yield
+def batched() -> BatchedBeats:
+    """The process's heartbeat of a gevent worker (here a plain thread)."""
+    return BatchedBeats()
 
 
 def test_batched_beats_renew_each_lease_hand_stop_to_its_run_and_drop_a_run_taken_over(
-    store: TurnStore, leases: dict[str, Lease], batched: None
+    store: TurnStore, leases: dict[str, Lease], batched: BatchedBeats
 ) -> None:
     """Every lease renewed (every third of it), Stop handed to the one run it concerns, and a
     run whose turn was taken over stops beating while the others go on."""
@@ -107,6 +103,7 @@ def test_batched_beats_renew_each_lease_hand_stop_to_its_run_and_drop_a_run_take
             store,
             RunContext(lease),
             SystemClock(),
+            beats=batched,
             lease_s=3.0,
             interval_s=0.05,
             poll_s=0.02,
@@ -146,8 +143,7 @@ def test_an_interrupt_landing_as_the_heartbeat_joins_leaves_no_heartbeat_beating
     """An interrupt that lands inside the heartbeat's ``__enter__``, once it joined the process's
     beats, reaches no ``__exit__``: the heartbeat must stop there, or it goes on renewing past
     its run's own hand-over and then says another run holds the turn (issue 46)."""
-    monkeypatch.setattr(heartbeat, "_process_beats", None)
-    beats = heartbeat._beats()
+    beats = Beats()
     join = beats.join
 
     def interrupted(beat: Heartbeat) -> None:
@@ -155,7 +151,9 @@ def test_an_interrupt_landing_as_the_heartbeat_joins_leaves_no_heartbeat_beating
         raise Interrupt("soft time limit")  # lands just after the heartbeat joined
 
     monkeypatch.setattr(beats, "join", interrupted)
-    beat = Heartbeat(store, RunContext(leases["t0"]), SystemClock(), lease_s=3.0, interval_s=0.05)
+    beat = Heartbeat(
+        store, RunContext(leases["t0"]), SystemClock(), beats=beats, lease_s=3.0, interval_s=0.05
+    )
     with pytest.raises(Interrupt), beat:
         pytest.fail("the block never runs")
     assert beat.stopping.is_set()

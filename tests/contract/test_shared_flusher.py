@@ -26,7 +26,7 @@ from ledger.store import Client
 from rigs import poll
 from rigs.redis_cluster import LocalCluster
 from worker.base.settings import load_settings
-from worker.engine import flushes
+from worker.engine.flushes import SharedFlusher
 from worker.engine.recorder import Recorder
 
 RUNS = 40
@@ -41,9 +41,9 @@ def h(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Harness]:
         client: Client = cluster.client(socket_timeout=30)
     else:
         client = redis.Redis.from_url(request.getfixturevalue("redis_url"), socket_timeout=30)
-    flushes.use(True)
-    yield Harness(client, tmp_path, settings=load_settings(journal_read_backoff_s=0))
-    flushes.use(False)
+    harness = Harness(client, tmp_path, settings=load_settings(journal_read_backoff_s=0))
+    harness.flusher = SharedFlusher()  # the process's, as a gevent worker's runtime hands it
+    yield harness
     client.close()
 
 
@@ -54,7 +54,8 @@ def recorders(h: Harness, n: int, flush_s: float) -> list[tuple[str, Recorder]]:
         assert h.pending is not None
         run = h.lifecycle.claim(h.turn_id, h.pending)
         assert run is not None
-        out.append((h.turn_id, Recorder(h.ledger, run, h.clock, h.ids, [], flush_s=flush_s)))
+        recorder = Recorder(h.ledger, run, h.clock, h.ids, [], flush_s=flush_s, shared=h.flusher)
+        out.append((h.turn_id, recorder))
     return out
 
 

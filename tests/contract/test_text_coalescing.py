@@ -3,13 +3,12 @@ anything else of the run, and an interrupt never leaves streamed text unwritten.
 
 Each test runs on fakeredis and on a real redis-server (the ``client`` fixture), with the run's
 own flusher thread (a prefork process's) and the process's shared one (a gevent worker's,
-``worker.engine.flushes``).
+``worker.engine.flushes``, handed to each run as its runtime hands it).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -20,7 +19,7 @@ from sample_tools import SimulatedSoftLimit
 from ledger.events import Event, ModelDone, ModelStart, Resumed, RunEnded, Text, ToolStart
 from rigs import poll
 from worker.base.settings import load_settings
-from worker.engine import flushes
+from worker.engine.flushes import SharedFlusher
 from worker.engine.history import Conversation
 from worker.engine.loop import AgentLoop
 from worker.engine.models import make_model
@@ -32,18 +31,19 @@ NEVER_MS = 600_000
 LONG = "".join(f"{i:04d}" for i in range(60))  # 240 characters, 60 deltas of 4
 
 
-@pytest.fixture(autouse=True, params=["own", "shared"])
-def flusher(request: pytest.FixtureRequest) -> Iterator[str]:
-    """Who writes a window's text: the run's own flusher thread, or the process's shared one."""
-    flushes.use(request.param == "shared")
-    yield request.param
-    flushes.use(False)
+@pytest.fixture(params=["own", "shared"])
+def flusher(request: pytest.FixtureRequest) -> SharedFlusher | None:
+    """Who writes a window's text: the run's own flusher thread (None), or the process's shared
+    one (as a gevent worker's runtime hands it to each run)."""
+    return SharedFlusher() if request.param == "shared" else None
 
 
 @pytest.fixture
-def h(client: redis.Redis, tmp_path: Path) -> Harness:
+def h(client: redis.Redis, tmp_path: Path, flusher: SharedFlusher | None) -> Harness:
     settings = load_settings(journal_read_backoff_s=0, text_flush_ms=NEVER_MS)
-    return Harness(client, tmp_path, settings=settings)
+    harness = Harness(client, tmp_path, settings=settings)
+    harness.flusher = flusher
+    return harness
 
 
 def recorder_of(h: Harness, *, flush_s: float, flush_chars: int = 512) -> Recorder:
@@ -51,7 +51,16 @@ def recorder_of(h: Harness, *, flush_s: float, flush_chars: int = 512) -> Record
     assert h.pending is not None
     run = h.lifecycle.claim(h.turn_id, h.pending)
     assert run is not None
-    return Recorder(h.ledger, run, h.clock, h.ids, [], flush_s=flush_s, flush_chars=flush_chars)
+    return Recorder(
+        h.ledger,
+        run,
+        h.clock,
+        h.ids,
+        [],
+        flush_s=flush_s,
+        flush_chars=flush_chars,
+        shared=h.flusher,
+    )
 
 
 def texts(h: Harness) -> list[str]:
@@ -160,6 +169,7 @@ def cut_mid_stream(h: Harness, soft_limit_after: float, stop_after: float | None
         clock=h.clock,
         ids=h.ids,
         interrupts=(SimulatedSoftLimit,),
+        flusher=h.flusher,
     )
     h.clock.limit_at = h.clock.t + soft_limit_after
     outcome = h.lifecycle.run_chunk(h.turn_id, h.pending, loop, interrupts=(SimulatedSoftLimit,))

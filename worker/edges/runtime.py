@@ -1,13 +1,17 @@
 """What a worker process needs, built once from the settings: Redis, ledger, tools, Celery.
 
 Built lazily per process: a prefork child builds its own on its first task (redis-py also
-reopens connections after a fork by itself).
+reopens connections after a fork by itself). A runtime's pool (``worker.lifecycle.pools``: prefork's
+unless a ``dres worker`` names another, ``for_chunks``) is handed to what runs the chunks: a run's
+guard to its loop, the process's heartbeat to each run's, its shared flusher to each recorder.
 """
 
 from __future__ import annotations
 
+import os
+import threading
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from celery import Celery
@@ -26,13 +30,25 @@ from worker.edges.celery.app import create_app
 from worker.edges.celery.dispatch import CeleryDispatcher
 from worker.edges.redis.clients import API_STORE_OUTAGE_S, API_STORE_TIMEOUT_S, ledger_client
 from worker.edges.webhook import approval_webhook
+from worker.engine.flushes import SharedFlusher
 from worker.engine.loop import AgentLoop
 from worker.engine.models import Models
 from worker.engine.recorder import RunContext
 from worker.engine.tools import Registry
 from worker.lifecycle import Lifecycle
-from worker.lifecycle.heartbeat import Heartbeat
+from worker.lifecycle.heartbeat import Beats, Heartbeat
+from worker.lifecycle.pools import PREFORK, Pool
 from worker.lifecycle.reaper import Reaper
+
+#: the pool this process's chunks run on (``Runtime.for_chunks``): ``dres worker`` names it once,
+#: before its pool starts (a forked pool child inherits it); any other process runs prefork's ways
+_chunks_pool: Pool = PREFORK
+
+
+def run_chunks_on(pool: Pool) -> None:
+    """Name the pool this process's chunks run on, once, at the worker's start."""
+    global _chunks_pool
+    _chunks_pool = pool
 
 
 class CancellableClock:
@@ -67,6 +83,12 @@ class Runtime:
     #: seconds a Redis command (ledger or broker) may take before the store counts as
     #: unreachable, failing fast (the API's); None: a worker's patience
     store_timeout_s: float | None = None
+    #: the pool that runs this process's chunks: how a run is interrupted, the heartbeat, the
+    #: flusher of streamed text
+    pool: Pool = PREFORK
+    _beats: Beats | None = field(default=None, init=False, repr=False)
+    _flusher: SharedFlusher | None = field(default=None, init=False, repr=False)
+    _own: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
 
     @classmethod
     def from_settings(
@@ -75,8 +97,15 @@ class Runtime:
         celery: Celery | None = None,
         *,
         store_outage_s: float | None = None,
+        pool: Pool = PREFORK,
     ) -> Runtime:
-        return cls(settings, SystemClock(), RandomIds(), celery, store_outage_s)
+        return cls(settings, SystemClock(), RandomIds(), celery, store_outage_s, pool=pool)
+
+    @classmethod
+    def for_chunks(cls, settings: Settings, celery: Celery) -> Runtime:
+        """The runtime of a worker process's chunk tasks, on the pool the worker named
+        (``run_chunks_on``)."""
+        return cls.from_settings(settings, celery, pool=_chunks_pool)
 
     @classmethod
     def for_api(cls, settings: Settings) -> Runtime:
@@ -147,11 +176,30 @@ class Runtime:
         endpoint, else nothing."""
         return tracing.from_environment()
 
+    def beats(self) -> Beats:
+        """The process's heartbeat thread, of its pool's kind, which every run's heartbeat joins
+        (a forked process starts its own)."""
+        with self._own:
+            if self._beats is None or self._beats.pid != os.getpid():
+                self._beats = self.pool.heartbeats()
+            return self._beats
+
+    def flusher(self) -> SharedFlusher | None:
+        """The process's flusher of every run's streamed text when its pool's chunks share the
+        process (a forked process makes its own); None: each run writes its own."""
+        if not self.pool.chunks_share_a_process:
+            return None
+        with self._own:
+            if self._flusher is None or self._flusher.pid != os.getpid():
+                self._flusher = SharedFlusher()
+            return self._flusher
+
     def heartbeat(self, run: RunContext, on_stop: Callable[[], None]) -> Heartbeat:
         return Heartbeat(
             self.lifecycle.store,
             run,
             self.clock,
+            beats=self.beats(),
             lease_s=self.settings.lease_s,
             interval_s=self.settings.heartbeat_s,
             poll_s=self.settings.cancel_poll_s,
@@ -170,7 +218,11 @@ class Runtime:
         return Reaper(self.lifecycle)
 
     def loop(self, turn_id: str, interrupts: tuple[type[BaseException], ...]) -> AgentLoop:
-        polled = self.lifecycle.stop_polled
+        beats = self.beats()
+
+        def polled(turn_id: str) -> bool:
+            return self.lifecycle.stop_polled(turn_id, beats)
+
         clock = CancellableClock(self.clock, lambda: polled(turn_id), self.settings.cancel_poll_s)
         return AgentLoop(
             ledger=self.ledger,
@@ -182,6 +234,8 @@ class Runtime:
             interrupts=interrupts,
             is_cancelled=self.lifecycle.is_cancelled,
             stop_polled=polled,
+            guard=self.pool.interrupts(),
+            flusher=self.flusher(),
             tool_redis=self.redis,
             failpoints=self.failpoints,
             cache=self.events,

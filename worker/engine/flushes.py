@@ -4,8 +4,9 @@ A run's recorder buffers streamed text and writes it when its window ends
 (``worker.engine.recorder``). A prefork pool process holds one run, whose own flusher thread
 writes it. A gevent process holds hundreds, and a round trip per window per run would be most of
 what it does (1,000 turns streaming 50 deltas a second in 50 ms windows: ~20,000 appends a
-second). There its pool chooses ``SharedFlusher`` (``use``): one flusher for every run, which
-writes the text of every run whose window has ended in one round trip (``ledger.appends``).
+second). There its pool (``worker.lifecycle.pools``) chooses ``SharedFlusher``: one flusher for
+every run, which the runtime hands to each run's recorder, and which writes the text of every run
+whose window has ended in one round trip (``ledger.appends``).
 
 While it writes a run's text it holds the run's lock, as the run's own flusher would, so the
 run's next append waits for it and the events keep their order. An append the pipeline did not
@@ -153,26 +154,3 @@ def _write(group: list[tuple[Buffered, Pending]]) -> dict[int, str | Exception]:
     for thread in threads:
         thread.join()
     return outcomes
-
-
-_shared: SharedFlusher | None = None
-_chosen = False
-_lock = threading.Lock()
-
-
-def use(together: bool) -> None:
-    """Choose, once at the process's start (from its pool), whether its runs' text is written
-    together (``SharedFlusher``) or by each run's own flusher thread."""
-    global _chosen
-    _chosen = together
-
-
-def shared() -> SharedFlusher | None:
-    """This process's shared flusher, when its pool chose one (a forked process makes its own)."""
-    global _shared
-    if not _chosen:
-        return None
-    with _lock:
-        if _shared is None or _shared.pid != os.getpid():
-            _shared = SharedFlusher()
-        return _shared

@@ -50,6 +50,7 @@ from worker.base.failpoints import OFF, Failpoints
 from worker.base.settings import Settings
 from worker.base.tracing import OFF as OFF_TRACER
 from worker.base.tracing import Tracer
+from worker.engine.flushes import SharedFlusher
 from worker.engine.history import Conversation
 from worker.engine.models.base import (
     ChatModel,
@@ -65,7 +66,7 @@ from worker.engine.recorder import Recorder, RunContext
 from worker.engine.tools.approval import ApprovalPolicy
 from worker.engine.tools.calls import Attempt
 from worker.engine.tools.executor import ToolExecutor
-from worker.engine.tools.guard import Interrupts, for_a_run
+from worker.engine.tools.guard import DeferSignals, Interrupts
 from worker.engine.tools.registry import Registry
 from worker.engine.tools.spec import client_spec
 
@@ -91,6 +92,7 @@ class AgentLoop:
         is_cancelled: Callable[[str], bool] = lambda turn_id: False,
         stop_polled: Callable[[str], bool] | None = None,
         guard: Interrupts | None = None,
+        flusher: SharedFlusher | None = None,
         tool_redis: Any = None,
         failpoints: Failpoints = OFF,
         cache: EventCache | None = None,
@@ -111,8 +113,10 @@ class AgentLoop:
         #: Stop requested? Redis asked at safe points; the heartbeat's last read while streaming
         self.is_cancelled = is_cancelled
         self.stop_polled = stop_polled or is_cancelled
-        #: the run's interrupts, this process's way (prefork's signals, gevent's greenlets)
-        self.guard = guard or for_a_run()
+        #: the run's interrupts, its pool's way (prefork's signals, the default; gevent's greenlets)
+        self.guard = guard or DeferSignals()
+        #: the process's shared flusher of streamed text (a gevent pool's); None: each run's own
+        self.flusher = flusher
         self.tool_redis = tool_redis
         self.failpoints = failpoints
         #: confirms a write's records as DRES_DURABILITY asks (None: ``ack``)
@@ -140,6 +144,7 @@ class AgentLoop:
             flush_chars=self.settings.text_flush_chars,
             guard=self.guard,
             durable=self.durable,
+            shared=self.flusher,
         )
         self.guard.arm()
         try:

@@ -43,7 +43,7 @@ from ledger.store import Ledger
 from worker.base import metrics
 from worker.base.clock import Clock, Ids
 from worker.engine import flushes
-from worker.engine.flushes import Pending
+from worker.engine.flushes import Pending, SharedFlusher
 from worker.engine.tools.guard import keep_signals_off_this_thread
 
 E = TypeVar("E", bound=Event)
@@ -146,6 +146,7 @@ class Recorder:
         flush_chars: int = 512,
         guard: AbstractContextManager[object] | None = None,
         durable: Confirms | None = None,
+        shared: SharedFlusher | None = None,
     ) -> None:
         self.ledger = ledger
         self.run = run
@@ -180,7 +181,7 @@ class Recorder:
         self._pace: float | None = None
         self._flusher: threading.Thread | None = None
         #: the process's flusher of every run's text (a gevent worker's), else None: our own
-        self._shared = flushes.shared()
+        self._shared = shared
         #: the text the shared flusher is writing (``take_due`` .. ``written``)
         self._writing: Text | None = None
         #: monotonic seconds the flusher sleeps until (inf: until text comes)

@@ -12,8 +12,8 @@ from ledger.events import Event, RunEnded, ToolDone
 from ledger.store import MetaValue
 from ledger.turn import Step, StopCode, TurnMeta, TurnStatus, continue_refusal
 from ledger.turns import PERSIST
-from worker.lifecycle import heartbeat
 from worker.lifecycle.base import LifecycleBase, Outcome
+from worker.lifecycle.heartbeat import Beats
 
 log = structlog.get_logger("dres.lifecycle")
 
@@ -27,12 +27,13 @@ class Control(LifecycleBase):
             log.warning("could not check for a Stop request", error=repr(e))
             return False
 
-    def stop_polled(self, turn_id: str) -> bool:
-        """Was Stop requested, as the heartbeat of the turn's run in this process last read it
-        (a ``DRES_CANCEL_POLL_S`` tick ago at most), or as Redis answers when none reads it: for
-        a run's frequent looks (between deltas, in a sleep), which then cost no round trip.
-        A safe point, where a look decides whether a tool runs, asks Redis (``is_cancelled``)."""
-        seen = heartbeat.stop_seen(turn_id)
+    def stop_polled(self, turn_id: str, beats: Beats) -> bool:
+        """Was Stop requested, as the heartbeat of the turn's run in this process (``beats``) last
+        read it (a ``DRES_CANCEL_POLL_S`` tick ago at most), or as Redis answers when none reads
+        it: for a run's frequent looks (between deltas, in a sleep), which then cost no round
+        trip. A safe point, where a look decides whether a tool runs, asks Redis
+        (``is_cancelled``)."""
+        seen = beats.stop_seen(turn_id)
         return self.is_cancelled(turn_id) if seen is None else seen
 
     def stop(self, turn_id: str, code: StopCode = StopCode.CANCELLED) -> Outcome:

@@ -11,17 +11,18 @@ flag, and once it is set calls ``on_stop``, which interrupts the run's thread wh
 a provider that has not sent a byte, in an SDK's retry sleep — at a safe point (the guard defers it
 past a tool's ``tool_done``).
 
-The thread is the process's own, started with its first run and kept: a run's heartbeat joins it
-and leaves it, so a chunk does not wait for a new thread to be scheduled before it starts (a
-pool process runs one chunk at a time; several runs of one process share the thread). Each beat
-runs in the context of the run that made it, so it logs with that run's bound fields.
+The thread is the process's own (``Beats``, which the runtime hands to each run's heartbeat),
+started with its first run and kept: a run's heartbeat joins it and leaves it, so a chunk does not
+wait for a new thread to be scheduled before it starts (a pool process runs one chunk at a time;
+several runs of one process share the thread). Each beat runs in the context of the run that made
+it, so it logs with that run's bound fields.
 
 A process that runs many chunks at once (``dres worker -P gevent -c N``, docs/deploy.md), whose
-"thread" is a greenlet, chooses ``BatchedBeats`` instead (``use``, from its pool): one tick for
-every run, at which every held turn's Stop flag is read and every due lease renewed in one round
-trip (``ledger.beats``), with the same lease and Stop semantics as a run's own beats.
+"thread" is a greenlet, has ``BatchedBeats`` instead (its pool's, ``worker.lifecycle.pools``): one
+tick for every run, at which every held turn's Stop flag is read and every due lease renewed in one
+round trip (``ledger.beats``), with the same lease and Stop semantics as a run's own beats.
 
-What a heartbeat last read of its turn's Stop flag is the answer of ``stop_seen``: the run's
+What a heartbeat last read of its turn's Stop flag is the answer of ``Beats.stop_seen``: the run's
 frequent looks (between two deltas of a stream, in a sleep) read it instead of asking Redis, so a
 process of many runs asks once per tick for all of them, not once per look per run.
 """
@@ -60,12 +61,15 @@ class Heartbeat:
         run: RunContext,
         clock: Clock,
         *,
+        beats: Beats,
         lease_s: float,
         interval_s: float,
         poll_s: float | None = None,
         on_stop: Callable[[], None] | None = None,
     ) -> None:
         self.store = store
+        #: the process's heartbeat thread, which this one joins while its block runs
+        self.process_beats = beats
         self.run = run
         self.clock = clock
         self.lease_s = lease_s
@@ -92,7 +96,7 @@ class Heartbeat:
     def __enter__(self) -> Heartbeat:
         self.renew_at = self.clock.now() + self.interval_s
         try:
-            _beats().join(self)
+            self.process_beats.join(self)
         except BaseException:
             # An interrupt (a soft limit, a shutdown: a signal handler's exception, or a
             # greenlet's) that lands in here, the heartbeat already joined, reaches no
@@ -105,7 +109,7 @@ class Heartbeat:
 
     def __exit__(self, *exc: object) -> None:
         self.stopping.set()
-        _beats().leave(self)
+        self.process_beats.leave(self)
         # No wait for a beat under way: the run's ending must not wait on a renewal stuck on a
         # slow Redis; a late renewal is refused once the turn has ended or been handed over.
 
@@ -216,6 +220,17 @@ class Beats:
             if self.watching.get(beat.run.turn_id) is beat:
                 del self.watching[beat.run.turn_id]
 
+    def stop_seen(self, turn_id: str) -> bool | None:
+        """What this process's heartbeat of ``turn_id`` last read of its Stop flag (at most a
+        ``DRES_CANCEL_POLL_S`` tick old; True once seen); None when no heartbeat of this process
+        reads it (the caller asks Redis)."""
+        if self.pid != os.getpid():
+            return None
+        beat = self.watching.get(turn_id)
+        if beat is None or beat.stopping.is_set():
+            return None
+        return beat.stop_seen
+
     def _loop(self) -> None:
         # The soft limit (SIGUSR1) and shutdown signals must reach the run's thread: delivered to
         # this one, they would not interrupt a blocking call of the run (a socket read, a sleep).
@@ -295,37 +310,3 @@ class BatchedBeats(Beats):
             taken = beat.context.run(beat.answered, id(beat) in stopped, held.get(id(beat)))
             if not taken:
                 self.leave(beat)
-
-
-_process_beats: Beats | None = None
-_process_lock = threading.Lock()
-#: the kind of heartbeat this process's pool runs (``use``)
-_kind: type[Beats] = Beats
-
-
-def use(kind: type[Beats]) -> None:
-    """Choose this process's heartbeat, once, at its start (from its pool)."""
-    global _kind
-    _kind = kind
-
-
-def stop_seen(turn_id: str) -> bool | None:
-    """What this process's heartbeat of ``turn_id`` last read of its Stop flag (at most a
-    ``DRES_CANCEL_POLL_S`` tick old; True once seen); None when no heartbeat of this process
-    reads it (the caller asks Redis)."""
-    beats = _process_beats
-    if beats is None or beats.pid != os.getpid():
-        return None
-    beat = beats.watching.get(turn_id)
-    if beat is None or beat.stopping.is_set():
-        return None
-    return beat.stop_seen
-
-
-def _beats() -> Beats:
-    """The process's heartbeat thread (a forked pool process starts its own)."""
-    global _process_beats
-    with _process_lock:
-        if _process_beats is None or _process_beats.pid != os.getpid():
-            _process_beats = _kind()
-        return _process_beats

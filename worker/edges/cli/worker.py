@@ -1,8 +1,10 @@
 """``dres worker``: a Celery worker with dres's settings, and the reaper beside it.
 
 Its pool is prefork (the default; CPU-heavy tools) or gevent (``-P gevent -c N``: many chunks,
-each waiting on its model, in one process; docs/deploy.md). Each pool has its way to interrupt a
-run and to hand its chunks over at a warm shutdown (``POOLS``), chosen once here.
+each waiting on its model, in one process; docs/deploy.md). Each pool has its ways with its runs
+(``worker.lifecycle.pools``: how a run is interrupted, the heartbeat, the flusher) and its way to
+hand its chunks over at a warm shutdown (``POOLS``), chosen once here: the runtimes of the process
+take it (``worker.edges.runtime.run_chunks_on``).
 """
 
 from __future__ import annotations
@@ -29,13 +31,11 @@ from worker.edges.redis.clients import expect_chunks
 from worker.edges.redis.durability import check_durability
 from worker.edges.redis.policy import check_stores
 from worker.edges.redis.reach import wait_for_stores
-from worker.edges.runtime import Runtime
-from worker.engine import flushes
+from worker.edges.runtime import Runtime, run_chunks_on
 from worker.engine.models import preload_sdks
-from worker.engine.tools import guard
 from worker.engine.tools.approval import ApprovalPolicy
-from worker.lifecycle import heartbeat
-from worker.lifecycle.heartbeat import BatchedBeats, Beats
+from worker.lifecycle.heartbeat import BatchedBeats
+from worker.lifecycle.pools import Pool
 from worker.lifecycle.reaper import ReaperThread
 
 log = structlog.get_logger("dres.worker")
@@ -44,34 +44,27 @@ log = structlog.get_logger("dres.worker")
 NO_SOFT_LIMIT_POOLS = {"solo", "threads", "eventlet"}
 
 
-@dataclass(frozen=True)
-class Pool:
-    """What a pool's worker does its own way."""
+@dataclass(frozen=True, kw_only=True)
+class WorkerPool(Pool):
+    """A pool as ``dres worker`` runs it: its ways with its runs, and Celery's side of it."""
 
-    #: how each run of the process is interrupted (``worker.engine.tools.guard.use``)
-    interrupts: type[guard.Interrupts]
     #: connects what hands the running chunks over at a warm shutdown
     hand_over: Callable[[], None]
     #: Celery's pool class to run instead of the one the option names (None: Celery's choice)
     celery_pool: type | None = None
-    #: the process's heartbeat (``worker.lifecycle.heartbeat.use``)
-    heartbeats: type[Beats] = Beats
-    #: whether one process runs all ``--concurrency`` chunks (else one each): its ledger
-    #: client's connection pool is sized for them, and one flusher writes every run's streamed
-    #: text (``worker.engine.flushes.use``)
-    chunks_share_a_process: bool = False
 
 
-PREFORK = Pool(guard.DeferSignals, hand_over_on_shutdown)
+PREFORK = WorkerPool(name="prefork", hand_over=hand_over_on_shutdown)
 #: the pools dres runs on; any other name Celery takes for prefork (``processes``) is prefork
 POOLS = {
     "prefork": PREFORK,
-    GEVENT: Pool(
-        GreenletInterrupts,
-        hand_greenlets_over_on_shutdown,
-        GeventTaskPool,
+    GEVENT: WorkerPool(
+        name=GEVENT,
+        interrupts=GreenletInterrupts,
         heartbeats=BatchedBeats,
         chunks_share_a_process=True,
+        hand_over=hand_greenlets_over_on_shutdown,
+        celery_pool=GeventTaskPool,
     ),
 }
 
@@ -118,7 +111,8 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
         WorkerMetrics.prepare(settings.metrics_port, settings.metrics_host).start()
     if pool.chunks_share_a_process:
         expect_chunks(concurrency_option(extra) or os.cpu_count() or 1)
-    runtime = Runtime.from_settings(settings)
+    run_chunks_on(pool)  # before the pool forks: its children inherit it
+    runtime = Runtime.from_settings(settings, pool=pool)
     app = runtime.app
     argv = ["--pool=prefork", "--without-gossip", "--without-mingle", *extra]
     if not any(a in {"-Q", "--queues"} or a.startswith("--queues=") for a in extra):
@@ -127,9 +121,6 @@ def run_worker(extra: list[str], *, reaper: bool) -> int:
         argv.append("--loglevel=INFO")
     # parsed now: an option Celery's worker does not take is refused before anything connects
     start = celery_worker(app, argv, quiet=settings.log_format == "json", pool=pool.celery_pool)
-    guard.use(pool.interrupts)
-    heartbeat.use(pool.heartbeats)
-    flushes.use(pool.chunks_share_a_process)
     pool.hand_over()
     load_before_fork(runtime)
     # after the checks that need no Redis: a Redis that is away is waited for, one line a look

@@ -56,7 +56,7 @@ from worker.engine.tools.calls import (
 )
 from worker.engine.tools.context import Reconciliation, ToolContext, idempotency_key
 from worker.engine.tools.durable import confirm_done, confirm_start
-from worker.engine.tools.guard import Interrupts, for_a_run
+from worker.engine.tools.guard import DeferSignals, Interrupts
 from worker.engine.tools.registry import Registry
 from worker.engine.tools.results import MAX_RESULT_BYTES, stored_result
 
@@ -84,7 +84,7 @@ class ToolExecutor:
         self.approval = approval
         self.recorder = recorder
         if guard is None:
-            guard = for_a_run()
+            guard = DeferSignals()
             guard.arm()
         self.guard = guard
         #: exceptions that end the run and must never become a tool error result

@@ -24,8 +24,9 @@ cannot be deferred past its SIGKILL: a tool that outlives it stays an interrupte
 
 That is the prefork pool's way (``DeferSignals``). ``Interrupts`` is what a run asks of any way:
 under gevent many runs share one thread, and each run's interrupts are thrown into its greenlet
-instead (``worker.edges.celery.greenlets``). A process uses one way, chosen at its start
-(``use``), and every run of it gets its own (``for_a_run``): no call site asks which pool runs it.
+instead (``worker.edges.celery.greenlets``). Which way a process's runs get is its pool's
+(``worker.lifecycle.pools``), handed to each run's loop by the runtime: no call site asks which pool
+runs it.
 """
 
 from __future__ import annotations
@@ -361,21 +362,6 @@ class DeferSignals(CriticalSections):
 
     def _release(self) -> None:
         _TRAP.release()
-
-
-#: this process's way to interrupt a run (``use``)
-_way: type[Interrupts] = DeferSignals
-
-
-def use(way: type[Interrupts]) -> None:
-    """Choose this process's way to interrupt its runs, once, at its start (from its pool)."""
-    global _way
-    _way = way
-
-
-def for_a_run() -> Interrupts:
-    """A new run's interrupts, this process's way."""
-    return _way()
 
 
 def keep_signals_off_this_thread(signals: Iterable[int]) -> None:
