@@ -86,3 +86,17 @@ class Refused(DresError):
     """A request the state of its turn or conversation refuses now (a second message under
     ``DRES_DOUBLE_TEXT=reject``, a fork of a live turn into a new conversation, a chat request
     that carries nothing to take); the message says why. The HTTP wing answers 409."""
+
+
+class QueueFull(DresError):
+    """A new turn its tenant has no room to queue: it already has ``DRES_TENANT_MAX_QUEUED``
+    turns waiting (docs/http-api.md, tenants). Nothing is recorded; the HTTP wing answers 429
+    with ``Retry-After: retry_after_s``, the CLI one line (exit 2)."""
+
+    def __init__(self, message: str, retry_after_s: int) -> None:
+        super().__init__(message, retry_after_s)
+        self.message = message
+        self.retry_after_s = retry_after_s
+
+    def __str__(self) -> str:
+        return self.message
