@@ -48,8 +48,8 @@ class TurnRequest(BaseModel):
     tenant: str | None = Field(
         None,
         pattern=TENANT,
-        description="the turn's tenant, whose limits it runs under (absent: the Dres-Tenant "
-        "header's, else `default`); a Dres-Tenant header that names another is a 422",
+        description="the turn's tenant, whose limits it runs under (absent: `default`); a "
+        "Dres-Tenant header wins over it",
     )
 
     @field_validator("message")

@@ -3,10 +3,12 @@ belongs to, and ``GET /v1/tenants/{tenant}``.
 
 A new turn's tenant is the ``tenant`` of ``POST /v1/turns``' body or the ``Dres-Tenant`` header,
 which every route that starts a turn takes (``POST /v1/turns``, the fork, the chat protocols);
-neither: ``default`` (a fork: its source turn's). A body and a header that name two tenants are a
-422: the request says two things, and guessing which one it meant would put a turn under the
-wrong tenant's limits. The limits themselves, and what a turn does while its tenant has no room,
-are the lifecycle's; a tenant whose queue is full answers 429 (``app.queue_full``).
+neither: ``default`` (a fork: its source turn's). Both: the header's. A gateway that sets the
+header from who is calling is then never overruled by a body its caller wrote; and not a 422:
+the OpenAPI document cannot say that two valid values must agree, so a client (or a fuzzer)
+that keeps to it must not be refused. The limits themselves, and what a turn does while its
+tenant has no room, are the lifecycle's; a tenant whose queue is full answers 429
+(``app.queue_full``).
 """
 
 from __future__ import annotations
@@ -14,7 +16,6 @@ from __future__ import annotations
 from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path
-from starlette.exceptions import HTTPException
 
 from ledger.ids import ID_CHARS, MAX_TENANT_CHARS, TENANT
 from worker.edges.http.deps import RT, authorize
@@ -32,21 +33,15 @@ TenantHeader = Annotated[
         alias=TENANT_HEADER,
         pattern=TENANT,
         description="the tenant of the turn this request starts (absent: `default`; a fork: "
-        "its source turn's); a body's `tenant` that differs from it is a 422",
+        "its source turn's); it wins over a body's `tenant`",
     ),
 ]
 
 
 def tenant_of(body: str | None, header: str | None) -> str | None:
-    """The tenant a request names: its body's, or its ``Dres-Tenant`` header's (None: neither);
-    the two naming different tenants is a 422."""
-    if body is not None and header is not None and body != header:
-        raise HTTPException(
-            422,
-            f"tenant: the body's tenant {body!r} and the {TENANT_HEADER} header's {header!r} "
-            "differ: name the turn's tenant once (or the same in both)",
-        )
-    return body if body is not None else header
+    """The tenant a request names: its ``Dres-Tenant`` header's, else its body's (None:
+    neither)."""
+    return header if header is not None else body
 
 
 router = APIRouter(prefix="/v1/tenants", dependencies=[Depends(authorize)], responses=ERRORS)

@@ -88,7 +88,7 @@ def create_turn(
     """Enqueue a turn; a repeated Idempotency-Key with the same body returns the same turn.
     429 (``Retry-After``) when its tenant has DRES_TENANT_MAX_QUEUED turns queued."""
     # the tenant is the body's, as if the header's had been written there: a repeat naming it
-    # either way is the same request
+    # either way is the same request (docs/http-api.md, "Tenants": the header wins)
     body = body.model_copy(update={"tenant": tenant_of(body.tenant, dres_tenant)})
     admit_model(rt, body.model)  # before anything reads a file the spec names
     if body.conversation_id and rt.lifecycle.store.conversations.erased(body.conversation_id):
