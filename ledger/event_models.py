@@ -86,6 +86,8 @@ class TurnStarted(_Event):
     replaces: tuple[str, ...] = ()
     #: tools the client runs, declared by the turn's request (beside ``@tool(client=True)``)
     client_tools: tuple[ClientTool, ...] = ()
+    #: the tenant the turn belongs to (docs/semantics.md, tenants)
+    tenant: str = "default"
 
 
 class TurnContext(_Event):

@@ -124,6 +124,44 @@ def workers() -> str:
     return f"{PREFIX}:workers"
 
 
+#: the hash tag of tenant admission's keys: one slot, so that one script sees every tenant's queue
+TENANTS = "{tenants}"
+
+
+def tenants_ring() -> str:
+    """Sorted set of the tenants with turns waiting to start, in round-robin order (a tenant let
+    through goes to the back): ``ledger.tenants``. Global on purpose, like ``active_turns``, and
+    in one slot with every tenant's keys (``TENANTS``), so that admission is one script: written
+    a few times per turn (its admission, its end), never per event."""
+    return f"{PREFIX}:{TENANTS}:ring"
+
+
+def tenants_order() -> str:
+    """Counter: the ring's order (each tenant let through is scored with the next number)."""
+    return f"{PREFIX}:{TENANTS}:order"
+
+
+def tenant_owners() -> str:
+    """Hash: turn id -> its tenant, for each turn that holds a slot or waits to start, so a turn's
+    end gives its slot back by its id alone."""
+    return f"{PREFIX}:{TENANTS}:owners"
+
+
+def tenant_prefix() -> str:
+    """The prefix of one tenant's keys, which ``lua/tenants.lua`` completes: ``<tenant>:queued``
+    (its new turns waiting, scored by when they came, ms), ``<tenant>:resume`` (its turns resuming
+    after a wait), ``<tenant>:running`` (the turns holding its slots, scored by when each took its
+    slot, ms) and ``<tenant>:tat`` (when its next start may be, ms: its rate)."""
+    return f"{PREFIX}:{TENANTS}:tenant:"
+
+
+def tenant_key(tenant: str, part: str) -> str:
+    """One of ``tenant``'s keys (``tenant_prefix``); a tenant id has no braces (ledger.ids)."""
+    if not tenant or "{" in tenant or "}" in tenant:
+        raise InvalidId(f"tenant {tenant!r} must be non-empty and may not contain braces")
+    return f"{tenant_prefix()}{tenant}:{part}"
+
+
 def idempotency(key: str) -> str:
     """An API Idempotency-Key: the request's hash and the turn it created."""
     return f"{PREFIX}:idem:{_tag(key)}"

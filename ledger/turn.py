@@ -94,6 +94,9 @@ class Step(StrEnum):
     RELEASE = "release"  # a held turn is let through its conversation's line: its run pending
     ANSWER = "answer"  # a client tool's output for one of several awaited calls; still waits
     ANSWER_LAST = "answer_last"  # the last awaited output (or decision): a run resumes the turn
+    # the same two, when the turn's tenant has no free slot: it waits queued for one
+    DECIDE_HELD = "decide_held"
+    ANSWER_HELD = "answer_held"
 
 
 _Q, _RUN, _RES = TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING
@@ -121,6 +124,8 @@ TABLE: Mapping[tuple[TurnStatus, Step], TurnStatus] = {
     (_Q, Step.RELEASE): _Q,
     (_WAIT, Step.ANSWER): _WAIT,
     (_WAIT, Step.ANSWER_LAST): _RES,
+    (_WAIT, Step.DECIDE_HELD): _Q,
+    (_WAIT, Step.ANSWER_HELD): _Q,
 }
 
 #: the prefix of a turn's metadata fields that hold its approval requests' states
@@ -218,6 +223,8 @@ class TurnMeta:
     replaced_by: str = ""
     #: a fork's: the turn it was forked at ("": not a fork)
     fork_of: str = ""
+    #: the tenant the turn belongs to (docs/semantics.md, tenants)
+    tenant: str = "default"
     #: what the turn's model calls spent, the sum of its ``model_done`` usage, kept as they are
     #: appended; None for a turn recorded before the totals were kept (its stream has the sum)
     usage: TokenUsage | None = None
@@ -266,6 +273,7 @@ class TurnMeta:
                 message_id=fields.get("message_id", ""),
                 replaced_by=fields.get("replaced_by", ""),
                 fork_of=fields.get("fork_of", ""),
+                tenant=fields.get("tenant", "") or "default",
                 usage=_usage(fields),
             )
         except ValueError as e:

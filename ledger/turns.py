@@ -36,6 +36,7 @@ from ledger.events import (
 from ledger.lease import Claim, Lease
 from ledger.lines import Lines
 from ledger.store import Ledger, MetaValue, pairs, script, stop_code
+from ledger.tenants import Tenants
 from ledger.turn import Step, TurnMeta, TurnStatus, allowed_from, target
 
 #: seconds the Stop flag outlives the request (a run checks it at every safe point)
@@ -96,6 +97,8 @@ class TurnStore:
         self.approvals = ApprovalIndex(ledger)
         #: each conversation's line: the one turn of it that may run now (``ledger.lines``)
         self.lines = Lines(ledger)
+        #: tenant admission: slots, waiting turns, fair order (``ledger.tenants``)
+        self.tenants = Tenants(ledger)
 
     # -- creating ----------------------------------------------------------------------------
 

@@ -81,6 +81,9 @@ def test_a_waiting_turn_is_left_only_by_a_decision_an_answer_or_a_stop_and_no_ru
         Step.DECIDE_LAST: TurnStatus.RESUMING,
         Step.ANSWER: TurnStatus.WAITING,
         Step.ANSWER_LAST: TurnStatus.RESUMING,
+        # the last decision or answer while the turn's tenant has no free slot (tenants)
+        Step.DECIDE_HELD: TurnStatus.QUEUED,
+        Step.ANSWER_HELD: TurnStatus.QUEUED,
         Step.STOP_WAITING: TurnStatus.STOPPED,
     }
     assert allowed_from(Step.WAIT) == (TurnStatus.RUNNING,)

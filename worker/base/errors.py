@@ -89,14 +89,12 @@ class Refused(DresError):
 
 
 class QueueFull(DresError):
-    """A new turn its tenant has no room to queue: it already has ``DRES_TENANT_MAX_QUEUED``
-    turns waiting (docs/http-api.md, tenants). Nothing is recorded; the HTTP wing answers 429
-    with ``Retry-After: retry_after_s``, the CLI one line (exit 2)."""
+    """A new turn's tenant already has ``DRES_TENANT_MAX_QUEUED`` turns waiting to start: nothing
+    is recorded; the HTTP wing answers 429 with ``Retry-After: retry_after_s``."""
 
     def __init__(self, message: str, retry_after_s: int) -> None:
         super().__init__(message, retry_after_s)
-        self.message = message
         self.retry_after_s = retry_after_s
 
     def __str__(self) -> str:
-        return self.message
+        return str(self.args[0])

@@ -90,6 +90,8 @@ class Metrics:
     approvals: Counter
     approval_wait: Histogram
     tokens: Counter
+    tenant_queued: Counter
+    tenant_wait: Histogram
     #: ``tool_calls``' two series of every tool call that ran, resolved once (the hot path)
     ran: Counter
     errored: Counter
@@ -173,6 +175,19 @@ def get() -> Metrics:
             "(input, output)",
             ["model", "kind"],
         ),
+        tenant_queued=Counter(
+            "dres_tenant_turns_queued_total",
+            "Turns that waited to start for their tenant (its limits, or other tenants' turns "
+            "ahead in fair order), by tenant when DRES_METRICS_TENANT_LABEL=1",
+            ["tenant"],
+        ),
+        tenant_wait=Histogram(
+            "dres_tenant_queue_wait_seconds",
+            "Seconds a turn waited to start for its tenant, by tenant when "
+            "DRES_METRICS_TENANT_LABEL=1",
+            ["tenant"],
+            buckets=(0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600),
+        ),
         ran=tool_calls.labels("ran"),
         errored=tool_calls.labels("error"),
     )
@@ -239,6 +254,19 @@ def tokens_spent(model: str, input_tokens: int, output_tokens: int) -> None:
     tokens = get().tokens
     tokens.labels(model, "input").inc(input_tokens)
     tokens.labels(model, "output").inc(output_tokens)
+
+
+@never_fails
+def tenant_queued(tenant: str) -> None:
+    """A turn waits for its tenant; ``tenant`` "" when the operator allows no tenant label (an
+    empty label is no label to Prometheus)."""
+    get().tenant_queued.labels(tenant).inc()
+
+
+@never_fails
+def tenant_waited(tenant: str, seconds: float) -> None:
+    """A turn that waited for its tenant starts."""
+    get().tenant_wait.labels(tenant).observe(max(seconds, 0.0))
 
 
 @never_fails

@@ -22,9 +22,9 @@ from worker.base.parsers import (
     parse_approver_tokens,
     parse_broker_url,
     parse_http_url,
+    parse_rate,
     parse_redis_url,
     parse_sentinel_tls,
-    parse_rate,
     parse_sentinels,
     parse_webhook_secret,
 )
@@ -182,7 +182,8 @@ class Settings(BaseSettings):
         "no limit",
     )
     tenant_rate: str = Field(
-        "", description="N/s, N/m or N/h: turns one tenant may start (evenly spaced); empty: no limit"
+        "",
+        description="N/s, N/m or N/h: turns one tenant may start (evenly spaced); empty: no limit",
     )
     tenant_max_queued: int | None = Field(
         None, ge=1, description="turns one tenant may have queued; one more is refused (429)"

@@ -131,6 +131,7 @@ class Approvals(LifecycleBase):
             approvals=[r.approval_id for r in requests],
             calls=[call_id for call_id, _ in result.calls],
         )
+        self.give_back(run.turn_id)  # a waiting turn holds no slot of its tenant
         # a message that came while the run went on supersedes the turn now that it waits
         self.advance_quietly(run.conversation_id, ended=run.turn_id)
         return "waiting"
@@ -213,9 +214,13 @@ class Approvals(LifecycleBase):
         )
         request = self.store.approvals.open_request(meta.turn_id, approval_id)
         if left <= 0 and not meta.clients_pending:
-            step = Step.DECIDE_LAST
-            run_id, resume = self.resuming_after_wait(meta, "approval")
-            fields.update(resume)
+            if self.resume_slot(meta):
+                step = Step.DECIDE_LAST
+                run_id, resume = self.resuming_after_wait(meta, "approval")
+                fields.update(resume)
+            else:
+                step = Step.DECIDE_HELD
+                fields.update(self.held_resume(meta, "approval"))
         self.store.transition(meta.turn_id, step, expect=expect, events=[decided], fields=fields)
         self.store.approvals.remove(meta.turn_id, [approval_id])
         waited = None if request is None else decided.ts - request.ts
@@ -227,6 +232,9 @@ class Approvals(LifecycleBase):
             by=by,
             decision=decision,
         )
+        if step == Step.DECIDE_HELD:
+            detail = f"{DECIDED[decision]}; the turn resumes once its tenant has a free slot"
+            return Decided(DecidedKind.DECIDED, detail, decision)
         if run_id is None:
             detail = f"{DECIDED[decision]}; {left} request(s) still open"
             return Decided(DecidedKind.DECIDED, detail, decision)

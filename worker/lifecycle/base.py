@@ -12,8 +12,10 @@ import redis
 import structlog
 
 from ledger.cache import EventCache
+from ledger.errors import LedgerError
 from ledger.events import ApprovalRequested, Event, RunEnded, TurnEnded
 from ledger.store import Ledger, MetaValue
+from ledger.tenants import Admitted
 from ledger.turn import Step, StopCode, TurnMeta, TurnStatus
 from ledger.turns import EXPIRE, TurnStore
 from worker.base import metrics
@@ -25,6 +27,8 @@ from worker.base.tracing import Tracer
 from worker.engine.outcome import RunResult
 from worker.engine.recorder import E, RunContext, make_event
 from worker.lifecycle.dispatch import Dispatcher
+from worker.lifecycle.hooks import Hook, Hooks
+from worker.lifecycle.tenancy import Tenancy
 
 log = structlog.get_logger("dres.lifecycle")
 
@@ -79,6 +83,7 @@ class LifecycleBase:
         failpoints: Failpoints = OFF,
         notify: NotifyApprovals | None = None,
         tracer: Tracer = OFF_TRACER,
+        hooks: Sequence[Hook] | None = None,
     ) -> None:
         self.ledger = ledger
         self.store = TurnStore(ledger)
@@ -95,6 +100,10 @@ class LifecycleBase:
         self.notify: NotifyApprovals = notify or (lambda requests: None)
         #: the process's traces (docs/tracing.md)
         self.tracer = tracer
+        #: tenants: fair order and limits (docs/semantics.md); a hook, as the next concern is
+        self.tenancy = Tenancy(self.store, settings, clock, dispatcher)
+        #: the concerns taking part at the lifecycle's points (``worker.lifecycle.hooks``)
+        self.hooks = Hooks([self.tenancy] if hooks is None else hooks)
 
     def ms(self, after_s: float = 0.0) -> int:
         """The clock's now plus ``after_s``, in ms since the epoch (leases, the reaper's index)."""
@@ -120,6 +129,32 @@ class LifecycleBase:
         self.store.watch(meta.turn_id, self.ms(self.settings.handoff_grace_s))
         return run_id, fields
 
+    def resume_slot(self, meta: TurnMeta) -> bool:
+        """A waiting turn about to resume (its last decision or output): take its tenant's next
+        free slot (before any new turn: ``Tenancy``). False: none is free; the turn waits for
+        one, and its step leaves it ``queued`` and held (``held_resume``) for the admission that
+        lets it through."""
+        admitted = self.hooks.wait(meta, "resume")
+        self.let_through(admitted, but=meta.turn_id)
+        return any(a.turn_id == meta.turn_id for a in admitted)
+
+    def held_resume(self, meta: TurnMeta, cause: str) -> dict[str, MetaValue]:
+        """The fields of a waiting turn's last decision or output when its tenant has no free
+        slot: held, no run pending yet, its next run's chunk and cause set for its release.
+        Watched before the step, as ``resuming_after_wait`` is: the reaper's look at a held turn
+        lets it through if no admission did."""
+        self.store.watch(meta.turn_id, self.ms(self.settings.handoff_grace_s))
+        return {
+            "held": 1,
+            "next_run": "",
+            "next_chunk": meta.chunk + 1,
+            "next_cause": cause,
+            "dispatched": self.clock.now(),
+            "redispatches": 0,
+            "takeovers": 0,
+            "approval_expires": 0,
+        }
+
     def launch(self, turn_id: str, run_id: str, mode: str) -> None:
         """Dispatch a recorded pending run, watched for a lost message."""
         self.store.watch(turn_id, self.ms(self.settings.handoff_grace_s))
@@ -144,6 +179,18 @@ class LifecycleBase:
 
     def advance_quietly(self, conversation_id: str, *, ended: str | None = None) -> None:
         raise NotImplementedError  # the line's (``Line.advance_quietly``)
+
+    def let_through(self, admitted: Sequence[Admitted], *, but: str = "") -> None:
+        raise NotImplementedError  # the line's (``Line.let_through``)
+
+    def give_back(self, turn_id: str) -> None:
+        """The turn gives back what it held for its tenant (it ended, stopped, waits or was
+        taken back), and what may start now is let through. Best effort: a failure must not
+        undo the caller's step; a slot left taken is mended by the reaper's sweep."""
+        try:
+            self.let_through(self.hooks.leave(turn_id))
+        except (LedgerError, redis.RedisError) as e:
+            log.warning("could not give back the turn's slot", turn_id=turn_id, error=repr(e))
 
     # -- ending a turn -----------------------------------------------------------------------
 
@@ -177,6 +224,7 @@ class LifecycleBase:
         )
         metrics.turn_ended(ended.status, ended.code)
         self.store.unwatch(turn_id)
+        self.give_back(turn_id)
         if advance:
             self.advance_quietly(conversation_id, ended=turn_id)
 

@@ -93,11 +93,20 @@ class ChunkPath(LifecycleBase):
                 self.tracer.event("dres.takeover", {"dres.cause": run.cause})
             return self._run_claimed(run, loop, hand_over)
 
+    def _claimed(self, run: RunContext) -> None:
+        """Tell the hooks the run's message left the broker (``Hooks.claimed``): a turn waiting
+        for its tenant may take its place there. Best effort: the run goes on regardless."""
+        try:
+            self.let_through(self.hooks.claimed(run))
+        except (LedgerError, redis.RedisError) as e:
+            log.warning("could not let waiting turns through after the claim", error=repr(e))
+
     def _run_claimed(
         self, run: RunContext, loop: AgentLoop, hand_over: tuple[type[BaseException], ...]
     ) -> str:
         try:
             with loop.guard.running(), self.heartbeat(run, loop.guard.stop):
+                self._claimed(run)
                 result = loop.run(run)
                 return self.finish(run, result)
         except hand_over as e:

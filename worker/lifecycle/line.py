@@ -27,10 +27,12 @@ import structlog
 from ledger.errors import LedgerError, TransitionRefused, UnknownTurn
 from ledger.events import TurnContext
 from ledger.store import MetaValue
+from ledger.tenants import Admitted
 from ledger.turn import Step, StopCode, TurnMeta, TurnStatus
 from worker.base.errors import Refused
 from worker.lifecycle.base import LifecycleBase, NewTurn, Released
 from worker.lifecycle.conversation import conversation_context
+from worker.lifecycle.tenancy import kind_of
 
 log = structlog.get_logger("dres.line")
 
@@ -144,6 +146,49 @@ class Line(LifecycleBase):
         return True
 
     def _release(self, meta: TurnMeta) -> Released | None:
+        """Let a held turn through its tenant's admission (``Hooks.wait``): now, or later (None:
+        it waits ``queued``, held by no worker and no message, and a later admission lets it
+        through); with it, whatever else may start now."""
+        admitted = self.hooks.wait(meta, kind_of(meta))
+        if all(a.turn_id != meta.turn_id for a in admitted):
+            self.let_through(admitted)
+            return None
+        released = self._release_now(meta)
+        if released is None:  # it moved on meanwhile: it keeps the slot unless it ended
+            self.let_through(self._settle(meta.turn_id))
+        self.let_through(admitted, but=meta.turn_id)
+        return released
+
+    def let_through(self, admitted: Sequence[Admitted], *, but: str = "") -> None:
+        """Release the held turns an admission let through (each holds its tenant's slot now),
+        but ``but`` (the caller's own); what a turn that ended meanwhile gives back may let
+        another through, looked at in turn."""
+        todo = [a.turn_id for a in admitted if a.turn_id != but]
+        for _ in range(ROUNDS * 8):
+            if not todo:
+                return
+            todo += [a.turn_id for a in self._settle(todo.pop(0))]
+        log.warning("admission kept letting turns through; the reaper goes on", left=len(todo))
+
+    def _settle(self, turn_id: str) -> Sequence[Admitted]:
+        """Release one turn that holds its tenant's slot, if it is held; one that ended (or is
+        gone) gives the slot back, and what that lets through is returned. A turn running,
+        pending or still waiting keeps the slot (a resume whose step has not landed yet: the
+        step leaves it held, and the reaper's look at a held turn releases it)."""
+        for _ in range(3):
+            try:
+                meta = self.store.meta(turn_id)
+            except UnknownTurn:
+                return self.hooks.leave(turn_id)
+            if meta.ended:
+                return self.hooks.leave(turn_id)
+            if meta.status != TurnStatus.QUEUED or not meta.held:
+                return ()
+            if self._release_now(meta) is not None:
+                return ()
+        return ()
+
+    def _release_now(self, meta: TurnMeta) -> Released | None:
         """Let a held turn through: its context (a turn's first release) and its first run
         pending, in one step; then its message."""
         if meta.fork_of:

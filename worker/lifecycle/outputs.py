@@ -113,15 +113,23 @@ class ClientOutputs(LifecycleBase):
         }
         step, run_id = Step.ANSWER, None
         if left <= 0 and not meta.approvals_pending:
-            step = Step.ANSWER_LAST
-            run_id, resume = self.resuming_after_wait(meta, "tool_output")
-            fields.update(resume)
+            if self.resume_slot(meta):
+                step = Step.ANSWER_LAST
+                run_id, resume = self.resuming_after_wait(meta, "tool_output")
+                fields.update(resume)
+            else:
+                step = Step.ANSWER_HELD
+                fields.update(self.held_resume(meta, "tool_output"))
         result = stored_result(output, self.settings.max_result_bytes)
         done = self.event(
             meta, ToolDone, call_id=call_id, tool=tool, result=result, is_error=is_error
         )
         self.store.transition(meta.turn_id, step, expect=expect, events=[done], fields=fields)
         log.info("client output recorded", turn_id=meta.turn_id, call_id=call_id, tool=tool)
+        if step == Step.ANSWER_HELD:
+            return Answered(
+                AnsweredKind.ANSWERED, "recorded; the turn resumes once its tenant has a free slot"
+            )
         if run_id is None:
             others = left + meta.approvals_pending
             detail = f"recorded; the turn still waits on {others} other call(s) or approval(s)"

@@ -100,7 +100,11 @@ class Reaper:
             due = self.store.due(now_ms, BATCH)
             if self._stalled(started, self.settings.heartbeat_s):
                 now_ms = self.lifecycle.ms()
-            return {turn_id: self.check(turn_id, now_ms) for turn_id in due}
+            done = {turn_id: self.check(turn_id, now_ms) for turn_id in due}
+            # the hooks' periodic look: tenants' waiting turns that may start (a rate's next
+            # start, a slot a crash left taken), whatever the due turns were
+            self.lifecycle.let_through(self.lifecycle.hooks.sweep())
+            return done
         except (*STORE_ERRORS, LedgerUnavailable):
             self.store.ledger.note_unreachable()  # live runs get a full lease after it
             raise

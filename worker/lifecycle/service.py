@@ -32,6 +32,8 @@ from worker.lifecycle.conversation import Context
 from worker.lifecycle.forks import Forked, ForkPlan, Forks, Sent
 from worker.lifecycle.line import Line
 from worker.lifecycle.outputs import ClientOutputs
+from worker.lifecycle.tenancy import DEFAULT as DEFAULT_TENANT
+from worker.lifecycle.tenancy import tenant_of
 
 log = structlog.get_logger("dres.lifecycle")
 
@@ -66,6 +68,8 @@ class TurnOptions(TypedDict, total=False):
     double_text: str | None
     #: tools the client runs, declared by the request (an AG-UI request's ``tools``)
     client_tools: Sequence[ClientTool]
+    #: the tenant the turn belongs to (None: ``default``)
+    tenant: str | None
 
 
 class SendOptions(TypedDict, total=False):
@@ -76,6 +80,8 @@ class SendOptions(TypedDict, total=False):
     trace_parent: str | None
     double_text: str | None
     client_tools: Sequence[ClientTool]
+    #: the new turn's tenant (None: ``default``; a fork: its source's)
+    tenant: str | None
 
 
 class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks):
@@ -106,15 +112,26 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks):
         if is_blank(message):
             raise InvalidInput("message is empty")
         make_model(model or self.settings.model, self.clock)  # a bad spec fails here, not later
+        tenant = tenant_of(options.get("tenant"))
         if conversation_id:
             repeated = self.repeated(conversation_id, options.get("message_id"), message)
             if repeated is not None:
                 return repeated
+        self.hooks.refuse(tenant)  # a tenant with its most turns queued: nothing is recorded
+        if conversation_id:
             self.make_way(conversation_id, double_text)
         turn_id = options.get("turn_id") or self.ids.new("turn")
-        held = bool(conversation_id)
+        # A turn of a conversation goes through its line, then its tenant's admission; a new
+        # conversation's turn starts at once when its tenant's admission allows (it takes its
+        # slot before it is recorded), else it waits as a held one does.
+        held = bool(conversation_id) or not self.hooks.start(tenant, turn_id)
         conversation_id = conversation_id or self.ids.new("conv")
-        named: TurnOptions = {**options, "turn_id": turn_id, "conversation_id": conversation_id}
+        named: TurnOptions = {
+            **options,
+            "turn_id": turn_id,
+            "conversation_id": conversation_id,
+            "tenant": tenant,
+        }
         try:
             turn = self.create(message, held=held, **named)
             if held:
@@ -136,6 +153,7 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks):
         message_id: str | None = None,
         trace_parent: str | None = None,
         client_tools: Sequence[ClientTool] | None = None,
+        tenant: str | None = None,
     ) -> Forked:
         """A new turn at ``turn_id`` (docs/semantics.md, forks) with its message or ``message``,
         replacing it and every later turn of its conversation (``conversation`` ``"same"``), or
@@ -148,6 +166,8 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks):
             raise InvalidInput("message is empty")
         model = model or source.meta.model or None
         make_model(model or self.settings.model, self.clock)
+        tenant = source.meta.tenant if tenant is None else tenant_of(tenant)
+        self.hooks.refuse(tenant)
         plan = self.plan_fork(source, conversation)
         conversation_id = source.meta.conversation_id
         if conversation == "new":
@@ -162,6 +182,7 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks):
             "message_id": message_id or source.meta.message_id or None,
             # a fork's request declares its own client tools; none declared: the source's
             "client_tools": source.started.client_tools if client_tools is None else client_tools,
+            "tenant": tenant,
         }
         try:
             turn = self.create(text, held=True, fork=plan, **options)
@@ -216,6 +237,8 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks):
     def _take_back(self, turn_id: str, conversation_id: str, error: Exception) -> None:
         try:
             withdrawn = self.withdraw(turn_id, conversation_id)
+            if withdrawn:
+                self.give_back(turn_id)
         except (redis.RedisError, LedgerError) as e:
             log.warning(
                 "could not take back what a failed creation may have recorded; a turn recorded "
@@ -247,6 +270,7 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks):
         mode, model = options.get("mode", "foreground"), options.get("model")
         message_id = options.get("message_id") or self.ids.new("msg")
         run_id = "" if held else self.ids.new("run")
+        tenant = options.get("tenant") or DEFAULT_TENANT
         event = make_event(
             TurnStarted,
             self.clock,
@@ -265,8 +289,13 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks):
             inherits=fork.inherits if fork else (),
             replaces=fork.replaces if fork else (),
             client_tools=tuple(options.get("client_tools") or ()),
+            tenant=tenant,
         )
-        fields: dict[str, MetaValue] = {"model": model or "", "message_id": message_id}
+        fields: dict[str, MetaValue] = {
+            "model": model or "",
+            "message_id": message_id,
+            "tenant": tenant,
+        }
         if held:
             fields["held"] = 1
         if fork:
@@ -284,6 +313,10 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks):
             self.store.create(event, first_run=run_id, look_at_ms=look_at, fields=fields)
         return NewTurn(turn_id, conversation_id, run_id)
 
+    def tenant_view(self, tenant: str) -> dict[str, object]:
+        """``GET /v1/tenants/{tenant}``: how many of its turns run and wait, and its limits."""
+        return self.tenancy.view(tenant_of(tenant))
+
     def withdraw(self, turn_id: str, conversation_id: str) -> bool:
         """Take back a turn whose creation failed part way (its first chunk could not be sent,
         or Redis refused a write after the turn was recorded), so that a failed request leaves
@@ -295,6 +328,7 @@ class ForkOptions(TypedDict, total=False):
     model: str | None
     trace_parent: str | None
     client_tools: Sequence[ClientTool] | None
+    tenant: str | None
 
 
 def _fork_options(options: SendOptions) -> ForkOptions:
@@ -304,6 +338,7 @@ def _fork_options(options: SendOptions) -> ForkOptions:
         "model": options.get("model"),
         "trace_parent": options.get("trace_parent"),
         "client_tools": options.get("client_tools"),
+        "tenant": options.get("tenant"),
     }
 
 

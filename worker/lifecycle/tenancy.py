@@ -1,0 +1,201 @@
+"""Tenants: fair, bounded, never starved (docs/semantics.md, tenants) — the lifecycle's admission
+hook.
+
+A turn belongs to a tenant (``default`` when none is named). New turns start in fair order: when
+they have to wait for a worker, they wait here, in Redis, held by no worker and by no Celery
+message, and start round-robin across the tenants with waiting turns (``ledger.tenants``). Only
+``AHEAD`` new turns at a time are let into the broker's chunk queues beyond what the workers have
+taken, so that one tenant's burst does not fill the broker's FIFO queue ahead of a later tenant:
+the turns behind wait here, where the order is fair. What an admitted turn needs next — its next
+chunk, a hand-over, a crash pickup — goes to the broker at once, as before, holding the turn's
+slot; a turn resuming after a wait takes its tenant's next free slot before any new turn does.
+
+``DRES_TENANT_CONCURRENCY`` bounds a tenant's turns holding a slot (running or resuming, across
+all workers), ``DRES_TENANT_RATE`` spaces its starts evenly, ``DRES_TENANT_MAX_QUEUED`` refuses one
+more waiting turn (``QueueFull``: 429). Every process reads the limits from its own settings:
+run the API and the workers with the same ones.
+
+A slot is given back when its turn ends, stops or waits (``leave``); a crash between that step
+and the turn's end leaves it taken until a reaper's sweep finds its turn ended, waiting or gone
+(``_mend``) — a tenant then runs fewer turns for a while, never more.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+
+import structlog
+
+from ledger.ids import is_tenant
+from ledger.tenants import Admissions, Admitted, Limits, Tenants
+from ledger.turn import TurnMeta, TurnStatus
+from ledger.turns import TurnStore
+from worker.base import metrics
+from worker.base.clock import Clock
+from worker.base.errors import InvalidInput, QueueFull
+from worker.base.settings import Settings
+from worker.engine.recorder import RunContext
+from worker.lifecycle.dispatch import Dispatcher
+from worker.lifecycle.hooks import NOTHING, Hook
+
+log = structlog.get_logger("dres.tenants")
+
+DEFAULT = "default"
+#: new turns let into the broker's chunk queues beyond what the workers took (the messages
+#: waiting there): enough that a worker freed finds its next turn queued, few enough that a later
+#: tenant's turn waits behind at most these of another's
+AHEAD = 2
+#: a slot whose turn is gone is given back once it is this old (ms): a new turn takes its slot
+#: just before its turn is recorded
+GONE_AFTER_MS = 60_000
+#: a slot whose turn ended or waits is given back once it is this old (ms): a resuming turn takes
+#: its slot just before its step, and an ending one gives it back just after
+SETTLED_AFTER_MS = 10_000
+#: seconds between two mendings of the slots by one process's reaper
+MEND_S = 5.0
+#: the kinds of the causes of a run that resumes a turn after a wait
+RESUMES = frozenset({"approval", "tool_output", "timer"})
+
+
+def tenant_of(tenant: str | None) -> str:
+    """The tenant a request names (none: ``default``), or ``InvalidInput`` naming the rule."""
+    if tenant is None or tenant == "":
+        return DEFAULT
+    if not is_tenant(tenant):
+        raise InvalidInput(
+            f"tenant must be 1-64 characters of [A-Za-z0-9._:-] but '.' and '..' (got {tenant!r})"
+        )
+    return tenant
+
+
+def kind_of(meta: TurnMeta) -> str:
+    """``resume`` for a turn going on after a wait (it goes before new turns), else ``new``."""
+    return "resume" if meta.runs and meta.next_cause in RESUMES else "new"
+
+
+class Tenancy(Hook):
+    gates = True
+
+    def __init__(
+        self,
+        store: TurnStore,
+        settings: Settings,
+        clock: Clock,
+        dispatcher: Dispatcher,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.tenants: Tenants = store.tenants
+        self.settings = settings
+        self.clock = clock
+        self.dispatcher = dispatcher
+        self.monotonic = monotonic
+        self.limits = Limits(
+            concurrency=settings.tenant_concurrency or 0,
+            interval_ms=round(settings.tenant_start_interval_s * 1000),
+        )
+        self._mended_at = -math.inf
+
+    # -- the hook ------------------------------------------------------------------------------
+
+    def refuse(self, tenant: str) -> None:
+        most = self.settings.tenant_max_queued
+        if most is None:
+            return
+        waiting = self.tenants.queued(tenant)
+        if waiting >= most:
+            raise QueueFull(
+                f"tenant {tenant!r} has {waiting} turns queued, its most "
+                f"(DRES_TENANT_MAX_QUEUED={most}); try again later",
+                self.retry_after_s(),
+            )
+
+    def start(self, tenant: str, turn_id: str) -> bool:
+        return self.tenants.start(tenant, turn_id, self._now(), self.limits, self._room())
+
+    def wait(self, meta: TurnMeta, kind: str) -> Sequence[Admitted]:
+        admissions = self.tenants.wait(
+            meta.tenant, meta.turn_id, kind, self._now(), self.limits, self._room()
+        )
+        if admissions.queued and all(a.turn_id != meta.turn_id for a in admissions.admitted):
+            metrics.tenant_queued(self._label(meta.tenant))
+            log.info("turn waits for its tenant", turn_id=meta.turn_id, tenant=meta.tenant)
+        return self._started(admissions)
+
+    def leave(self, turn_id: str) -> Sequence[Admitted]:
+        return self._started(self.tenants.leave(turn_id, self._now(), self.limits, self._room()))
+
+    def claimed(self, run: RunContext) -> Sequence[Admitted]:
+        # the run's message left the queue: a waiting turn may take its place there
+        if not self.tenants.anyone_waiting():
+            return NOTHING
+        return self.pump()
+
+    def sweep(self) -> Sequence[Admitted]:
+        if self.monotonic() - self._mended_at >= MEND_S:
+            self._mended_at = self.monotonic()
+            self._mend()
+        return self.pump()
+
+    # -- helpers -------------------------------------------------------------------------------
+
+    def pump(self) -> Sequence[Admitted]:
+        return self._started(self.tenants.pump(self._now(), self.limits, self._room()))
+
+    def view(self, tenant: str) -> dict[str, object]:
+        """``GET /v1/tenants/{tenant}``: its counts and the limits this process applies."""
+        counts = self.tenants.counts(tenant_of(tenant))
+        return {
+            "tenant": tenant,
+            "running": counts.running,
+            "queued": counts.queued,
+            "limits": {
+                "concurrency": self.settings.tenant_concurrency,
+                "rate": self.settings.tenant_rate or None,
+                "max_queued": self.settings.tenant_max_queued,
+            },
+        }
+
+    def retry_after_s(self) -> int:
+        """When a refused request may try again: a start's spacing under a rate, else 1 s."""
+        return max(1, math.ceil(self.settings.tenant_start_interval_s))
+
+    def _started(self, admissions: Admissions) -> Sequence[Admitted]:
+        for admitted in admissions.admitted:
+            if admitted.waited_ms:
+                metrics.tenant_waited(self._label(admitted.tenant), admitted.waited_ms / 1000)
+        return admissions.admitted
+
+    def _label(self, tenant: str) -> str:
+        return tenant if self.settings.metrics_tenant_label else ""
+
+    def _now(self) -> int:
+        return int(self.clock.now() * 1000)
+
+    def _room(self) -> int:
+        """How many new turns may go into the broker's chunk queues now: ``AHEAD`` less the
+        messages waiting there (a broker that cannot be looked into: no bound)."""
+        try:
+            backlog = self.dispatcher.backlog()
+        except Exception as e:  # an unreachable broker: a dispatch would fail as well
+            log.warning("could not look into the broker", error=repr(e))
+            return 0
+        return 1_000_000 if backlog is None else max(AHEAD - backlog, 0)
+
+    def _mend(self) -> None:
+        """Give back the slots of tenants with waiting turns whose turns are gone, ended or
+        waiting (a crash between a turn's step and its ``leave``), each if still the one read."""
+        now = self._now()
+        for tenant in self.tenants.waiting_tenants():
+            held = self.tenants.running(tenant)
+            metas = self.store.lines.metas([turn_id for turn_id, _ in held])
+            for (turn_id, since), meta in zip(held, metas, strict=True):
+                age = now - since
+                gone = meta is None and age >= GONE_AFTER_MS
+                settled = meta is not None and (meta.ended or meta.status == TurnStatus.WAITING)
+                if (gone or (settled and age >= SETTLED_AFTER_MS)) and self.tenants.drop(
+                    tenant, turn_id, since, now
+                ):
+                    log.warning("gave back a slot its turn left behind", turn_id=turn_id)
