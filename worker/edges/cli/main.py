@@ -119,16 +119,15 @@ def cmd_enqueue(args: argparse.Namespace, extra: list[str]) -> int:
 
 def cmd_tenant(args: argparse.Namespace, extra: list[str]) -> int:
     """A tenant now: its turns running and queued, and the limits it runs under."""
-    view = _runtime().lifecycle.tenant_view(args.tenant)
+    from worker.edges.http.schemas import TenantView
+
+    view = TenantView.model_validate(_runtime().lifecycle.tenant_view(args.tenant))
     if args.json:
-        print(json.dumps(view, indent=2, ensure_ascii=False))
+        print(json.dumps(view.model_dump(mode="json"), indent=2, ensure_ascii=False))
         return 0
-    limits = view["limits"]
-    said = ", ".join(
-        f"{name} {'none' if limits.get(name) is None else limits[name]}"
-        for name in ("concurrency", "rate", "max_queued")
-    )
-    print(f"{view['tenant']}: {view['running']} running, {view['queued']} queued (limits: {said})")
+    limits = view.limits.model_dump()
+    said = ", ".join(f"{name} {'none' if v is None else v}" for name, v in limits.items())
+    print(f"{view.tenant}: {view.running} running, {view.queued} queued (limits: {said})")
     return 0
 
 
