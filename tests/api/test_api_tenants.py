@@ -118,6 +118,7 @@ def test_every_route_that_starts_a_turn_takes_the_dres_tenant_header(
     agui = opened(http, "/v1/ag-ui", agui_body("c-agui"), headers={"Dres-Tenant": "beta"})
     assert (chat.status_code, agui.status_code) == (200, 200), chat.text + agui.text
     source = post_turn(http, conversation_id="c-fork", tenant="gamma")["turn_id"]
+    assert http.post(f"/v1/turns/{source}/stop").status_code == 202  # a fork's source has ended
     named = http.post(f"/v1/turns/{source}/fork", json={"conversation": "new"}, headers=ACME)
     inherited = http.post(f"/v1/turns/{source}/fork", json={"conversation": "new"})
 
@@ -271,6 +272,7 @@ def test_every_route_that_starts_a_turn_answers_429_for_a_full_tenant(
     bounded: httpx.Client, rdb: redis.Redis
 ) -> None:
     source = post_turn(bounded, "the source", tenant="beta")["turn_id"]
+    assert bounded.post(f"/v1/turns/{source}/stop").status_code == 202  # a fork's source ended
     fill(bounded, "acme")
     turns = turns_in(rdb)
 
