@@ -111,6 +111,20 @@ def test_the_bodys_tenant_or_the_header_reaches_the_turn_the_header_winning_else
     assert http.get(f"/v1/turns/{neither}").json()["tenant"] == "default"
 
 
+def test_an_idempotency_key_repeat_is_the_same_request_when_it_names_the_same_tenant(
+    http: httpx.Client,
+) -> None:
+    """The header's tenant counts as the body's: naming it either way repeats the request;
+    naming another tenant is another request under the same key (409)."""
+    key = {"Idempotency-Key": "k-tenant"}
+    first = http.post("/v1/turns", json={"message": "hi", "tenant": "acme"}, headers=key)
+    again = http.post("/v1/turns", json={"message": "hi"}, headers=key | ACME)
+    other = http.post("/v1/turns", json={"message": "hi"}, headers=key | {"Dres-Tenant": "beta"})
+
+    assert (first.status_code, again.status_code, other.status_code) == (202, 202, 409)
+    assert again.json()["turn_id"] == first.json()["turn_id"]
+
+
 def test_every_route_that_starts_a_turn_takes_the_dres_tenant_header(
     http: httpx.Client, runtime: Runtime
 ) -> None:
