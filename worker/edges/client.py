@@ -37,11 +37,14 @@ def enqueue_turn(
     conversation_id: str | None = None,
     mode: str = "foreground",
     model: str | None = None,
+    tenant: str | None = None,
 ) -> str:
-    """Enqueue a turn with the settings of the environment; returns its ``turn_id``."""
+    """Enqueue a turn with the settings of the environment; returns its ``turn_id``. ``tenant``:
+    whose limits it runs under (None: ``default``); a tenant whose queue is full raises
+    ``worker.base.errors.QueueFull``."""
     runtime = Runtime.from_settings(get_settings())
     turn = runtime.lifecycle.enqueue(
-        message, conversation_id=conversation_id, mode=mode, model=model
+        message, conversation_id=conversation_id, mode=mode, model=model, tenant=tenant
     )
     return turn.turn_id
 

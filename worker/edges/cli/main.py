@@ -111,8 +111,23 @@ def cmd_enqueue(args: argparse.Namespace, extra: list[str]) -> int:
         mode=mode,
         model=args.model,
         double_text=args.double_text,
+        tenant=args.tenant,
     )
     print(turn.turn_id)
+    return 0
+
+
+def cmd_tenant(args: argparse.Namespace, extra: list[str]) -> int:
+    """A tenant now: its turns running and queued, and the limits it runs under."""
+    from worker.edges.http.schemas import TenantView
+
+    view = TenantView.model_validate(_runtime().lifecycle.tenant_view(args.tenant))
+    if args.json:
+        print(json.dumps(view.model_dump(mode="json"), indent=2, ensure_ascii=False))
+        return 0
+    limits = view.limits.model_dump()
+    said = ", ".join(f"{name} {'none' if v is None else v}" for name, v in limits.items())
+    print(f"{view.tenant}: {view.running} running, {view.queued} queued (limits: {said})")
     return 0
 
 
@@ -306,6 +321,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "journal": cmd_journal,
     "continue": cmd_continue,
     "stop": cmd_stop,
+    "tenant": cmd_tenant,
     "up": cmd_up,
     "tools": cmd_tools,
 }
@@ -317,6 +333,16 @@ def _an_id(value: str) -> str:
 
     if not is_id(value):
         raise argparse.ArgumentTypeError(f"{ID_RULE}, not {value!r}")
+    return value
+
+
+def _a_tenant(value: str) -> str:
+    """A tenant's id as the API takes one (docs/http-api.md, "Tenants"); else a usage error."""
+    from ledger.ids import is_tenant
+    from worker.edges.http.tenants import TENANT_RULE
+
+    if not is_tenant(value):
+        raise argparse.ArgumentTypeError(f"{TENANT_RULE}, not {value!r}")
     return value
 
 
@@ -348,6 +374,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="while a turn of the conversation is live: wait for it, stop it, or refuse "
         "(default DRES_DOUBLE_TEXT)",
+    )
+    enq.add_argument(
+        "--tenant",
+        default=None,
+        type=_a_tenant,
+        help="the tenant whose limits the turn runs under (default: default)",
     )
     for name, text in (
         ("watch", "follow a turn's events until it ends"),
@@ -395,6 +427,11 @@ def build_parser() -> argparse.ArgumentParser:
         decide.add_argument(
             "--signature", default=None, help="the request's signature (default: as requested)"
         )
+    tenant = sub.add_parser(
+        "tenant", help="a tenant's turns running and queued now, and the limits they run under"
+    )
+    tenant.add_argument("tenant", type=_a_tenant)
+    tenant.add_argument("--json", action="store_true")
     tools = sub.add_parser(
         "tools", help="every registered tool: source, read-only or write, idempotent, approval"
     )

@@ -43,8 +43,9 @@ from worker.edges.http.chat import (
 )
 from worker.edges.http.deps import RT
 from worker.edges.http.fanout import Fanout
-from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, WRITE_ERRORS
+from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, QUEUE_FULL, WRITE_ERRORS
 from worker.edges.http.sse import KEEPALIVE, LiveStream, admit_stream, event_stream
+from worker.edges.http.tenants import TenantHeader
 from worker.edges.http.uichunks import events_of, sse_data
 from worker.edges.runtime import Runtime
 from worker.lifecycle.service import DOUBLE_TEXT
@@ -139,18 +140,24 @@ def message_text(message: dict[str, Any]) -> str:
 router = APIRouter(prefix="/v1/ag-ui", responses=ERRORS)
 
 
-@router.post("", response_class=StreamingResponse, responses={**WRITE_ERRORS, **CREATE_ERRORS})
+@router.post(
+    "",
+    response_class=StreamingResponse,
+    responses={**WRITE_ERRORS, **CREATE_ERRORS, **QUEUE_FULL},
+)
 async def run_agent(
     request: Request,
     rt: RT,
     body: RunAgentInput,
     approver: Annotated[str | None, Depends(caller)],
+    dres_tenant: TenantHeader = None,
 ) -> Response:
-    """A run of the AG-UI protocol: a new turn of the thread, or the answers to its interrupts;
-    the turn streamed as AG-UI events."""
+    """A run of the AG-UI protocol: a new turn of the thread (of the ``Dres-Tenant`` header's
+    tenant), or the answers to its interrupts; the turn streamed as AG-UI events."""
     streams = admit_stream(request)
     try:
-        begun = await _begin(rt, body, approver, request.headers.get("traceparent"))
+        trace_parent = request.headers.get("traceparent")
+        begun = await _begin(rt, body, approver, trace_parent, dres_tenant)
     except BaseException:
         streams.release()
         raise
@@ -188,7 +195,11 @@ def outputs_of(messages: list[dict[str, Any]]) -> list[Output]:
 
 
 async def _begin(
-    rt: Runtime, body: RunAgentInput, approver: str | None, trace_parent: str | None
+    rt: Runtime,
+    body: RunAgentInput,
+    approver: str | None,
+    trace_parent: str | None,
+    tenant: str | None = None,
 ) -> Begun:
     outputs = outputs_of(body.messages)
     if body.resume or outputs:
@@ -221,6 +232,7 @@ async def _begin(
             ClientTool(name=t.name, description=t.description, parameters=t.parameters)
             for t in body.tools or ()
         ),
+        tenant=tenant,
     )
     sent = await run_in_threadpool(send_message, rt, said)
     return Begun(sent.turn_id)

@@ -20,8 +20,8 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.errors import BadCursor, CorruptTurn, UnknownTurn
-from ledger.ids import ID, ID_RULE
-from worker.base.errors import ConfigError, InvalidInput, Refused
+from ledger.ids import ID, ID_RULE, TENANT
+from worker.base.errors import ConfigError, InvalidInput, QueueFull, Refused
 from worker.base.settings import Settings
 from worker.edges.http.access import CallerCheck
 from worker.edges.http.agui import router as agui_router
@@ -39,6 +39,8 @@ from worker.edges.http.models import check_allow_list
 from worker.edges.http.page import router as page_router
 from worker.edges.http.schemas import HEALTH_ERRORS
 from worker.edges.http.sse import SSE_KEEPALIVE_S
+from worker.edges.http.tenants import TENANT_RULE
+from worker.edges.http.tenants import router as tenants_router
 from worker.edges.http.turns import router
 from worker.edges.redis.clients import API_STORE_TIMEOUT_S, ledger_reader
 from worker.edges.runtime import Runtime
@@ -85,6 +87,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.add_exception_handler(ConfigError, bad_config)  # type: ignore[arg-type]
     api.add_exception_handler(InvalidInput, bad_input)  # type: ignore[arg-type]
     api.add_exception_handler(Refused, refused)  # type: ignore[arg-type]
+    api.add_exception_handler(QueueFull, queue_full)  # type: ignore[arg-type]
     api.add_exception_handler(Exception, internal_error)
     add_fault_handlers(api)
     api.include_router(router)
@@ -94,6 +97,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.include_router(chat_router)
     api.include_router(chat_messages_router)
     api.include_router(agui_router)
+    api.include_router(tenants_router)
     api.include_router(page_router)
     api.add_api_route("/healthz", healthz, methods=["GET"], responses=HEALTH_ERRORS)
     install_document(api, settings)
@@ -192,8 +196,9 @@ async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse
         return JSONResponse({"detail": f"malformed JSON body: {first.get('msg')}"}, 400)
     where = ".".join(str(p) for p in first.get("loc", ())) or "request"
     said = first.get("msg")
-    if first.get("type") == "string_pattern_mismatch" and first.get("ctx", {}).get("pattern") == ID:
-        said = ID_RULE  # the rule in words, not the pattern that spells it
+    if first.get("type") == "string_pattern_mismatch":
+        # the rule in words, not the pattern that spells it
+        said = {ID: ID_RULE, TENANT: TENANT_RULE}.get(first.get("ctx", {}).get("pattern"), said)
     return JSONResponse({"detail": f"{where}: {said}"}, 422)
 
 
@@ -217,6 +222,13 @@ async def bad_input(request: Request, exc: InvalidInput) -> JSONResponse:
 async def refused(request: Request, exc: Refused) -> JSONResponse:
     """A request the state of its turn or conversation refuses now (docs/http-api.md)."""
     return JSONResponse({"detail": str(exc)}, 409)
+
+
+async def queue_full(request: Request, exc: QueueFull) -> JSONResponse:
+    """A new turn whose tenant has DRES_TENANT_MAX_QUEUED turns queued: nothing was recorded;
+    ``Retry-After`` says when its queue may have room (docs/http-api.md, "Tenants")."""
+    retry_after = str(max(1, int(exc.retry_after_s)))
+    return JSONResponse({"detail": str(exc)}, 429, headers={"Retry-After": retry_after})
 
 
 async def unknown(request: Request, exc: UnknownTurn) -> JSONResponse:

@@ -36,8 +36,15 @@ from worker.edges.http.answers import Begun, answers_of, dicts, id_of, outputs_o
 from worker.edges.http.deps import RT, authorize, bearer
 from worker.edges.http.fanout import Fanout
 from worker.edges.http.models import admit_model
-from worker.edges.http.schemas import CREATE_ERRORS, ERRORS, MAX_MESSAGE_CHARS, WRITE_ERRORS
+from worker.edges.http.schemas import (
+    CREATE_ERRORS,
+    ERRORS,
+    MAX_MESSAGE_CHARS,
+    QUEUE_FULL,
+    WRITE_ERRORS,
+)
 from worker.edges.http.sse import KEEPALIVE, LiveStream, admit_stream, event_stream
+from worker.edges.http.tenants import TenantHeader
 from worker.edges.http.uichunks import DONE, UIChunks, events_of, sse_data
 from worker.edges.runtime import Runtime
 from worker.lifecycle.service import NOT_BLANK, Sent, is_blank
@@ -144,20 +151,21 @@ router = APIRouter(prefix="/v1/chat", responses=ERRORS)
 @router.post(
     "",
     response_class=StreamingResponse,
-    responses={**WRITE_ERRORS, **CREATE_ERRORS},
+    responses={**WRITE_ERRORS, **CREATE_ERRORS, **QUEUE_FULL},
 )
 async def chat(
     request: Request,
     rt: RT,
     body: ChatRequest,
     approver: Annotated[str | None, Depends(caller)],
+    dres_tenant: TenantHeader = None,
 ) -> Response:
-    """A message (a new turn of the conversation ``id``), or decisions on the waiting turn's
-    requests and outputs of the client calls it waits on; the turn streamed as UI message
-    chunks."""
+    """A message (a new turn of the conversation ``id``, of the ``Dres-Tenant`` header's
+    tenant), or decisions on the waiting turn's requests and outputs of the client calls it
+    waits on; the turn streamed as UI message chunks."""
     streams = admit_stream(request)
     try:
-        begun = await _begin(request, rt, body, approver)
+        begun = await _begin(request, rt, body, approver, dres_tenant)
     except BaseException:
         streams.release()
         raise
@@ -166,7 +174,9 @@ async def chat(
     return response
 
 
-async def _begin(request: Request, rt: Runtime, body: ChatRequest, approver: str | None) -> Begun:
+async def _begin(
+    request: Request, rt: Runtime, body: ChatRequest, approver: str | None, tenant: str | None
+) -> Begun:
     last = body.messages[-1]
     regenerate = body.trigger == "regenerate-message"
     message = last_user_text(body.messages, text_of)
@@ -189,6 +199,7 @@ async def _begin(request: Request, rt: Runtime, body: ChatRequest, approver: str
         trace_parent=request.headers.get("traceparent"),
         regenerate=(body.messageId or True) if regenerate else False,
         double_text=body.double_text,
+        tenant=tenant,
     )
     sent = await run_in_threadpool(send_message, rt, said)
     return Begun(sent.turn_id)
@@ -233,6 +244,8 @@ class Said:
     double_text: str | None = None
     #: tools the client runs, declared by the request (AG-UI's ``tools``)
     client_tools: tuple[ClientTool, ...] = ()
+    #: the ``Dres-Tenant`` header's tenant (None: ``default``; a fork: its source turn's)
+    tenant: str | None = None
 
 
 def send_message(rt: Runtime, said: Said) -> Sent:
@@ -257,6 +270,7 @@ def send_message(rt: Runtime, said: Said) -> Sent:
         trace_parent=said.trace_parent,
         double_text=said.double_text,
         client_tools=said.client_tools,
+        tenant=said.tenant,
     )
 
 

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from ledger.ids import ID
+from ledger.ids import ID, TENANT
 from ledger.journal import JournalEntry
 from worker.lifecycle.service import NOT_BLANK, is_blank
 
@@ -44,6 +44,12 @@ class TurnRequest(BaseModel):
         None,
         description="what this message does while the conversation has a live turn: queue "
         "behind it, interrupt it, or be refused (409); default DRES_DOUBLE_TEXT",
+    )
+    tenant: str | None = Field(
+        None,
+        pattern=TENANT,
+        description="the turn's tenant, whose limits it runs under (absent: `default`); a "
+        "Dres-Tenant header wins over it",
     )
 
     @field_validator("message")
@@ -154,6 +160,8 @@ class TurnStatus(BaseModel):
     waiting_for: Literal["approval", "client_tool", "timer"] | None = None
     #: the client tools' calls whose output it waits on
     awaiting: list[AwaitedCall] = []
+    #: the tenant whose limits the turn runs under
+    tenant: str = "default"
 
 
 class ContinueRequest(BaseModel):
@@ -266,6 +274,26 @@ class UIMessageOut(BaseModel):
     metadata: Any = None
 
 
+class TenantLimits(BaseModel):
+    """The limits a tenant's turns run under (DRES_TENANT_*); null: no limit."""
+
+    #: turns running or resuming at once, across all workers
+    concurrency: int | None
+    #: turns started: ``N/s``, ``N/m`` or ``N/h``
+    rate: str | None
+    #: turns queued; one more is refused (429)
+    max_queued: int | None
+
+
+class TenantView(BaseModel):
+    """A tenant now: its turns running (or resuming) and queued, and its limits."""
+
+    tenant: str
+    running: int
+    queued: int
+    limits: TenantLimits
+
+
 class Error(BaseModel):
     """Every error's body (4xx, 5xx): what is wrong, in one sentence."""
 
@@ -318,6 +346,15 @@ CREATE_ERRORS: dict[int | str, dict[str, Any]] = {
         "model": Error,
         "description": "The server's default model cannot be loaded, or an earlier turn of the "
         "conversation has stored metadata that is not a turn's; `detail` says which",
+    },
+}
+#: a route that starts a turn: its tenant has DRES_TENANT_MAX_QUEUED turns queued already
+QUEUE_FULL: dict[int | str, dict[str, Any]] = {
+    429: {
+        "model": Error,
+        "description": "The turn's tenant has `DRES_TENANT_MAX_QUEUED` turns queued: nothing is "
+        "recorded; try again after `Retry-After` seconds",
+        "headers": RETRY_AFTER,
     },
 }
 #: the writes' errors besides ``ERRORS``

@@ -32,6 +32,7 @@ from worker.edges.http.models import admit_model
 from worker.edges.http.schemas import (
     CREATE_ERRORS,
     ERRORS,
+    QUEUE_FULL,
     TURN_ERRORS,
     WRITE_ERRORS,
     Accepted,
@@ -50,6 +51,7 @@ from worker.edges.http.schemas import (
     journal_call,
 )
 from worker.edges.http.sse import LiveStream, admit_stream, event_stream
+from worker.edges.http.tenants import TenantHeader, tenant_of
 
 #: a stream id as a client may give it (the OpenAPI document's form)
 #: bytes: the largest request body accepted
@@ -73,7 +75,7 @@ router = APIRouter(
     "",
     status_code=202,
     response_model=TurnCreated,
-    responses={**WRITE_ERRORS, **CREATE_ERRORS},
+    responses={**WRITE_ERRORS, **CREATE_ERRORS, **QUEUE_FULL},
 )
 def create_turn(
     rt: RT,
@@ -81,8 +83,13 @@ def create_turn(
     idempotency_key: Annotated[str | None, Header(pattern=ID)] = None,
     # the caller's trace context (W3C): the turn's trace is its child; a malformed one is ignored
     traceparent: Annotated[str | None, Header()] = None,
+    dres_tenant: TenantHeader = None,
 ) -> TurnCreated:
-    """Enqueue a turn; a repeated Idempotency-Key with the same body returns the same turn."""
+    """Enqueue a turn; a repeated Idempotency-Key with the same body returns the same turn.
+    429 (``Retry-After``) when its tenant has DRES_TENANT_MAX_QUEUED turns queued."""
+    # the tenant is the body's, as if the header's had been written there: a repeat naming it
+    # either way is the same request (docs/http-api.md, "Tenants": the header wins)
+    body = body.model_copy(update={"tenant": tenant_of(body.tenant, dres_tenant)})
     admit_model(rt, body.model)  # before anything reads a file the spec names
     if body.conversation_id and rt.lifecycle.store.conversations.erased(body.conversation_id):
         raise HTTPException(
@@ -97,6 +104,7 @@ def create_turn(
             trace_parent=traceparent,
             message_id=body.message_id,
             double_text=body.double_text,
+            tenant=body.tenant,
         )
         return _created(turn.turn_id, turn.conversation_id)
     # The record names the turn and its conversation before the turn exists, so a repeat that
@@ -121,6 +129,7 @@ def create_turn(
             trace_parent=traceparent,
             message_id=body.message_id,
             double_text=body.double_text,
+            tenant=body.tenant,
         )
     except BaseException:
         # No turn was made (or it was taken back): the key must not answer for one. Redis may be
@@ -165,6 +174,7 @@ async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> Turn
         usage=UsageOut(**usage.model_dump()),
         waiting_for=meta.waiting_for,
         awaiting=[AwaitedCall(call_id=c, tool=t) for c, t in meta.pending_calls],
+        tenant=meta.tenant,
     )
 
 
@@ -217,16 +227,23 @@ def continue_turn(rt: RT, turn_id: TurnId, body: ContinueRequest) -> Accepted:
     return Accepted(turn_id=turn_id, detail=outcome.reason, run_id=outcome.run_id)
 
 
-@router.post("/{turn_id}/fork", status_code=202, response_model=ForkCreated, responses=WRITE_ERRORS)
+@router.post(
+    "/{turn_id}/fork",
+    status_code=202,
+    response_model=ForkCreated,
+    responses={**WRITE_ERRORS, **QUEUE_FULL},
+)
 def fork_turn(
     rt: RT,
     turn_id: TurnId,
     body: ForkRequest,
     traceparent: Annotated[str | None, Header()] = None,
+    dres_tenant: TenantHeader = None,
 ) -> ForkCreated:
     """A new turn at this one (regenerate, or edit with ``message``): it replaces this turn and
     every later one of its conversation and inherits their journal, so a write they completed
-    is not done again (docs/semantics.md)."""
+    is not done again (docs/semantics.md). Its tenant is the ``Dres-Tenant`` header's, else the
+    source turn's."""
     admit_model(rt, body.model)
     forked = rt.lifecycle.fork(
         turn_id,
@@ -234,6 +251,7 @@ def fork_turn(
         model=body.model,
         conversation=body.conversation,
         trace_parent=traceparent,
+        tenant=dres_tenant,
     )
     return ForkCreated(
         turn_id=forked.turn_id,
