@@ -39,6 +39,7 @@ TENANT = id_pattern(MAX_TENANT_CHARS)
 STREAM_ID = r"^[0-9]{1,19}-[0-9]{1,19}$"
 #: what a refused id is told (the field's name goes before it)
 ID_RULE = f"an id is 1-{MAX_ID_CHARS} characters of [{ID_CHARS}] but '.' and '..'"
+TENANT_RULE = f"a tenant is 1-{MAX_TENANT_CHARS} characters of [{ID_CHARS}] but '.' and '..'"
 STREAM_ID_RULE = "a stream id is exactly N-N (as each event's SSE id), at most 19 digits a part"
 
 _ID = re.compile(ID)

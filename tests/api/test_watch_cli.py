@@ -185,3 +185,24 @@ def test_a_call_agent_result_shows_the_child_turns_id_whole_however_long_the_ans
         view.show(Envelope(f"1-{n}", event))
     assert "[completed] call_agent" in out.getvalue()
     assert f"-> turn {child} " in out.getvalue()
+
+
+def test_dres_watch_says_a_turn_waits_for_its_tenant_not_for_a_worker(
+    cli: Cli, start_worker: StartWorker, dres_env: dict[str, str], tmp_path: Path
+) -> None:
+    """No worker: two turns go to the broker ahead of the workers (docs/semantics.md, tenants),
+    the third waits in Redis for its tenant's turn — and the watch says so, not "no worker"."""
+    for _ in range(2):
+        cli("enqueue", "hello", "--tenant", "acme")
+    turn_id = cli("enqueue", "hello", "--tenant", "acme").stdout.strip()
+    err = tmp_path / "watch.err"
+    watch = watching(turn_id, dres_env, err)
+    try:
+        said = "The turn waits for its tenant 'acme' after 5 s (2 running, 1 queued)"
+        wait_until(lambda: said in err.read_text(), timeout=30, what="the tenant line")
+        start_worker()
+        out, _ = watch.communicate(timeout=60)
+    finally:
+        watch.kill()
+    assert err.read_text().splitlines() == [f"{said}; still watching"]
+    assert out.splitlines()[-1] == "Completed", out

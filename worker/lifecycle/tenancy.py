@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 
 import structlog
 
-from ledger.ids import is_tenant
+from ledger.ids import TENANT_RULE, is_tenant
 from ledger.tenants import Admissions, Admitted, Limits, Tenants
 from ledger.turn import TurnMeta, TurnStatus
 from ledger.turns import TurnStore
@@ -66,9 +66,7 @@ def tenant_of(tenant: str | None) -> str:
     if tenant is None or tenant == "":
         return DEFAULT
     if not is_tenant(tenant):
-        raise InvalidInput(
-            f"tenant must be 1-64 characters of [A-Za-z0-9._:-] but '.' and '..' (got {tenant!r})"
-        )
+        raise InvalidInput(f"tenant: {TENANT_RULE}, not {tenant!r}")
     return tenant
 
 
@@ -143,8 +141,9 @@ class Tenancy(Hook):
         return self._started(self.tenants.leave(turn_id, self._now(), self.limits, self._room()))
 
     def claimed(self, run: RunContext) -> Sequence[Admitted]:
-        # the run's message left the queue: a waiting turn may take its place there
-        if not self.tenants.anyone_waiting():
+        # a new turn's message left the queue: a waiting turn may take its place there (a later
+        # chunk's claim costs nothing here: the turn's end and the sweeps let turns through too)
+        if run.cause != "first" or not self.tenants.anyone_waiting():
             return NOTHING
         return self.pump()
 

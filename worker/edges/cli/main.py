@@ -338,8 +338,7 @@ def _an_id(value: str) -> str:
 
 def _a_tenant(value: str) -> str:
     """A tenant's id as the API takes one (docs/http-api.md, "Tenants"); else a usage error."""
-    from ledger.ids import is_tenant
-    from worker.edges.http.tenants import TENANT_RULE
+    from ledger.ids import TENANT_RULE, is_tenant
 
     if not is_tenant(value):
         raise argparse.ArgumentTypeError(f"{TENANT_RULE}, not {value!r}")

@@ -20,6 +20,7 @@ import sys
 from contextlib import suppress
 from typing import Any, TextIO
 
+from ledger import keys
 from ledger.codec import Envelope
 from ledger.events import (
     ApprovalDecided,
@@ -178,9 +179,22 @@ def spent(usage: UsageFold) -> str:
     return f" · {usage.input_tokens:,} tokens in, {usage.output_tokens:,} out"
 
 
-def unclaimed(runtime: Runtime, waited_s: float) -> str:
-    """The line for a turn no worker has taken for ``waited_s``: with none alive, how to start
-    one; else how many are (busy, or consuming other queues)."""
+def unclaimed(runtime: Runtime, waited_s: float, meta: TurnMeta | None = None) -> str:
+    """The line for a turn no worker has taken for ``waited_s``: one held (no run sent yet)
+    waits for its conversation's live turn or its tenant (docs/semantics.md); else, with no
+    worker alive, how to start one, or how many are (busy, or consuming other queues)."""
+    if meta is not None and meta.held:
+        try:
+            line = runtime.redis.get(keys.conversation_line(meta.conversation_id))
+            if line not in (meta.turn_id, meta.turn_id.encode()):
+                return f"The turn waits for its conversation's live turn after {waited_s:g} s"
+            view = runtime.lifecycle.tenant_view(meta.tenant)
+        except STORE_DOWN:
+            return f"The turn waits to start after {waited_s:g} s; still watching"
+        return (
+            f"The turn waits for its tenant {meta.tenant!r} after {waited_s:g} s "
+            f"({view['running']} running, {view['queued']} queued); still watching"
+        )
     said = f"No worker has taken the turn after {waited_s:g} s"
     try:
         workers = Presence(runtime.redis).count(int(runtime.clock.now() * 1000))
@@ -250,7 +264,7 @@ def watch(
                 out.write("\r\x1b[K")
                 out.flush()
                 spinning = False
-            err.write(unclaimed(runtime, UNCLAIMED_S) + "\n")
+            err.write(unclaimed(runtime, UNCLAIMED_S, meta) + "\n")
             err.flush()
         if live and meta is not None and not meta.ended and not view.mid_line:
             label = LABELS.get(meta.status, meta.status)

@@ -20,7 +20,7 @@ from starlette.routing import Match
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from ledger.errors import BadCursor, CorruptTurn, UnknownTurn
-from ledger.ids import ID, ID_RULE, TENANT
+from ledger.ids import ID, ID_RULE, TENANT, TENANT_RULE
 from worker.base.errors import ConfigError, InvalidInput, QueueFull, Refused
 from worker.base.settings import Settings
 from worker.edges.http.access import CallerCheck
@@ -39,7 +39,6 @@ from worker.edges.http.models import check_allow_list
 from worker.edges.http.page import router as page_router
 from worker.edges.http.schemas import HEALTH_ERRORS
 from worker.edges.http.sse import SSE_KEEPALIVE_S
-from worker.edges.http.tenants import TENANT_RULE
 from worker.edges.http.tenants import router as tenants_router
 from worker.edges.http.turns import router
 from worker.edges.redis.clients import API_STORE_TIMEOUT_S, ledger_reader

@@ -17,14 +17,12 @@ from typing import Annotated
 
 from fastapi import APIRouter, Depends, Header, Path
 
-from ledger.ids import ID_CHARS, MAX_TENANT_CHARS, TENANT
+from ledger.ids import TENANT
 from worker.edges.http.deps import RT, authorize
 from worker.edges.http.schemas import ERRORS, TenantView
 
 #: the header that names a new turn's tenant, on every route that starts one
 TENANT_HEADER = "Dres-Tenant"
-#: what a refused tenant is told (the field's name goes before it)
-TENANT_RULE = f"a tenant is 1-{MAX_TENANT_CHARS} characters of [{ID_CHARS}] but '.' and '..'"
 
 #: the ``Dres-Tenant`` header of a route that starts a turn
 TenantHeader = Annotated[
