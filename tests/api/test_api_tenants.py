@@ -20,6 +20,7 @@ from api_support import turn_count as turns_in
 from ledger import keys
 from ledger.events import TurnStarted
 from rigs import ApiProcess
+from rigs.scrape import Scrape
 from worker.edges.runtime import Runtime
 
 pytestmark = pytest.mark.redis_server
@@ -355,3 +356,22 @@ def test_the_cli_refuses_a_bad_tenant_and_a_full_queue_in_one_line(
     refused = results[codes.index(2)]
     assert len(refused.stderr.strip().splitlines()) == 1, refused.stderr
     assert turns_in(rdb) == codes.index(2)
+
+
+def test_metrics_count_a_tenants_waits_by_tenant_only_when_the_operator_allows_the_label(
+    bounded: httpx.Client, api_servers: StartApi
+) -> None:
+    """A turn over its tenant's bound waits: counted in ``dres_tenant_turns_queued_total``
+    with an empty label (no label to Prometheus), or by tenant with DRES_METRICS_TENANT_LABEL=1:
+    the operator's choice, the cardinality theirs to mind."""
+    name = "dres_tenant_turns_queued_total"
+    labelled = api_servers(DRES_TENANT_CONCURRENCY="1", DRES_METRICS_TENANT_LABEL="1")
+    with httpx.Client(base_url=labelled.url, timeout=10) as by_tenant:
+        for http, tenant, label in ((bounded, "acme", ""), (by_tenant, "umbrella", "umbrella")):
+            before = Scrape(http.get("/metrics").text).value(name, tenant=label)
+            for _ in range(2):
+                posted = http.post("/v1/turns", json={"message": "hi", "tenant": tenant})
+                assert posted.status_code == 202, posted.text
+            after = Scrape(http.get("/metrics").text)
+            assert after.value(name, tenant=label) == before + 1, after.samples
+            assert after.total(name, tenant=tenant if not label else "") == 0
