@@ -130,6 +130,7 @@ def run_case(rt: Runtime, case: str, plan: FairnessPlan, model: str) -> dict[str
     waits = [run - started for started, run, _ in b_spans]
     durations = [end - run for _, run, end in b_spans]
     ratios = [w / d for w, d in zip(waits, durations, strict=True)]
+    a_first, a_last = min(r for _, r, _ in a_spans), max(e for *_, e in a_spans)
     return {
         "case": case,
         "p95": nearest_rank(ratios, 0.95),
@@ -141,6 +142,9 @@ def run_case(rt: Runtime, case: str, plan: FairnessPlan, model: str) -> dict[str
         "a_duration_ms_median": round(statistics.median(e - r for _, r, e in a_spans) * 1000, 1),
         "a_wait_ms_median": round(statistics.median(r - s for s, r, _ in a_spans) * 1000, 1),
         "a_at_once_most": most_at_once(a_spans),
+        # the pool's mean fill over A's turns: their summed run time / first start -> last end
+        "a_at_once_mean": round(sum(e - r for _, r, e in a_spans) / (a_last - a_first), 1),
+        "a_ended_per_s": round(len(a_spans) / (a_last - a_first), 1),
         # A's turns still waiting to start when B's first turn was recorded
         "a_not_started_at_b": sum(1 for _, r, _ in a_spans if r > b_spans[0][0]),
         "wall_s": round(max(end for *_, end in a_spans + b_spans) - t0, 2),
@@ -216,7 +220,8 @@ def summary(rows: list[Row], info: dict[str, Any]) -> list[str]:
         for case, x in r.items():
             lines.append(
                 f"round {n} {case}: B waits {x['b_wait_ms']} ms; durations median "
-                f"{statistics.median(x['b_duration_ms'])} ms; A: {x['a_at_once_most']} at once, "
+                f"{statistics.median(x['b_duration_ms']):.1f} ms; A: {x['a_at_once_most']} at once "
+                f"(mean {x['a_at_once_mean']}, {x['a_ended_per_s']} ended/s), "
                 f"{x['a_not_started_at_b']} not started at B's first, median duration "
                 f"{x['a_duration_ms_median']} ms, enqueued in {x['a_enqueue_s']} s; wall "
                 f"{x['wall_s']} s"

@@ -275,7 +275,8 @@ def fairness_details(rounds: Sequence[dict[str, dict[str, Any]]]) -> str:
             parts.append(
                 f"round {n + 1} {case}: B waited {min(waits):.0f}–{max(waits):.0f} ms, its "
                 f"turns took {_fmt(sorted(x['b_duration_ms'])[len(waits) // 2])} ms (median); "
-                f"A {x['a_at_once_most']} at once at most, {x['a_not_started_at_b']} not started "
+                f"A {x['a_at_once_most']} at once at most ({x['a_at_once_mean']} on average, "
+                f"{x['a_ended_per_s']} ended/s), {x['a_not_started_at_b']} not started "
                 f"when B's first was recorded, enqueued in {x['a_enqueue_s']} s; all ended "
                 f"{x['wall_s']} s after the first enqueue"
             )
