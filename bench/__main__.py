@@ -46,6 +46,13 @@ T1 (issue 39, ``bench.tracing_bench``): row 2's tool call inside the executor's 
 F1 (forks, ``bench.fork_bench``): a fork's request (``Lifecycle.fork``) -> its first
    ``run_started`` on a real worker, with 100 and 10,000 events in the turn it replaces, beside a
    new message after the same turn (target <= 1.5 at 10,000 events). ``--only fork`` runs it alone.
+Q1 (issue 47, ``bench.fairness_bench``): tenant B's 10 turns enqueued behind tenant A's 1,000 on a
+   saturated ``dres worker -P gevent -c 50``: B's wait to start in B's own turn durations, p95
+   through dres's fair admission (target <= 3) beside the same turns dispatched FIFO as before
+   admission, in the same run. ``--only fairness`` runs it alone.
+Q2 (issue 47, ``bench.admission_bench``): a new turn's enqueue -> its run_started through the
+   admission with tenant limits set / the same turn dispatched plainly (create + launch),
+   interleaved on an idle worker (target <= 1.2). ``--only admission`` runs it alone.
 
 Rows 1-3 run in this process (``bench.ledger_bench``; row 2g in a subprocess of its own,
 ``bench.gevent_tool_call``), rows 4-5 against a real dres worker subprocess
@@ -74,11 +81,13 @@ from typing import Any
 import redis
 
 from bench import (
+    admission_bench,
     celery_bench,
     cluster_bench,
     cost_bench,
     durability_bench,
     failover_bench,
+    fairness_bench,
     fanout_bench,
     fork_bench,
     ledger_bench,
@@ -117,6 +126,8 @@ GROUPS: tuple[Group, ...] = (
     many_turns_bench.GROUP,
     tracing_bench.GROUP,
     fork_bench.GROUP,
+    fairness_bench.GROUP,
+    admission_bench.GROUP,
 )
 #: groups of rows ``--only`` runs alone
 ONLY = {group.name: group.about for group in GROUPS}

@@ -75,8 +75,9 @@ def worker_env(redis_url: str) -> dict[str, str]:
     return {f"DRES_{name}": str(value) for name, value in values.items()}
 
 
-def bench_settings(redis_url: str) -> Settings:
-    """The settings the worker reads from ``worker_env``, for this (the producer's) process."""
+def bench_settings(redis_url: str, **extra: object) -> Settings:
+    """The settings the worker reads from ``worker_env``, for this (the producer's) process;
+    ``extra``: more of them (the worker's own ``DRES_*`` must say the same)."""
     return load_settings(
         redis_url=redis_url,
         celery_include="bench.hop_tasks",
@@ -88,6 +89,7 @@ def bench_settings(redis_url: str) -> Settings:
         max_chunks=1000,
         max_model_calls=1000,
         handoff_grace_s=HANDOFF_GRACE_S,
+        **extra,
     )
 
 

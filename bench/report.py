@@ -217,6 +217,9 @@ def details(by: dict[str, Row], result: dict[str, Any]) -> list[str]:
     forks = [row for row in by.values() if row.number == "F1" and "events" in row.extra]
     if forks:
         lines.append(fork_details(forks))
+    fairness = result.get("fairness", {}).get("rounds")
+    if fairness:
+        lines.append(fairness_details(fairness))
     peer = result.get("peer")
     if peer:
         lines.append(
@@ -261,6 +264,23 @@ def fork_details(rows: Sequence[Row]) -> str:
     return (
         f"Row F1 ({rows[0].extra['rounds']} rounds; fork / plain turn): " + "; ".join(parts) + "."
     )
+
+
+def fairness_details(rounds: Sequence[dict[str, dict[str, Any]]]) -> str:
+    """Row Q1's line under Details: per round and case, B's waits, the pool's fill, the wall."""
+    parts = []
+    for n, cases in enumerate(rounds):
+        for case, x in cases.items():
+            waits = x["b_wait_ms"]
+            parts.append(
+                f"round {n + 1} {case}: B waited {min(waits):.0f}–{max(waits):.0f} ms, its "
+                f"turns took {_fmt(sorted(x['b_duration_ms'])[len(waits) // 2])} ms (median); "
+                f"A {x['a_at_once_most']} at once at most ({x['a_at_once_mean']} on average, "
+                f"{x['a_ended_per_s']} ended/s), {x['a_not_started_at_b']} not started "
+                f"when B's first was recorded, enqueued in {x['a_enqueue_s']} s; all ended "
+                f"{x['wall_s']} s after the first enqueue"
+            )
+    return "Row Q1: " + "; ".join(parts) + "."
 
 
 def pickup_details(rows: Sequence[Row], info: dict[str, Any], label: str = "Row 7") -> str:

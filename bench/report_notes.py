@@ -128,6 +128,30 @@ METHOD = [
     "Rounds measure both lengths and both kinds in alternating order, each on its own "
     "conversation, erased after; ratios pair a round's fork and plain turn (and its fork at "
     "10,000 and at 100 events for the growth row).",
+    "**Q1** `bench.fairness_bench`: a private redis-server and one `dres worker -P gevent -c 50`, "
+    "no tenant limit set; a scripted model that thinks 100 ms and answers. The bench process "
+    "enqueues tenant A's 1,000 turns (background) one after another, then tenant B's 10, and "
+    "waits for all to end: through `Lifecycle.enqueue(…, tenant=…)` (fair: a turn that may not "
+    "start waits in Redis, `AHEAD` messages in the broker beyond what the worker took, and "
+    "starts round-robin across tenants), or FIFO: each turn `Lifecycle.create` (not held) and "
+    "`Lifecycle.launch`, bypassing the gate, as dres dispatched before issue 47. Per B turn, "
+    "from the ledger's `ts`: wait = first `run_started` − `turn_started`, duration = "
+    "`turn_ended` − that `run_started`, figure = wait / duration; p95 (nearest rank: of 10, "
+    "the largest) and p50 over B's turns. Each round runs both cases, in alternating order; "
+    "rows pair a round's fair and FIFO figures. The pool: B's k-th turn starts after about 2k "
+    "slots free (A's and B's turns alternate), so 10 turns need ~20 / c durations of a pool of "
+    "c slots: <= 3 needs c >= ~7 (prefork `-c 2` would be ~10 however fair the order).",
+    "**Q2** `bench.admission_bench`: a private redis-server and one `dres worker -c 2` "
+    "(prefork), idle; `DRES_TENANT_CONCURRENCY=1000` and `DRES_TENANT_RATE=1000/s` in the bench "
+    "process and the worker (every check runs, none binds); a scripted model that answers at "
+    "once. Per sample, `time.time()` just before the call, then `Lifecycle.enqueue(…, "
+    "tenant=…)` (admitted: `Tenancy.start`, i.e. `lua/tenants.lua`'s start and "
+    "`CeleryDispatcher.backlog`'s `LLEN`s, then create and launch), the same with "
+    "`DRES_TENANT_MAX_QUEUED` set too (bounded: `Tenancy.refuse` reads the tenant's queued "
+    "count first), or `Lifecycle.create` + `Lifecycle.launch` of the same turn (plain); figure: "
+    "the turn's first `run_started` `ts` − that time. The bench waits for the turn's end and "
+    "20 ms before the next sample; a round takes one of each kind, its order turning round; "
+    "ratios pair a round's samples.",
 ]
 
 NOISE = [
