@@ -63,14 +63,29 @@ class Counts:
     queued: int
 
 
+@dataclass(frozen=True, slots=True)
+class Ahead:
+    """The room ahead of the workers as the script reads it: ``most`` new turns less the messages
+    waiting in ``queues``, the broker's chunk queues on the ledger's own server (one round trip
+    for the admission and its look at the broker)."""
+
+    most: int
+    queues: tuple[str, ...]
+
+
 class Tenants:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
         self.client = ledger.client
         self._script = self.client.register_script(script("tenants.lua"))
 
-    def _call(self, op: str, now_ms: int, limits: Limits, room: int, *extra: MetaValue) -> Any:
+    def _call(
+        self, op: str, now_ms: int, limits: Limits, room: int | Ahead, *extra: MetaValue
+    ) -> Any:
         script_keys = [keys.tenants_ring(), keys.tenant_owners(), keys.tenants_order()]
+        if isinstance(room, Ahead):
+            script_keys += room.queues
+            room = -room.most
         args: list[MetaValue] = [
             op,
             now_ms,
@@ -83,26 +98,34 @@ class Tenants:
         ]
         return self.ledger.retry(lambda: self._script(keys=script_keys, args=args))
 
-    def start(self, tenant: str, turn_id: str, now_ms: int, limits: Limits, room: int) -> bool:
+    def start(
+        self, tenant: str, turn_id: str, now_ms: int, limits: Limits, room: int | Ahead
+    ) -> bool:
         """Take a slot for a new turn now, if no turn of any tenant waits (fair order), the
         ``room`` ahead of the workers, the tenant's slots and its rate allow; else nothing."""
         keys.tenant_key(tenant, "running")  # a tenant with braces is refused here
         return bool(int(self._call("start", now_ms, limits, room, tenant, turn_id)))
 
     def wait(
-        self, tenant: str, turn_id: str, kind: str, now_ms: int, limits: Limits, room: int
+        self,
+        tenant: str,
+        turn_id: str,
+        kind: str,
+        now_ms: int,
+        limits: Limits,
+        room: int | Ahead,
     ) -> Admissions:
         """The turn waits for its tenant (``kind`` ``new`` or ``resume``; one that holds a slot
         already is let through again), then whatever may start now is let through."""
         keys.tenant_key(tenant, "running")
         return _admissions(self._call("wait", now_ms, limits, room, tenant, turn_id, kind))
 
-    def leave(self, turn_id: str, now_ms: int, limits: Limits, room: int) -> Admissions:
+    def leave(self, turn_id: str, now_ms: int, limits: Limits, room: int | Ahead) -> Admissions:
         """The turn gives back its slot, or its place in a queue (once: a second call finds
         nothing); then whatever may start now is let through."""
         return _admissions(self._call("leave", now_ms, limits, room, turn_id))
 
-    def pump(self, now_ms: int, limits: Limits, room: int) -> Admissions:
+    def pump(self, now_ms: int, limits: Limits, room: int | Ahead) -> Admissions:
         """Let through whatever may start now, in fair order."""
         return _admissions(self._call("pump", now_ms, limits, room))
 

@@ -101,6 +101,9 @@ class KeptMessages:
         # lets new turns through without a bound on the room ahead of the workers)
         return None
 
+    def queue_keys(self) -> tuple[str, ...] | None:
+        return None
+
 
 @dataclass
 class Harness:

@@ -7,10 +7,12 @@
 -- the turn's, not its run's, so a takeover keeps it and it is given back once.
 --
 -- KEYS[1] the ring (zset tenant -> order), KEYS[2] the owners (hash turn -> tenant),
--- KEYS[3] the counter of the ring's order
+-- KEYS[3] the counter of the ring's order; KEYS[4..] the broker's chunk queues, when the broker
+-- is this server (then the room is read here: see ARGV[5])
 -- ARGV[1] op: start | wait | leave | pump | drop
 -- ARGV[2] now (ms), ARGV[3] concurrency (0: none), ARGV[4] ms between two starts (0: none),
--- ARGV[5] new turns that may be let through now (the room ahead of the workers),
+-- ARGV[5] new turns that may be let through now (the room ahead of the workers); negative, -N:
+--   N less the messages waiting in KEYS[4..],
 -- ARGV[6] most turns let through by this call, ARGV[7] the key prefix of a tenant
 -- start: ARGV[8] tenant, ARGV[9] turn. Takes a slot for a new turn if nothing waits anywhere,
 --   the room, its tenant's slots and rate allow; 1 taken, 0 not (nothing changed).
@@ -28,6 +30,12 @@ local now = tonumber(ARGV[2])
 local concurrency = tonumber(ARGV[3])
 local interval = tonumber(ARGV[4])
 local room = tonumber(ARGV[5])
+if room < 0 then
+  room = -room
+  for i = 4, #KEYS do
+    room = room - redis.call('LLEN', KEYS[i])
+  end
+end
 local most = tonumber(ARGV[6])
 local prefix = ARGV[7]
 

@@ -15,9 +15,10 @@ from pathlib import Path
 import pytest
 
 from ledger.store import Client, Ledger
-from ledger.tenants import Admissions, Admitted, Limits, Tenants
+from ledger.tenants import Admissions, Admitted, Ahead, Limits, Tenants
 from ledger.turn import TurnMeta
 from tests.harness import Harness
+from tests.support.fixtures import Backend
 from worker.base.errors import QueueFull, Refused
 from worker.lifecycle.hooks import Hook, Hooks
 
@@ -126,6 +127,23 @@ def test_a_slot_a_crash_left_behind_is_dropped_only_if_still_the_one_read(
     assert tenants.drop("a", "a0", since, NOW + 10)
     assert tenants.counts("a").running == 0
     assert ids(tenants.leave("a0", NOW, FREE, ROOMY)) == []
+
+
+def test_the_room_is_read_from_the_brokers_queues_in_the_script_on_the_ledgers_own_server(
+    client: Client, backend: Backend, tenants: Tenants
+) -> None:
+    """Where the broker is the ledger's server (never a cluster: its queues are in other slots),
+    the script counts the messages waiting in the chunk queues itself."""
+    if backend.name == "cluster":
+        pytest.skip("a broker is never a cluster's node: no queue is read in a cluster's script")
+    queues = ("dres.foreground", "dres.background\x06\x163")
+    ahead = Ahead(2, queues)
+    client.lpush(queues[0], "m1")
+    client.lpush(queues[1], "m2")
+    assert not tenants.start("a", "a0", NOW, FREE, ahead)
+    queue(tenants, ("a", "a0"))
+    client.rpop(queues[1])
+    assert ids(tenants.pump(NOW, FREE, ahead)) == ["a0"]
 
 
 # -- the hook seam --------------------------------------------------------------------------

@@ -65,6 +65,9 @@ class LosingDispatcher:
     def backlog(self) -> int | None:
         return 0
 
+    def queue_keys(self) -> tuple[str, ...] | None:
+        return None
+
 
 def first_chunk_handed_over(rt: Runtime, model: str) -> tuple[str, str, float]:
     """A turn whose first chunk ran (here) and recorded its successor; (turn, successor, when)."""

@@ -39,6 +39,10 @@ class Dispatcher(Protocol):
         """How many messages wait in the chunk queues, at O(1) (no message read); None when the
         broker cannot be looked into."""
 
+    def queue_keys(self) -> tuple[str, ...] | None:
+        """The keys of the chunk queues' lists when the broker is the ledger's own server, for a
+        ledger script to read their lengths itself (tenant admission); None otherwise."""
+
 
 def task_id(turn_id: str, run_id: str) -> str:
     """Deterministic: a repeated dispatch of one run is recognisably the same message."""

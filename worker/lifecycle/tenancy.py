@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import structlog
 
 from ledger.ids import TENANT_RULE, is_tenant
-from ledger.tenants import Admissions, Admitted, Limits, Tenants
+from ledger.tenants import Admissions, Admitted, Ahead, Limits, Tenants
 from ledger.turn import TurnMeta, TurnStatus
 from ledger.turns import TurnStore
 from worker.base import metrics
@@ -98,6 +98,8 @@ class Tenancy(Hook):
             interval_ms=round(settings.tenant_start_interval_s * 1000),
         )
         self._mended_at = -math.inf
+        #: the broker's chunk queues on the ledger's server (() none there; None not read yet)
+        self._queues: tuple[str, ...] | None = None
 
     # -- the hook ------------------------------------------------------------------------------
 
@@ -114,12 +116,15 @@ class Tenancy(Hook):
             )
 
     def start(self, tenant: str, turn_id: str) -> bool:
+        ahead = self._ahead()
+        if ahead is not None:  # the broker's room read in the same script
+            return self.tenants.start(tenant, turn_id, self._now(), self.limits, ahead)
         # the ledger first (nothing waits, the tenant's slots and rate allow), then the broker's
         # room: a slot taken where the broker has none is given back, and the turn waits
         if not self.tenants.start(tenant, turn_id, self._now(), self.limits, AHEAD):
             return False
         try:
-            room = self._room(strict=True)
+            room = self._broker_room(strict=True)
         except Exception:
             self.tenants.leave(turn_id, self._now(), self.limits, 0)
             raise
@@ -188,11 +193,27 @@ class Tenancy(Hook):
     def _now(self) -> int:
         return int(self.clock.now() * 1000)
 
-    def _room(self, *, strict: bool = False) -> int:
-        """How many new turns may go into the broker's chunk queues now: ``AHEAD`` less the
-        messages waiting there (a broker that cannot be looked into: no bound). A broker out of
-        reach raises when ``strict`` (a new turn's start: nothing is recorded, and the request
-        is told), else lets none through now (a later look does)."""
+    def _ahead(self) -> Ahead | None:
+        """The room as the tenants' script reads it itself, when the broker is the ledger's own
+        server (its queues' keys, read once); None: it is asked apart (``_room``)."""
+        if self._queues is None:
+            try:
+                self._queues = self.dispatcher.queue_keys() or ()
+            except Exception as e:  # asked again next time
+                log.warning("could not name the broker's queues", error=repr(e))
+                return None
+        return Ahead(AHEAD, self._queues) if self._queues else None
+
+    def _room(self) -> int | Ahead:
+        """How many new turns may go into the broker's chunk queues now (``AHEAD`` less the
+        messages waiting there): read by the tenants' script itself where it can, else asked."""
+        ahead = self._ahead()
+        return self._broker_room() if ahead is None else ahead
+
+    def _broker_room(self, *, strict: bool = False) -> int:
+        """``_room`` asked of the broker (one that cannot be looked into: no bound). A broker
+        out of reach raises when ``strict`` (a new turn's start: nothing is recorded, and the
+        request is told), else lets none through now (a later look does)."""
         try:
             backlog = self.dispatcher.backlog()
         except Exception as e:

@@ -38,6 +38,7 @@ class CeleryDispatcher:
             and not settings.redis_cluster
             and app.conf.broker_transport in (broker.TRANSPORT, broker.SENTINEL_TRANSPORT)
         )
+        self._queue_keys: tuple[str, ...] | None = None
 
     def dispatch(self, turn_id: str, run_id: str, mode: str) -> None:
         self.app.send_task(
@@ -95,6 +96,22 @@ class CeleryDispatcher:
         """Messages waiting in the chunk queues (every priority list): one ``LLEN`` each."""
         replies = self._read_queues(lambda pipe, key: pipe.llen(key), unacked=False)
         return None if replies is None else sum(int(n) for n in replies)
+
+    def queue_keys(self) -> tuple[str, ...] | None:
+        """The chunk queues' lists (every priority) when the broker is the ledger's own server
+        (``shares_store``), named as kombu's transport names them; read once per process."""
+        if not self.shares_store:
+            return None
+        if self._queue_keys is None:
+            with self.app.pool.acquire(block=True) as connection:
+                channel: Any = connection.default_channel
+                names = [self.settings.foreground_queue, self.settings.background_queue]
+                self._queue_keys = tuple(
+                    channel._q_for_pri(name, pri)
+                    for name in names
+                    for pri in channel.priority_steps
+                )
+        return self._queue_keys
 
     def _read_queues(self, read: Any, *, unacked: bool) -> list[Any] | None:
         """``read(pipe, key)`` for each chunk queue's priority list (and the unacknowledged
