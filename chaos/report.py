@@ -50,6 +50,8 @@ class Outcome:
     #: a tenant trial's bound (0: not one), and whether a tenant had that many running at once
     limit: int = 0
     reached: bool = False
+    #: slots a crash left behind that a reaper's mend gave back (the workers' log says so)
+    mended: int = 0
     #: what to read when an invariant broke (a tenant trial's runs), printed under it
     details: list[str] = field(default_factory=list)
 

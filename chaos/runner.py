@@ -281,7 +281,9 @@ def run_trial(cluster: Cluster, trial: Trial, script: str, index: int = 0) -> Ou
     runs = trial.turns if trial.flight else 1
     if trial.limit and trial.action == "kill_worker":
         runs = min(trial.most_running, cluster.profile.concurrency)
-    outcome.takeovers = count(outcome.taken, trial.action, fired, logs.since(), runs=runs)
+    logged = logs.since()
+    outcome.takeovers = count(outcome.taken, trial.action, fired, logged, runs=runs)
+    outcome.mended = logged.count(tenants.MENDED)
     outcome.seconds = time.monotonic() - started
     cluster.recover()  # for the next trial, out of this one's time
     return outcome
@@ -349,8 +351,9 @@ def run(
     tmp = Path(tempfile.mkdtemp(prefix="dres-chaos-"))
     script = write_script(tmp / "script.json", STEPS, on_resume="restart")
     sentinel = faults == FAILOVER_FAULTS
-    if approval or CONVERSATION in only:
-        configure_logging("WARNING")  # decisions, second messages: the trials' lines say enough
+    if approval or CONVERSATION in only or limit:
+        # decisions, second messages, turns waiting for their tenant: the trials' lines say enough
+        configure_logging("WARNING")
     cluster = (
         SentinelCluster(tmp, naive=naive)
         if sentinel
@@ -456,7 +459,8 @@ def main(
         reached = sum(o.reached for o in outcomes)
         print(
             f"tenants: at most {limit} running each (DRES_TENANT_CONCURRENCY); {reached} of "
-            f"{len(outcomes)} trials had a tenant at {limit} running at once"
+            f"{len(outcomes)} trials had a tenant at {limit} running at once; "
+            f"{sum(o.mended for o in outcomes)} slots left behind given back by a reaper's mend"
         )
     if isinstance(cluster, SentinelCluster):
         made = cluster.failovers

@@ -34,6 +34,8 @@ WAVE_S = 5.0
 #: seconds between two looks at the tenants' counts
 LOOK_S = 0.2
 LETTERS = "abc"
+#: a worker's line when its reaper's mend gives back a slot a crash left behind
+MENDED = "gave back a slot its turn left behind"
 
 
 def turn_tenants(trial: Trial, index: int) -> list[str]:
