@@ -43,6 +43,11 @@ the turn) or the same message again, beside a worker fault (``chaos.conversation
 of the conversation is checked, and the conversation itself (``chaos.conversation_checks``): no
 two turns' runs overlap, no write twice across a fork.
 
+``limit=N`` (``--tenants N``) runs the default trials with each trial's turns under 2 or 3
+tenants, one of them enqueuing more than N at once, on workers and a runner at
+``DRES_TENANT_CONCURRENCY=N`` (``chaos.tenants``): besides every turn's invariants, no tenant
+had more than N turns in a run at once, and every slot came back after the trial.
+
 ``naive=True`` runs the same trials on a worker started with ``DRES_NAIVE=1`` (no journal note,
 no hard-block, no interrupted-write guard) and counts the duplicate effects that causes.
 """
