@@ -23,6 +23,7 @@ from chaos import tenant_checks
 from chaos.cluster import Cluster
 from chaos.report import Outcome
 from chaos.trial import Trial
+from ledger.errors import UnknownTurn
 from worker.lifecycle.tenancy import MEND_S, SETTLED_AFTER_MS
 
 #: seconds after the trial within which every slot must be back: a slot a crash left behind
@@ -68,7 +69,28 @@ def judge(
     outcome.reached = any(n >= trial.limit for n in most.values())
     if all(t.status in ("completed", "stopped") for t in outcome.turns):  # else said already
         counts = slots(cluster, sorted(set(turns.values())), read)
-        outcome.violations += tenant_checks.slots_back(counts)
+        left = tenant_checks.slots_back(counts)
+        outcome.violations += left
+        if left:
+            outcome.details += holders(cluster, [t for t, c in counts.items() if any(c)], read)
+
+
+def holders(
+    cluster: Cluster, tenants: Sequence[str], read: Callable[[Callable[[], Any]], Any]
+) -> list[str]:
+    """The turns still holding the ``tenants``' slots, each with its status: what to read when a
+    slot was not given back (a turn ended or waiting: a give-back lost to a crash, which the
+    reaper's mend gives back only to a tenant with a turn waiting to start)."""
+    ledger, slots_of = cluster.runtime.ledger, cluster.runtime.lifecycle.store.tenants
+    lines = []
+    for tenant in tenants:
+        for turn_id, since in read(partial(slots_of.running, tenant)):
+            try:
+                status = str(read(partial(ledger.meta, turn_id)).status)
+            except UnknownTurn:
+                status = "gone"
+            lines.append(f"{tenant} holds a slot for {turn_id} ({status}) since {since} ms")
+    return lines
 
 
 def slots(
