@@ -121,13 +121,15 @@ clean:
 # KINDS=conversation (alone too) sends a second message, a regenerate or a retry mid-turn.
 # HOG=N runs N busy loops beside the worker (a host at load) and counts false takeovers.
 # POOL=gevent runs them on `dres worker -P gevent` workers, 50 more turns in flight per trial.
+# TENANTS=N: each trial's turns under 2-3 tenants, DRES_TENANT_CONCURRENCY=N; none may run more.
 TRIALS ?= 200
 SEED ?= 1
 NAIVE ?= 0
 KINDS ?=
 HOG ?= 0
 POOL ?= prefork
+TENANTS ?= 0
 chaos: install redis-server
 	$(PY) -m chaos --trials $(TRIALS) --seed $(SEED) $(if $(filter 1,$(NAIVE)),--naive) \
 		$(if $(strip $(KINDS)),--only $(KINDS)) $(if $(filter-out 0,$(HOG)),--hog $(HOG)) \
-		--pool $(POOL)
+		$(if $(filter-out 0,$(TENANTS)),--tenants $(TENANTS)) --pool $(POOL)

@@ -1,5 +1,5 @@
 """``python -m chaos [--trials N] [--seed S] [--naive] [--only ACTION ...] [--hog N]
-[--pool prefork|gevent]``: run the
+[--pool prefork|gevent] [--tenants N]``: run the
 chaos trials; exit 1 on any violation (with ``--naive``: on any but the duplicate effects naive
 resume is there to count)."""
 
@@ -46,11 +46,32 @@ if __name__ == "__main__":
         help="the workers' pool; gevent: 50 more turns in flight in each trial, on "
         "`dres worker -P gevent` (kill_child and soft_limit are not drawn: chaos.trial)",
     )
+    parser.add_argument(
+        "--tenants",
+        type=int,
+        default=0,
+        metavar="N",
+        help="tenant trials (chaos.tenants): each trial's turns under 2 or 3 tenants, one with "
+        "more than N at once, the workers and the runner at DRES_TENANT_CONCURRENCY=N; no tenant "
+        "may have more than N running at once, and every slot comes back (the default kinds)",
+    )
     args = parser.parse_args()
+    if args.tenants < 0:
+        parser.error("--tenants: a bound of 1 or more (0: no tenant trials)")
+    if args.tenants and "elsewhere" in args.only:
+        parser.error("--tenants: tenant trials are the default kinds' (store faults among them)")
     if "elsewhere" in args.only:  # tools from MCP servers and HTTP APIs: servers of their own
         from chaos.elsewhere import main as elsewhere
 
         sys.exit(elsewhere(args.trials, args.seed, naive=args.naive))
     sys.exit(
-        main(args.trials, args.seed, naive=args.naive, only=args.only, hog=args.hog, pool=args.pool)
+        main(
+            args.trials,
+            args.seed,
+            naive=args.naive,
+            only=args.only,
+            hog=args.hog,
+            pool=args.pool,
+            limit=args.tenants,
+        )
     )

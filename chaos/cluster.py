@@ -90,6 +90,15 @@ def under(pool: str, profile: Profile) -> Profile:
     return Profile(concurrency, profile.env, GEVENT)
 
 
+def with_tenants(profile: Profile, limit: int) -> Profile:
+    """``profile`` for a tenant trial of bound ``limit``: a pool with room for a tenant at its
+    bound and another's turn beside it, so that the bound, not the pool, is what holds a tenant
+    back (the backlog's one process stays one)."""
+    if not limit or profile.concurrency == 1:
+        return profile
+    return Profile(max(profile.concurrency, limit + 1), profile.env, profile.pool)
+
+
 @dataclass
 class Cluster:
     """A restartable redis-server and prefork worker."""
@@ -99,6 +108,8 @@ class Cluster:
     naive: bool = False
     #: the workers' pool (``POOLS``): every profile is run under it
     pool: str = "prefork"
+    #: a tenant's bound (``DRES_TENANT_CONCURRENCY``) for the workers and the runner; 0: none
+    tenants: int = 0
     server: RedisServer = field(init=False)
     worker: WorkerProcess | None = None
     profile: Profile = DEFAULT
@@ -112,6 +123,7 @@ class Cluster:
             **os.environ,
             **ENV,
             "DRES_NAIVE": "1" if self.naive else "0",
+            **({"DRES_TENANT_CONCURRENCY": str(self.tenants)} if self.tenants else {}),
             **self.start_store(),
             "PYTHONPATH": str(ROOT),
         }
@@ -134,7 +146,7 @@ class Cluster:
     def ensure_worker(self, profile: Profile | None = None) -> None:
         """A live worker of ``profile`` (default: the one running): a dead one is started again,
         one of another profile is stopped first."""
-        wanted = under(self.pool, profile or self.profile)
+        wanted = with_tenants(under(self.pool, profile or self.profile), self.tenants)
         if self.worker is not None and self.worker.alive() and wanted == self.profile:
             return
         if self.worker is not None:

@@ -47,6 +47,13 @@ class Outcome:
     #: runs started to take a turn over, in the trial's turns (judged after the trial)
     taken: int = 0
     takeovers: Takeovers = field(default_factory=lambda: Takeovers(0, 0, 0))
+    #: a tenant trial's bound (0: not one), and whether a tenant had that many running at once
+    limit: int = 0
+    reached: bool = False
+    #: slots a crash left behind that a reaper's mend gave back (the workers' log says so)
+    mended: int = 0
+    #: what to read when an invariant broke (a tenant trial's runs), printed under it
+    details: list[str] = field(default_factory=list)
 
     @property
     def ending(self) -> list[TurnResult]:
@@ -73,6 +80,12 @@ class Outcome:
         return sum(t.duplicates for t in self.turns)
 
 
+#: a tenant trial's column: a tenant had its bound's worth of turns running at once
+REACHED = "tenant at its bound"
+#: the columns that count trials among those of a row, not the row's trials themselves
+COUNTED = frozenset({"violations", "fired", "continued", REACHED})
+
+
 def table(outcomes: Sequence[Outcome]) -> str:
     """Per fault: trials, how they ended, how many broke an invariant."""
     rows: dict[str, Counter[str]] = defaultdict(Counter)
@@ -83,12 +96,14 @@ def table(outcomes: Sequence[Outcome]) -> str:
         rows[o.fault]["fired"] += o.fired
         rows[o.fault]["continued"] += bool(o.continues)
         rows[o.fault]["violations"] += bool(o.violations)
+        if o.limit:
+            rows[o.fault][REACHED] += o.reached
     columns = ["fired", "completed", "continued", "stopped, can continue", "violations"]
     others = sorted({k for c in rows.values() for k in c} - set(columns))
     lines = [["fault", "trials", *columns, *others]]
     for fault in sorted(rows):
         counts = rows[fault]
-        trials = sum(v for k, v in counts.items() if k not in {"violations", "fired", "continued"})
+        trials = sum(v for k, v in counts.items() if k not in COUNTED)
         lines.append([fault, str(trials), *(str(counts[c]) for c in [*columns, *others])])
     return render(lines)
 

@@ -43,6 +43,11 @@ the turn) or the same message again, beside a worker fault (``chaos.conversation
 of the conversation is checked, and the conversation itself (``chaos.conversation_checks``): no
 two turns' runs overlap, no write twice across a fork.
 
+``limit=N`` (``--tenants N``) runs the default trials with each trial's turns under 2 or 3
+tenants, one of them enqueuing more than N at once, on workers and a runner at
+``DRES_TENANT_CONCURRENCY=N`` (``chaos.tenants``): besides every turn's invariants, no tenant
+had more than N turns in a run at once, and every slot came back after the trial.
+
 ``naive=True`` runs the same trials on a worker started with ``DRES_NAIVE=1`` (no journal note,
 no hard-block, no interrupted-write guard) and counts the duplicate effects that causes.
 """
@@ -59,7 +64,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chaos import invariants
+from chaos import invariants, tenants
 from chaos.approvals import APPROVAL_FAULTS, DECISION_POINTS, Decider
 from chaos.cluster import FLIGHT, GEVENT, BrokerCensus, Cluster
 from chaos.conversations import Sender, action_table, opening
@@ -143,6 +148,7 @@ class Watch:
         bound = APPROVAL_BOUND_S if self.trial.approval or self.sender is not None else BOUND_S
         if self.trial.flight:
             bound = max(bound, FLIGHT_BOUND_S)
+        bound += self.trial.waves * tenants.WAVE_S  # a tenant trial's turns go in rounds
         deadline = time.monotonic() + bound
         # the runner's own faults' time (``faults_s``) is not the turns'
         while self.open() and time.monotonic() < deadline + self.faults_s:
@@ -229,7 +235,8 @@ def arm(client: Any, trial: Trial) -> None:
         client.hset(keys.chaos_fault(), mapping={**armed, "skip": trial.skip, "hits": 0})
 
 
-def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
+def run_trial(cluster: Cluster, trial: Trial, script: str, index: int = 0) -> Outcome:
+    """Run one trial (``index``: its number, which names a tenant trial's tenants)."""
     client = cluster.runtime.redis
     logs = WorkerLogs(cluster.tmp)
     logs.mark()
@@ -238,9 +245,12 @@ def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
     restarts = cluster.restarts
     started = time.monotonic()
     options = opening(cluster, trial, script)
-    turn_ids = [
-        cluster.runtime.lifecycle.enqueue(MESSAGE, **options).turn_id for _ in range(trial.turns)
-    ]
+    owners = tenants.turn_tenants(trial, index) if trial.limit else [""] * trial.turns
+    turn_ids = []
+    for owner in owners:
+        if owner:
+            options["tenant"] = owner
+        turn_ids.append(cluster.runtime.lifecycle.enqueue(MESSAGE, **options).turn_id)
     watch = Watch(
         cluster,
         turn_ids,
@@ -268,10 +278,17 @@ def run_trial(cluster: Cluster, trial: Trial, script: str) -> Outcome:
     if trial.store:
         exits = cluster.restarts - restarts + (not cluster.worker_alive())
         outcome.violations += invariants.worker_stayed(exits)
-    # under gevent one process death ends every run of the trial: each turn's takeover is its
-    outcome.takeovers = count(
-        outcome.taken, trial.action, fired, logs.since(), runs=trial.turns if trial.flight else 1
-    )
+    if trial.limit:
+        turns = dict(zip(turn_ids, owners, strict=True))
+        tenants.judge(cluster, trial, turns, outcome, answered)
+    # under gevent one process death ends every run of the trial: each turn's takeover is its;
+    # a tenant trial's worker killed held each tenant's running turns, as many as its pool
+    runs = trial.turns if trial.flight else 1
+    if trial.limit and trial.action == "kill_worker":
+        runs = min(trial.most_running, cluster.profile.concurrency)
+    logged = logs.since()
+    outcome.takeovers = count(outcome.taken, trial.action, fired, logged, runs=runs)
+    outcome.mended = logged.count(tenants.MENDED)
     outcome.seconds = time.monotonic() - started
     cluster.recover()  # for the next trial, out of this one's time
     return outcome
@@ -323,22 +340,29 @@ def run(
     only: Collection[str] = (),
     hog: int = 0,
     pool: str = "prefork",
+    limit: int = 0,
 ) -> tuple[list[Outcome], Cluster]:
     """Run the trials; ``only``: draw just the faults of these actions (all but ``failover``,
     ``approval`` and ``conversation`` when empty; each of those alone: on a Sentinel set-up; on
     a worker where writes wait for a person; with a second message mid-turn); ``hog``: busy
     loops beside the worker;
-    ``pool``: the workers' (gevent: ``FLIGHT`` more turns in each trial)."""
+    ``pool``: the workers' (gevent: ``FLIGHT`` more turns in each trial); ``limit``: a tenant's
+    bound (``chaos.tenants``; 0: no tenant trials)."""
     faults = drawn(only, pool)
     approval = faults == APPROVAL_FAULTS
+    if limit and (approval or faults == FAILOVER_FAULTS or CONVERSATION in only):
+        raise ValueError("tenant trials are the default kinds' (store faults among them)")
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="dres-chaos-"))
     script = write_script(tmp / "script.json", STEPS, on_resume="restart")
     sentinel = faults == FAILOVER_FAULTS
-    if approval or CONVERSATION in only:
-        configure_logging("WARNING")  # decisions, second messages: the trials' lines say enough
+    if approval or CONVERSATION in only or limit:
+        # decisions, second messages, turns waiting for their tenant: the trials' lines say enough
+        configure_logging("WARNING")
     cluster = (
-        SentinelCluster(tmp, naive=naive) if sentinel else Cluster(tmp, naive=naive, pool=pool)
+        SentinelCluster(tmp, naive=naive)
+        if sentinel
+        else Cluster(tmp, naive=naive, pool=pool, tenants=limit)
     )
     outcomes: list[Outcome] = []
     try:
@@ -361,11 +385,14 @@ def trial_loop(
     """Draw and run each trial into ``outcomes``, printing its line as it ends;
     ``conversation``: each with a second message mid-turn (``chaos.conversations``)."""
     naive, approval = cluster.naive, faults == APPROVAL_FAULTS
-    # a conversation trial's turns are its conversation's: no turns in flight beside them
-    flight = FLIGHT if cluster.pool == GEVENT and not conversation else 0
+    # a conversation trial's turns are its conversation's, a tenant trial's its tenants': no
+    # turns in flight beside them
+    limit = cluster.tenants
+    flight = FLIGHT if cluster.pool == GEVENT and not conversation and not limit else 0
     for index in range(trials):
-        trial = replace(Trial.draw(rng, naive, faults, approval, conversation), flight=flight)
-        outcome = run_trial(cluster, trial, script)
+        draw = Trial.draw(rng, naive, faults, approval, conversation, limit)
+        trial = replace(draw, flight=flight)
+        outcome = run_trial(cluster, trial, script, index + 1)
         outcomes.append(outcome)
         mark = "VIOLATION" if outcome.violations else "ok"
         if approval:
@@ -384,6 +411,8 @@ def trial_loop(
             print(f"        ! {violation}", flush=True)
         for note in outcome.duplicate_notes:
             print(f"        = {note}", flush=True)
+        for line in outcome.details:
+            print(f"          {line}", flush=True)
 
 
 def main(
@@ -393,12 +422,13 @@ def main(
     only: Collection[str] = (),
     hog: int = 0,
     pool: str = "prefork",
+    limit: int = 0,
 ) -> int:
     """Run the trials and print the tables; 1 if any invariant broke (in a naive run: any but
     the duplicate-effect ones, which naive resume is expected to break). ``hog``: busy loops
     beside the worker for the whole run; ``pool``: the workers'."""
     started = time.monotonic()
-    outcomes, cluster = run(trials, seed, naive, only, hog, pool)
+    outcomes, cluster = run(trials, seed, naive, only, hog, pool, limit)
     print()
     print(table(outcomes))
     if any(o.line for o in outcomes):
@@ -429,6 +459,13 @@ def main(
             "decisions: "
             + ", ".join(f"{n} {what}" for what, n in sorted(decisions.items()))
             + f"; {sum(o.continues for o in outcomes)} continues"
+        )
+    if limit:
+        reached = sum(o.reached for o in outcomes)
+        print(
+            f"tenants: at most {limit} running each (DRES_TENANT_CONCURRENCY); {reached} of "
+            f"{len(outcomes)} trials had a tenant at {limit} running at once; "
+            f"{sum(o.mended for o in outcomes)} slots left behind given back by a reaper's mend"
         )
     if isinstance(cluster, SentinelCluster):
         made = cluster.failovers

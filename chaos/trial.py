@@ -175,6 +175,17 @@ class Second:
         return self.later if self.action in ("queue", "interrupt") and not self.at_fault else 0
 
 
+#: tenants a tenant trial's turns belong to (drawn)
+TENANTS = (2, 3)
+
+
+def draw_tenants(rng: random.Random, limit: int) -> tuple[int, ...]:
+    """A tenant trial's turns per tenant: the first tenant enqueues more than ``limit`` at once
+    (1 to ``limit + 1`` more, so that its bound binds), each other 1 to ``limit + 1``."""
+    first = limit + rng.randint(1, limit + 1)
+    return (first, *(rng.randint(1, limit + 1) for _ in range(rng.choice(TENANTS) - 1)))
+
+
 @dataclass(frozen=True)
 class Trial:
     """One trial's draw: its fault, where it strikes, and the turns' mode."""
@@ -199,6 +210,10 @@ class Trial:
     flight: int = 0
     #: a conversation trial's second message (``chaos.conversations``); none in the others
     second: Second = field(default_factory=Second)
+    #: a tenant trial's bound (``DRES_TENANT_CONCURRENCY``; 0: not a tenant trial) and its
+    #: tenants' turns, the first tenant's (with the turn the fault aims at) more than ``limit``
+    limit: int = 0
+    tenants: tuple[int, ...] = ()
 
     @classmethod
     def draw(
@@ -208,6 +223,7 @@ class Trial:
         faults: Sequence[tuple[str, str]] = FAULTS,
         approval: bool = False,
         conversation: bool = False,
+        limit: int = 0,
     ) -> Trial:
         # The draws depend on the seed alone, never on an outcome: a naive run meets the same
         # faults in the same order.
@@ -224,7 +240,8 @@ class Trial:
         if point.startswith("tool."):
             skip += second.hits_later
         drawn = (action, point, mode, skip, kill_after, naive, outage_s, how, approval, person)
-        return cls(*drawn, second=second)
+        tenants = draw_tenants(rng, limit) if limit else ()  # and only for a tenant trial
+        return cls(*drawn, second=second, limit=limit, tenants=tenants)
 
     @property
     def store(self) -> bool:
@@ -243,13 +260,27 @@ class Trial:
 
     @property
     def turns(self) -> int:
+        if self.tenants:
+            return sum(self.tenants)
         if self.flight:
             return 1 + self.flight
         return BACKLOG_TURNS if self.backlog else 1
 
     @property
+    def most_running(self) -> int:
+        """A tenant trial's turns that may run at once, all tenants at their bound."""
+        return sum(min(self.limit, n) for n in self.tenants)
+
+    @property
+    def waves(self) -> int:
+        """A tenant trial's turns of its busiest tenant, in rounds of ``limit`` at once."""
+        return max((-(-n // self.limit) for n in self.tenants), default=0)
+
+    @property
     def fault(self) -> str:
-        label = f"backlog x{self.turns}" if self.backlog else self.action
+        label = self.action
+        if self.backlog and not self.tenants:  # a tenant trial's turns are drawn
+            label += f" x{self.turns}"
         if self.flight and not self.backlog:
             label += f" x{self.turns}"
         if self.approval:
