@@ -141,6 +141,12 @@ def tenants_order() -> str:
     return f"{PREFIX}:{TENANTS}:order"
 
 
+def tenants_holding() -> str:
+    """Set of the tenants whose turns hold slots now: what the reaper's mend looks through for a
+    slot a crash left behind. Its name is the order's with ``holding`` (``lua/tenants.lua``)."""
+    return f"{PREFIX}:{TENANTS}:holding"
+
+
 def tenant_owners() -> str:
     """Hash: turn id -> its tenant, for each turn that holds a slot or waits to start, so a turn's
     end gives its slot back by its id alone."""

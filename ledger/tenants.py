@@ -144,12 +144,25 @@ class Tenants:
         ring = self.ledger.retry(lambda: self.client.zrange(keys.tenants_ring(), 0, -1), "read")
         return [text(t) for t in ring]
 
-    def running(self, tenant: str) -> list[tuple[str, int]]:
-        """The turns holding the tenant's slots, each with when it took its slot (ms)."""
+    def holding_tenants(self) -> list[str]:
+        """The tenants whose turns hold slots now."""
+        found = self.ledger.retry(lambda: self.client.smembers(keys.tenants_holding()), "read")
+        return sorted(text(t) for t in found)
+
+    def running(
+        self, tenant: str, *, taken_before_ms: int | None = None, most: int = -1
+    ) -> list[tuple[str, int]]:
+        """The turns holding the tenant's slots, each with when it took its slot (ms), oldest
+        first: only those taken before ``taken_before_ms``, and at most ``most``, when given."""
         key = keys.tenant_key(tenant, "running")
-        found: list[Any] = self.ledger.retry(
-            lambda: self.client.zrange(key, 0, -1, withscores=True), "read"
-        )
+        until = "+inf" if taken_before_ms is None else f"({taken_before_ms}"
+
+        def read() -> Any:
+            if most < 0:
+                return self.client.zrangebyscore(key, "-inf", until, withscores=True)
+            return self.client.zrangebyscore(key, "-inf", until, start=0, num=most, withscores=True)
+
+        found: list[Any] = self.ledger.retry(read, "read")
         return [(text(pair[0]), int(pair[1])) for pair in found]
 
     def counts(self, tenant: str) -> Counts:

@@ -7,7 +7,8 @@
 -- the turn's, not its run's, so a takeover keeps it and it is given back once.
 --
 -- KEYS[1] the ring (zset tenant -> order), KEYS[2] the owners (hash turn -> tenant),
--- KEYS[3] the counter of the ring's order; KEYS[4..] the broker's chunk queues, when the broker
+-- KEYS[3] the counter of the ring's order (and, beside it, the set of tenants holding slots,
+-- its name with ':holding' for ':order'); KEYS[4..] the broker's chunk queues, when the broker
 -- is this server (then the room is read here: see ARGV[5])
 -- ARGV[1] op: start | wait | leave | pump | drop
 -- ARGV[2] now (ms), ARGV[3] concurrency (0: none), ARGV[4] ms between two starts (0: none),
@@ -25,6 +26,7 @@
 -- then the earliest time (ms) a tenant held back by its rate may start (0: none), and last
 -- 1 when this call put the turn in its tenant's queue (wait), else 0.
 local ring, owners, order = KEYS[1], KEYS[2], KEYS[3]
+local holding = string.gsub(order, ':order$', ':holding')
 local op = ARGV[1]
 local now = tonumber(ARGV[2])
 local concurrency = tonumber(ARGV[3])
@@ -64,6 +66,14 @@ end
 local function hold(tenant, turn)
   redis.call('ZADD', key(tenant, 'running'), now, turn)
   redis.call('HSET', owners, turn, tenant)
+  redis.call('SADD', holding, tenant)
+end
+
+local function unhold(tenant, turn)
+  redis.call('ZREM', key(tenant, 'running'), turn)
+  if redis.call('ZCARD', key(tenant, 'running')) == 0 then
+    redis.call('SREM', holding, tenant)
+  end
 end
 
 if op == 'start' then
@@ -83,7 +93,7 @@ if op == 'drop' then
   local tenant, turn = ARGV[8], ARGV[9]
   local score = redis.call('ZSCORE', key(tenant, 'running'), turn)
   if score and tonumber(score) == tonumber(ARGV[10]) then
-    redis.call('ZREM', key(tenant, 'running'), turn)
+    unhold(tenant, turn)
     if redis.call('HGET', owners, turn) == tenant then
       redis.call('HDEL', owners, turn)
     end
@@ -116,7 +126,7 @@ elseif op == 'leave' then
   local turn = ARGV[8]
   local tenant = redis.call('HGET', owners, turn)
   if tenant then
-    redis.call('ZREM', key(tenant, 'running'), turn)
+    unhold(tenant, turn)
     redis.call('ZREM', key(tenant, 'queued'), turn)
     redis.call('ZREM', key(tenant, 'resume'), turn)
     redis.call('HDEL', owners, turn)

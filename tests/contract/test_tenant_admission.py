@@ -21,6 +21,7 @@ from tests.harness import Harness
 from tests.support.fixtures import Backend
 from worker.base.errors import QueueFull, Refused
 from worker.lifecycle.hooks import Hook, Hooks
+from worker.lifecycle.tenancy import MEND_S, SETTLED_AFTER_MS
 
 NOW = 1_700_000_000_000
 FREE = Limits()
@@ -224,3 +225,24 @@ def test_a_tenant_with_its_most_turns_queued_is_refused_before_anything_is_recor
         "queued": 1,
         "limits": {"concurrency": 1, "rate": None, "max_queued": 1},
     }
+
+
+def test_the_reapers_mend_gives_back_a_slot_an_ended_turn_left_though_nothing_waits(
+    client: Client, tmp_path: Path
+) -> None:
+    """A crash between a turn's end and its slot's return (or a Redis restart that lost the
+    return, not the end): the tenant counts a turn running that is not, with nothing of it
+    waiting; a sweep ``SETTLED_AFTER_MS`` later gives the slot back — a younger one is kept."""
+    h = Harness(client, tmp_path)
+    turn = h.lifecycle.enqueue("hello", model=h.script([{"text": "hi"}]), tenant="a")
+    h.follow(turn.turn_id)
+    h.run_next()
+    tenants = h.lifecycle.store.tenants
+    now_ms = int(h.clock.now() * 1000)
+    assert tenants.start("a", turn.turn_id, now_ms, FREE, ROOMY)  # the slot left behind
+    h.lifecycle.hooks.sweep()
+    assert h.lifecycle.tenant_view("a")["running"] == 1  # too young to tell from a live start
+    h.clock.t += SETTLED_AFTER_MS / 1000 + MEND_S
+    h.lifecycle.hooks.sweep()
+    assert h.lifecycle.tenant_view("a")["running"] == 0
+    assert tenants.holding_tenants() == []

@@ -23,8 +23,7 @@ and the turn's end leaves it taken until a reaper's sweep finds its turn ended, 
 from __future__ import annotations
 
 import math
-import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import structlog
 
@@ -55,6 +54,8 @@ GONE_AFTER_MS = 60_000
 SETTLED_AFTER_MS = 10_000
 #: seconds between two mendings of the slots by one process's reaper
 MEND_S = 5.0
+#: slots of one tenant looked at per mend, the oldest first
+MEND_MOST = 500
 #: the causes of a run that goes on with a turn admitted before: after a wait (approval, client
 #: tool, timer) or a stop (Continue); each takes its tenant's next free slot before new turns,
 #: needs no room in the broker ahead of the workers and spends none of the tenant's rate
@@ -85,14 +86,12 @@ class Tenancy(Hook):
         settings: Settings,
         clock: Clock,
         dispatcher: Dispatcher,
-        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.tenants: Tenants = store.tenants
         self.settings = settings
         self.clock = clock
         self.dispatcher = dispatcher
-        self.monotonic = monotonic
         self.limits = Limits(
             concurrency=settings.tenant_concurrency or 0,
             interval_ms=round(settings.tenant_start_interval_s * 1000),
@@ -153,8 +152,9 @@ class Tenancy(Hook):
         return self.pump()
 
     def sweep(self) -> Sequence[Admitted]:
-        if self.monotonic() - self._mended_at >= MEND_S:
-            self._mended_at = self.monotonic()
+        now = self.clock.now()
+        if not self._mended_at <= now < self._mended_at + MEND_S:  # (a clock set back mends too)
+            self._mended_at = now
             self._mend()
         return self.pump()
 
@@ -224,17 +224,19 @@ class Tenancy(Hook):
         return 1_000_000 if backlog is None else max(AHEAD - backlog, 0)
 
     def _mend(self) -> None:
-        """Give back the slots of tenants with waiting turns whose turns are gone, ended or
-        waiting (a crash between a turn's step and its ``leave``), each if still the one read."""
+        """Give back the slots whose turns are gone, ended or waiting (a crash between a turn's
+        step and its ``leave``, or a Redis restart that lost the give-back but not the end), each
+        if still the one read: of every tenant holding slots, its oldest ``MEND_MOST`` taken
+        ``SETTLED_AFTER_MS`` ago or more (a live turn's slot is read again each mend: one
+        pipelined read of their metadata per tenant)."""
         now = self._now()
-        for tenant in self.tenants.waiting_tenants():
-            held = self.tenants.running(tenant)
+        for tenant in self.tenants.holding_tenants():
+            held = self.tenants.running(
+                tenant, taken_before_ms=now - SETTLED_AFTER_MS, most=MEND_MOST
+            )
             metas = self.store.lines.metas([turn_id for turn_id, _ in held])
             for (turn_id, since), meta in zip(held, metas, strict=True):
-                age = now - since
-                gone = meta is None and age >= GONE_AFTER_MS
+                gone = meta is None and now - since >= GONE_AFTER_MS
                 settled = meta is not None and (meta.ended or meta.status == TurnStatus.WAITING)
-                if (gone or (settled and age >= SETTLED_AFTER_MS)) and self.tenants.drop(
-                    tenant, turn_id, since, now
-                ):
+                if (gone or settled) and self.tenants.drop(tenant, turn_id, since, now):
                     log.warning("gave back a slot its turn left behind", turn_id=turn_id)
