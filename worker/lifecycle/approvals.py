@@ -214,13 +214,9 @@ class Approvals(LifecycleBase):
         )
         request = self.store.approvals.open_request(meta.turn_id, approval_id)
         if left <= 0 and not meta.clients_pending:
-            if self.resume_slot(meta):
-                step = Step.DECIDE_LAST
-                run_id, resume = self.resuming_after_wait(meta, "approval")
-                fields.update(resume)
-            else:
-                step = Step.DECIDE_HELD
-                fields.update(self.held_resume(meta, "approval"))
+            run_id, resume = self.resuming_after_wait(meta, "approval")
+            step = Step.DECIDE_LAST if run_id else Step.DECIDE_HELD  # held: no free slot
+            fields.update(resume)
         self.store.transition(meta.turn_id, step, expect=expect, events=[decided], fields=fields)
         self.store.approvals.remove(meta.turn_id, [approval_id])
         waited = None if request is None else decided.ts - request.ts

@@ -109,44 +109,25 @@ class LifecycleBase:
         """The clock's now plus ``after_s``, in ms since the epoch (leases, the reaper's index)."""
         return int((self.clock.now() + after_s) * 1000)
 
-    def resuming_after_wait(self, meta: TurnMeta, cause: str) -> tuple[str, dict[str, MetaValue]]:
+    def resuming_after_wait(
+        self, meta: TurnMeta, cause: str
+    ) -> tuple[str | None, dict[str, MetaValue]]:
         """The run that resumes a waiting turn once nothing is awaited any more (the last
-        decision or client output), and the fields its step sets. Watched before the step, not
-        only by ``launch`` after it: a waiting turn's look is set for its requests' expiry (a
-        day off, or none), so a step whose message then never left (its caller died, or Redis
-        lost the writes after it) would wait that long to be sent again. A refused step leaves
-        an early look that finds the turn waiting and sets the expiry's again."""
-        run_id = self.ids.new("run")
-        fields: dict[str, MetaValue] = {
-            "next_run": run_id,
-            "next_chunk": meta.chunk + 1,
-            "next_cause": cause,
-            "dispatched": self.clock.now(),
-            "redispatches": 0,
-            "takeovers": 0,
-            "approval_expires": 0,
-        }
-        self.store.watch(meta.turn_id, self.ms(self.settings.handoff_grace_s))
-        return run_id, fields
-
-    def resume_slot(self, meta: TurnMeta) -> bool:
-        """A waiting turn about to resume (its last decision or output): take its tenant's next
-        free slot (before any new turn: ``Tenancy``). False: none is free; the turn waits for
-        one, and its step leaves it ``queued`` and held (``held_resume``) for the admission that
-        lets it through."""
+        decision or client output), and the fields its step sets. The turn first takes its
+        tenant's next free slot (before any new turn: ``Tenancy``); with none free the run is
+        None and the step leaves the turn ``queued`` and held, its next run's chunk and cause
+        set, for the admission that lets it through. Watched before the step, not only by
+        ``launch`` after it: a waiting turn's look is set for its requests' expiry (a day off, or
+        none), so a step whose message then never left (its caller died, or Redis lost the
+        writes after it) would wait that long to be sent again; a held one is let through by the
+        reaper's look if no admission did. A refused step leaves an early look that finds the
+        turn waiting and sets the expiry's again."""
         admitted = self.hooks.wait(meta, "resume")
         self.let_through(admitted, but=meta.turn_id)
-        return any(a.turn_id == meta.turn_id for a in admitted)
-
-    def held_resume(self, meta: TurnMeta, cause: str) -> dict[str, MetaValue]:
-        """The fields of a waiting turn's last decision or output when its tenant has no free
-        slot: held, no run pending yet, its next run's chunk and cause set for its release.
-        Watched before the step, as ``resuming_after_wait`` is: the reaper's look at a held turn
-        lets it through if no admission did."""
-        self.store.watch(meta.turn_id, self.ms(self.settings.handoff_grace_s))
-        return {
-            "held": 1,
-            "next_run": "",
+        slot = any(a.turn_id == meta.turn_id for a in admitted)
+        run_id = self.ids.new("run") if slot else None
+        fields: dict[str, MetaValue] = {
+            "next_run": run_id or "",
             "next_chunk": meta.chunk + 1,
             "next_cause": cause,
             "dispatched": self.clock.now(),
@@ -154,6 +135,10 @@ class LifecycleBase:
             "takeovers": 0,
             "approval_expires": 0,
         }
+        if run_id is None:
+            fields["held"] = 1
+        self.store.watch(meta.turn_id, self.ms(self.settings.handoff_grace_s))
+        return run_id, fields
 
     def launch(self, turn_id: str, run_id: str, mode: str) -> None:
         """Dispatch a recorded pending run, watched for a lost message."""

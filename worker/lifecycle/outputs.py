@@ -113,13 +113,9 @@ class ClientOutputs(LifecycleBase):
         }
         step, run_id = Step.ANSWER, None
         if left <= 0 and not meta.approvals_pending:
-            if self.resume_slot(meta):
-                step = Step.ANSWER_LAST
-                run_id, resume = self.resuming_after_wait(meta, "tool_output")
-                fields.update(resume)
-            else:
-                step = Step.ANSWER_HELD
-                fields.update(self.held_resume(meta, "tool_output"))
+            run_id, resume = self.resuming_after_wait(meta, "tool_output")
+            step = Step.ANSWER_LAST if run_id else Step.ANSWER_HELD  # held: no free slot
+            fields.update(resume)
         result = stored_result(output, self.settings.max_result_bytes)
         done = self.event(
             meta, ToolDone, call_id=call_id, tool=tool, result=result, is_error=is_error
