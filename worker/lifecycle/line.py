@@ -228,7 +228,7 @@ class Line(LifecycleBase):
             log.info("a held turn moved on before its release", turn_id=meta.turn_id, why=str(e))
             return None
         self.launch(meta.turn_id, run_id, meta.mode)
-        log.info("turn let through its conversation's line", turn_id=meta.turn_id)
+        log.info("turn let through: its run pending and sent", turn_id=meta.turn_id)
         return Released(meta.turn_id, run_id)
 
     def mark_replaced(self, fork_id: str, replaces: Sequence[str] | None = None) -> None:
