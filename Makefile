@@ -39,7 +39,8 @@ $(STAMP): pyproject.toml uv.lock $(UV)
 # requirements.lock the Dockerfile installs from (the runtime dependencies, provider extras, otel).
 lock: $(UV)
 	$(UV) lock --upgrade --python $(PYTHON)
-	$(UV) export --quiet --frozen --no-dev --no-emit-project --extra anthropic --extra openai --extra otel --no-header \
+	$(UV) export --quiet --frozen --no-dev --no-emit-project --extra anthropic --extra openai --extra otel \
+		--extra pydantic-ai --extra openai-agents --no-header \
 		--format requirements-txt --output-file requirements.lock
 
 redis-server:
