@@ -51,6 +51,8 @@ from worker.base.settings import Settings
 from worker.base.tracing import OFF as OFF_TRACER
 from worker.base.tracing import Tracer
 from worker.engine.flushes import SharedFlusher
+from worker.engine.frameworks.base import Adapter
+from worker.engine.frameworks.steps import FrameworkSteps, FrameworkTools
 from worker.engine.history import Conversation
 from worker.engine.models.base import (
     ChatModel,
@@ -98,6 +100,7 @@ class AgentLoop:
         cache: EventCache | None = None,
         durable: Confirms | None = None,
         tracer: Tracer = OFF_TRACER,
+        frameworks: Callable[[str | None], Adapter | None] = lambda loop: None,
     ) -> None:
         self.ledger = ledger
         #: how a run reads its turn (and a fork's, the turns it inherits): through the process's
@@ -123,6 +126,8 @@ class AgentLoop:
         self.durable = durable
         #: the process's traces: each model call a ``chat`` span (docs/tracing.md)
         self.tracer = tracer
+        #: the framework agent a turn's ``loop`` names (``None``: dres's own loop; docs/loops.md)
+        self.frameworks = frameworks
         self.tools = tuple(
             ToolSchema(s.name, s.description, s.schema) for s in registry.schemas().values()
         )
@@ -179,7 +184,14 @@ class AgentLoop:
             return self._end(recorder, "error", "stopped", "journal_unreadable", str(e))
         recorder.events, recorder.inherited = read.events, read.inherited
         journal, note = read.journal, read.note
-        registry, tools = self._tools_of(read.events)
+        started = read.events[0] if read.events else None
+        adapter = self.frameworks(getattr(started, "loop", None))
+        framework = FrameworkTools(adapter) if adapter is not None else None
+        tools: tuple[ToolSchema, ...] = ()
+        if framework is not None:
+            registry = framework.registry
+        else:
+            registry, tools = self._tools_of(read.events)
         executor = ToolExecutor(
             registry,
             recorder,
@@ -208,8 +220,10 @@ class AgentLoop:
             # a fork's first run: what the turns it replaces did, before its first model call
             recorder.hold(Inherited, turns=read.inherits, note=note)
             self._traced_resume("fork", note)
-        model = self.make_model(run.model)
         attempt = Attempt.begin(journal, run.turn_id)
+        if adapter is not None and framework is not None:
+            return FrameworkSteps(self, adapter, framework, recorder, executor, attempt).run()
+        model = self.make_model(run.model)
         return self._steps(recorder, executor, model, attempt, tools)
 
     def _tools_of(self, events: list[Event]) -> tuple[Registry, tuple[ToolSchema, ...]]:
@@ -401,6 +415,34 @@ class AgentLoop:
 
     def _traced_resume(self, cause: str, note: str | None) -> None:
         self.tracer.event("dres.resume", {"dres.cause": cause, "dres.note.chars": len(note or "")})
+
+    # -- what a framework's run shares with this loop (worker.engine.frameworks.steps) -----
+
+    def after_model_error(
+        self, recorder: Recorder, error: ModelError, transport_resumes: int
+    ) -> RunResult | None:
+        return self._after_model_error(recorder, error, transport_resumes)
+
+    def after_transport_error(
+        self, recorder: Recorder, detail: str, transport_resumes: int
+    ) -> RunResult | None:
+        return self._after_transport_error(recorder, detail, transport_resumes)
+
+    def fresh_attempt(self, recorder: Recorder) -> Attempt:
+        """The attempt after a resume in the run: a fresh journal snapshot (none when naive)."""
+        journal = None if self.settings.naive else recorder.journal()
+        return Attempt.begin(journal, recorder.run.turn_id)
+
+    def fold_conversation(self, turn_id: str, events: list[Event]) -> Conversation:
+        return self._fold(turn_id, events, Conversation)
+
+    def fold(self, turn_id: str, events: list[Event], kind: Callable[[], F]) -> F:
+        return self._fold(turn_id, events, kind)
+
+    def end(
+        self, recorder: Recorder, run_reason: str, status: str, code: str = "", detail: str = ""
+    ) -> RunResult:
+        return self._end(recorder, run_reason, status, code, detail)
 
     # -- reading the ledger ------------------------------------------------------------------
 

@@ -24,7 +24,7 @@ import asyncio
 import os
 import re
 import threading
-from collections.abc import AsyncIterator, Coroutine, Mapping
+from collections.abc import AsyncIterator, Mapping
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, TypeVar, cast
@@ -40,6 +40,7 @@ from mcp_types import CONNECTION_CLOSED, REQUEST_TIMEOUT, RequestParamsMeta
 from worker.base.errors import ConfigError, OutcomeUnknown
 from worker.base.masking import mask_text
 from worker.base.tool_sources import McpServer
+from worker.engine.eventloop import loop, run
 from worker.engine.tools.context import ToolContext
 from worker.engine.tools.sources import ToolCallFailed
 from worker.engine.tools.spec import ToolSpec
@@ -268,33 +269,6 @@ class Connection:
 
 async def _wait(future: asyncio.Future[T]) -> T:
     return await future
-
-
-# -- the process's event loop ---------------------------------------------------------------
-
-_loop: asyncio.AbstractEventLoop | None = None
-_loop_pid = 0
-_loop_lock = threading.Lock()
-
-
-def loop() -> asyncio.AbstractEventLoop:
-    """This process's event loop for MCP sessions, in a daemon thread (started after a fork)."""
-    global _loop, _loop_pid
-    with _loop_lock:
-        if _loop is None or _loop_pid != os.getpid():
-            _loop, _loop_pid = asyncio.new_event_loop(), os.getpid()
-            threading.Thread(target=_loop.run_forever, name="dres-mcp", daemon=True).start()
-        return _loop
-
-
-def run(coro: Coroutine[Any, Any, T], timeout: float) -> T:
-    """``coro`` run on the process's loop; its result, or ``TimeoutError`` after ``timeout``."""
-    future = asyncio.run_coroutine_threadsafe(coro, loop())
-    try:
-        return future.result(timeout)
-    except TimeoutError:
-        future.cancel()
-        raise
 
 
 def _result(name: str, result: mcp_types.CallToolResult) -> Any:

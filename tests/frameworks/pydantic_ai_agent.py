@@ -1,0 +1,82 @@
+"""A pydantic-ai agent the tests run on dres
+(``DRES_LOOP=pydantic_ai:tests.frameworks.pydantic_ai_agent:agent``), against the fake
+OpenAI-compatible server ``OPENAI_BASE_URL`` names (rigs/providers.py). Each effect of a write is
+counted in a file (``DRES_TEST_EFFECTS``) so a test sees how many times it ran, whatever process
+ran it."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+from pydantic_ai import Agent
+from pydantic_ai.models.openai import OpenAIChatModel
+from pydantic_ai.providers.openai import OpenAIProvider
+
+from worker.tools import read_only
+
+
+def _model() -> OpenAIChatModel:
+    # the openai SDK retries nothing: dres's loop decides what a failed model call does
+    from openai import AsyncOpenAI
+
+    client = AsyncOpenAI(
+        base_url=os.environ.get("OPENAI_BASE_URL", "http://127.0.0.1:9/v1"),
+        api_key=os.environ.get("OPENAI_API_KEY", "fake-key"),
+        max_retries=0,
+    )
+    return OpenAIChatModel("gpt-test", provider=OpenAIProvider(openai_client=client))
+
+
+def _effect(line: str) -> None:
+    """Count the effect; the first one may be cut by a soft limit: ``DRES_TEST_SOFT_LIMIT=signal``
+    sends this process SIGUSR1 (an in-process test's simulated soft limit), ``=sleep:S`` sleeps
+    S seconds (past a real worker's soft limit)."""
+    path = os.environ.get("DRES_TEST_EFFECTS")
+    if not path:
+        return
+    with Path(path).open("a", encoding="utf-8") as f:
+        f.write(line + "\n")
+    cut = os.environ.get("DRES_TEST_SOFT_LIMIT", "")
+    if len(Path(path).read_text(encoding="utf-8").splitlines()) == 1:
+        if cut == "signal":
+            os.kill(os.getpid(), signal.SIGUSR1)
+        elif cut.startswith("sleep:"):
+            time.sleep(float(cut.removeprefix("sleep:")))
+
+
+INSTRUCTIONS = "You help with support tickets. Never send the same email twice."
+
+agent = Agent(_model(), instructions=INSTRUCTIONS, name="support")
+
+
+@agent.tool_plain
+@read_only
+def get_ticket(ticket_id: str) -> dict[str, str]:
+    """Look a ticket up."""
+    return {"ticket_id": ticket_id, "status": "open"}
+
+
+@agent.tool_plain
+def send_email(to: str, subject: str) -> dict[str, str]:
+    """Send an email."""
+    _effect(f"send_email {to} {subject}")
+    return {"sent": to}
+
+
+approval_agent = Agent(_model(), instructions=INSTRUCTIONS, name="approvals")
+
+
+@approval_agent.tool_plain(requires_approval=True)
+def refund(order_id: str, amount: int) -> dict[str, object]:
+    """Refund an order."""
+    _effect(f"refund {order_id} {amount}")
+    return {"refunded": order_id, "amount": amount}
+
+
+@approval_agent.tool_plain(metadata={"read_only": True})
+def get_order(order_id: str) -> dict[str, str]:
+    """Look an order up."""
+    return {"order_id": order_id}
