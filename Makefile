@@ -77,7 +77,8 @@ test-latest: $(UV) redis-server chromium
 # ruff; mypy --strict on every package; and repeated code (6 lines or more) fails the build.
 lint: install
 	$(UV) lock --check --python $(PYTHON)
-	$(UV) export --quiet --frozen --no-dev --no-emit-project --extra anthropic --extra openai --extra otel --no-header \
+	$(UV) export --quiet --frozen --no-dev --no-emit-project --extra anthropic --extra openai --extra otel \
+		--extra pydantic-ai --extra openai-agents --no-header \
 		--format requirements-txt | diff -u requirements.lock - \
 		|| { echo "requirements.lock is stale: run make lock" >&2; exit 1; }
 	$(VENV)/bin/ruff check .

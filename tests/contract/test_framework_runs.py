@@ -168,3 +168,25 @@ def test_metadata_read_only_and_a_model_error_resumes_in_the_run(
     ended = h.run_to_end()
     assert ended.status == "completed", ended
     assert [e.cause for e in h.events("resumed")] == ["transport_error"]  # type: ignore[attr-defined]
+
+
+def test_past_its_budget_a_framework_turn_stops_before_its_next_model_call(
+    rdb: redis.Redis, tmp_path: Path, provider: FakeProvider, effects: Path
+) -> None:
+    from worker.base.settings import load_settings
+
+    h = FrameworkHarness(rdb, tmp_path, settings=load_settings(turn_token_budget=10))
+    h.adapter = adapter_of("agent")
+    provider.script(
+        OPENAI.tool_call("c1", "get_ticket", {"ticket_id": "T-1"}),  # spends 3 + 9
+        OPENAI.text("never asked"),
+    )
+    h.start([], message="look")
+    ended = h.run_to_end()
+    assert (ended.status, ended.code) == ("stopped", "budget"), ended
+    assert len(h.events("model_start")) == 1 and len(provider.received) == 1
+    continued = h.lifecycle.continue_turn(h.turn_id, auto=False)
+    assert continued.ok, continued.reason
+    h.pending = continued.run_id
+    assert h.run_to_end().status == "completed"
+    assert len(provider.received) == 2

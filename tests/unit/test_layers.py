@@ -48,7 +48,7 @@ ALLOWED: dict[str, set[str]] = {
     },
     "worker.dev": {"ledger", "worker"},
     # the public names of docs/tools.md and docs/architecture.md, re-exported from their floors
-    "worker.tools": {"worker.engine.tools"},
+    "worker.tools": {"worker.engine.tools", "worker.engine.frameworks.base"},
     "worker.client": {"worker.edges.client"},
     # the demo's tools, the default DRES_TOOLS: written against the public face alone
     "worker.demo_tools": {"worker.tools"},
@@ -82,6 +82,16 @@ THIRD_PARTY: dict[str, set[str] | None] = {
     # tools from elsewhere: the official MCP SDK (its types are a package of their own)
     "worker.engine.tools.sources": {"pydantic", "structlog", "httpx", "mcp", "mcp_types"},
     "worker.lifecycle": {"redis", "structlog"},
+    # agents from other frameworks (docs/loops.md): each framework in its adapter alone
+    "worker.engine.frameworks": {"pydantic", "pydantic_core", "structlog"},
+    "worker.engine.frameworks.pydantic_ai_loop": {"pydantic", "pydantic_core", "pydantic_ai"},
+    "worker.engine.frameworks.openai_agents_loop": {
+        "pydantic",
+        "pydantic_core",
+        "agents",
+        "openai",
+        "structlog",
+    },
 }
 #: every top-level package of the repository: the product, then what stands beside it
 DRES = ("ledger", "worker", "tasks", "rigs", "bench", "chaos", "tests", "examples")

@@ -26,17 +26,21 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 import structlog
 
-from ledger.events import ModelDone, ModelStart, TokenUsage
+from ledger.cache import F
+from ledger.events import Event, ModelDone, ModelStart, TokenUsage
 from ledger.usage import UsageFold
 from worker.base import metrics
+from worker.base.clock import Clock
 from worker.base.errors import ModelError, OutcomeUnknown, TurnCancelled, Unconfirmed
-from worker.base.tracing import ChatSpan
+from worker.base.settings import Settings
+from worker.base.tracing import ChatSpan, Tracer
 from worker.engine.frameworks.base import Adapter, FrameworkTool, Halt, ToolAnswer, Usage
 from worker.engine.frameworks.bridge import DONE, Ask, Bridge, run_on_loop
+from worker.engine.history import Conversation
 from worker.engine.models.base import ToolCall
 from worker.engine.outcome import RunResult, Waits, waiting_on
 from worker.engine.recorder import Recorder
@@ -46,8 +50,29 @@ from worker.engine.tools.executor import ToolExecutor
 from worker.engine.tools.registry import Registry
 from worker.engine.tools.spec import ToolSpec
 
-if TYPE_CHECKING:
-    from worker.engine.loop import AgentLoop
+
+class Loop(Protocol):
+    """What a framework's run shares with dres's own loop (``worker.engine.loop.AgentLoop``)."""
+
+    settings: Settings
+    clock: Clock
+    tracer: Tracer
+
+    def is_cancelled(self, turn_id: str) -> bool: ...
+    def stop_polled(self, turn_id: str) -> bool: ...
+    def after_model_error(
+        self, recorder: Recorder, error: ModelError, transport_resumes: int
+    ) -> RunResult | None: ...
+    def after_transport_error(
+        self, recorder: Recorder, detail: str, transport_resumes: int
+    ) -> RunResult | None: ...
+    def fresh_attempt(self, recorder: Recorder) -> Attempt: ...
+    def fold_conversation(self, turn_id: str, events: list[Event]) -> Conversation: ...
+    def fold(self, turn_id: str, events: list[Event], kind: Callable[[], F]) -> F: ...
+    def end(
+        self, recorder: Recorder, run_reason: str, status: str, code: str = "", detail: str = ""
+    ) -> RunResult: ...
+
 
 log = structlog.get_logger("dres.frameworks")
 
@@ -192,7 +217,7 @@ class FrameworkSteps:
 
     def __init__(
         self,
-        loop: AgentLoop,
+        loop: Loop,
         adapter: Adapter,
         tools: FrameworkTools,
         recorder: Recorder,
