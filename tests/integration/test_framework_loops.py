@@ -18,6 +18,7 @@ import pytest
 
 from ledger.events import ApprovalRequested
 from rigs import ended, having, of, show, wait_for, wait_until
+from rigs.otlp import otlp_receiver
 from rigs.providers import FakeProvider, OpenAIDialect, fake_provider
 from tests.support.fixtures import BOTH_POOLS, StartWorker
 from worker.edges.runtime import Runtime
@@ -259,3 +260,32 @@ def test_stop_mid_stream_stops_a_framework_turn_with_the_text_it_streamed_and_co
         runtime.ledger, turn.turn_id, having("turn_ended", 2), timeout=TURN_S, what="the end"
     )
     assert [e.status for e in of(events, "turn_ended")] == ["stopped", "completed"], show(events)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS, ids=repr)
+def test_a_framework_turns_model_and_tool_calls_are_traced_as_dres_traces_its_own(
+    runtime: Runtime,
+    start_worker: StartWorker,
+    fake: FakeProvider,
+    effects: Path,
+    framework: Framework,
+) -> None:
+    fake.script(OPENAI.tool_call("c1", "get_ticket", {"ticket_id": "T-1"}), OPENAI.text("Open."))
+    with otlp_receiver() as receiver:
+        otel = {"OTEL_EXPORTER_OTLP_ENDPOINT": receiver.url, "OTEL_BSP_SCHEDULE_DELAY": "50"}
+        start(start_worker, fake, effects, framework.loop(), **otel)
+        turn = runtime.lifecycle.enqueue("look T-1 up")
+        wait_for(runtime.ledger, turn.turn_id, ended("completed"), timeout=TURN_S, what="the end")
+
+        def spans() -> list[object] | None:
+            mine = [
+                s for s in receiver.received() if s.attributes.get("dres.turn_id") == turn.turn_id
+            ]
+            names = [s.name for s in mine]
+            chats = [n for n in names if n.startswith("chat")]
+            return mine if len(chats) == 2 and "execute_tool get_ticket" in names else None
+
+        found = wait_until(spans, timeout=10, what="the turn's spans")
+    chats = [s for s in found if s.name.startswith("chat")]  # type: ignore[attr-defined]
+    assert {s.attributes.get("gen_ai.usage.output_tokens") for s in chats} == {OPENAI.USAGE[1]}
+    assert len({s.trace_id for s in found}) == 1  # type: ignore[attr-defined]
