@@ -429,3 +429,35 @@ def test_a_turn_stopped_then_continued_is_streamed_through_its_old_stop_to_its_e
     assert again["chunks"][-1] == "finish" and "error" not in again["chunks"]
     assert text_of(again["message"]) == DONE_STEP["text"]
     assert again["message"]["metadata"]["status"] == "completed"
+
+
+def test_a_pydantic_ai_agents_turn_is_one_assistant_message_through_the_ai_sdk(
+    chat: Any, http: httpx.Client, start_worker: StartWorker, tmp_path: Path
+) -> None:
+    """A worker whose DRES_LOOP is a framework's agent (docs/loops.md): the chat protocol is
+    unchanged — the same ledger events, the same message."""
+    from rigs.providers import OpenAIDialect, fake_provider
+
+    openai = OpenAIDialect()
+    with fake_provider() as fake:
+        fake.script(
+            openai.tool_call("c1", "get_ticket", {"ticket_id": "T-1"}), openai.text("It is open.")
+        )
+        start_worker(
+            overrides={
+                **openai.env(fake.url),
+                "DRES_LOOP": "pydantic_ai:tests.frameworks.pydantic_ai_agent:agent",
+                "DRES_SOFT_LIMIT_S": "10",
+                "DRES_HARD_LIMIT_S": "20",
+                "DRES_VISIBILITY_TIMEOUT_S": "40",
+                "DRES_TEST_EFFECTS": str(tmp_path / "effects.txt"),
+            }
+        )
+        got = chat("send", "chat-framework", messages=[user("is T-1 open?")])
+
+    message = got["message"]
+    assert text_of(message) == "It is open."
+    (part,) = tool_parts(message)
+    assert (part["type"], part["state"]) == ("tool-get_ticket", "output-available")
+    assert part["output"] == {"ticket_id": "T-1", "status": "open"}
+    assert newest_turn(http, "chat-framework")["status"] == "completed"
