@@ -53,5 +53,7 @@ def _send_email(to: str, subject: str) -> dict[str, str]:
 send_email = function_tool(_send_email, name_override="send_email")
 send_email_approved = function_tool(_send_email, name_override="send_email", needs_approval=True)
 
-agent = Agent(name="support", instructions=INSTRUCTIONS, model=_model(), tools=[get_ticket, send_email])
+agent = Agent(
+    name="support", instructions=INSTRUCTIONS, model=_model(), tools=[get_ticket, send_email]
+)
 approval_agent = agent.clone(name="approvals", tools=[get_ticket, send_email_approved])

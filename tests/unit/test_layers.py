@@ -82,6 +82,8 @@ THIRD_PARTY: dict[str, set[str] | None] = {
     # tools from elsewhere: the official MCP SDK (its types are a package of their own)
     "worker.engine.tools.sources": {"pydantic", "structlog", "httpx", "mcp", "mcp_types"},
     "worker.lifecycle": {"redis", "structlog"},
+    # the Agents SDK's adapter, the one module that imports the SDK (docs/loops.md)
+    "worker.engine.frameworks.openai_agents_loop": {"agents", "openai", "pydantic_core"},
 }
 #: every top-level package of the repository: the product, then what stands beside it
 DRES = ("ledger", "worker", "tasks", "rigs", "bench", "chaos", "tests", "examples")

@@ -18,6 +18,7 @@ from agents import (
     FunctionTool,
     OpenAIChatCompletionsModel,
     OpenAIProvider,
+    OpenAIResponsesModel,
     RunContextWrapper,
     WebSearchTool,
     function_tool,
@@ -33,6 +34,7 @@ from rigs.providers import (
     chunk,
     fake_provider,
     openai_stream,
+    sse,
     tool_delta,
     usage_chunk,
 )
@@ -133,7 +135,9 @@ class Effects:
             sent.append({"to": to, "subject": subject})
             return {"sent": to}
 
-        return Agent(name="t", instructions="Be terse.", model=model(fake), tools=[send_email], **kwargs)
+        return Agent(
+            name="t", instructions="Be terse.", model=model(fake), tools=[send_email], **kwargs
+        )
 
 
 # -- model calls ---------------------------------------------------------------------------------
@@ -257,6 +261,104 @@ def test_a_model_name_is_resolved_by_the_provider_and_wrapped(fake: FakeProvider
     assert hooks.calls == [("model_start",), ("text", "Hi"), ("model_done", 0, Usage(3, 9))]
 
 
+def _response(status: str, output: list[Any], **extra: Any) -> dict[str, Any]:
+    return {
+        "id": "resp_1",
+        "object": "response",
+        "created_at": 0,
+        "model": "gpt-test",
+        "status": status,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        **extra,
+    }
+
+
+def _responses_stream(*last: dict[str, Any]) -> Reply:
+    """A Responses API stream: two text deltas, then ``last`` (its end)."""
+    deltas = [
+        {
+            "type": "response.output_text.delta",
+            "sequence_number": n,
+            "item_id": "msg_1",
+            "output_index": 0,
+            "content_index": 0,
+            "delta": part,
+            "logprobs": [],
+        }
+        for n, part in ((1, "Hel"), (2, "lo"))
+    ]
+    created = {
+        "type": "response.created",
+        "sequence_number": 0,
+        "response": _response("in_progress", []),
+    }
+    return Reply(body=sse([created, *deltas, *last]))
+
+
+def responses_model(fake: FakeProvider) -> OpenAIResponsesModel:
+    client = AsyncOpenAI(base_url=f"{fake.url}/v1", api_key="fake-key")
+    return OpenAIResponsesModel(model="gpt-test", openai_client=client)
+
+
+def test_a_responses_api_model_is_recorded_the_same_way(fake: FakeProvider) -> None:
+    message = {
+        "type": "message",
+        "id": "msg_1",
+        "role": "assistant",
+        "status": "completed",
+        "content": [{"type": "output_text", "text": "Hello", "annotations": []}],
+    }
+    usage = {
+        "input_tokens": 4,
+        "output_tokens": 2,
+        "total_tokens": 6,
+        "input_tokens_details": {"cached_tokens": 0},
+        "output_tokens_details": {"reasoning_tokens": 0},
+    }
+    done = {
+        "type": "response.output_item.done",
+        "sequence_number": 3,
+        "output_index": 0,
+        "item": message,
+    }
+    completed = {
+        "type": "response.completed",
+        "sequence_number": 4,
+        "response": _response("completed", [message], usage=usage),
+    }
+    fake.script(_responses_stream(done, completed))
+    hooks = Recorder()
+    run(AgentsSdkAdapter(Agent(name="t", model=responses_model(fake))), HELLO, hooks)
+    assert fake.received[0].path == "/v1/responses"
+    assert hooks.calls == [
+        ("model_start",),
+        ("text", "Hel"),
+        ("text", "lo"),
+        ("model_done", 0, Usage(4, 2)),
+    ]
+
+
+@pytest.mark.parametrize(
+    ("kind", "code"), [("server_error", "http_5xx"), ("rate_limit_exceeded", "rate_limit")]
+)
+def test_a_failed_responses_stream_is_a_model_error(
+    fake: FakeProvider, kind: str, code: str
+) -> None:
+    error = {"code": kind, "message": "failed (fake)"}
+    failed = {
+        "type": "response.failed",
+        "sequence_number": 3,
+        "response": _response("failed", [], error=error),
+    }
+    fake.script(_responses_stream(failed))
+    with pytest.raises(ModelError) as info:
+        run(AgentsSdkAdapter(Agent(name="t", model=responses_model(fake))), HELLO, Recorder())
+    assert info.value.code == code
+
+
 # -- history -------------------------------------------------------------------------------------
 
 
@@ -293,7 +395,13 @@ def test_an_assistant_call_without_text_is_one_message_with_its_calls() -> None:
 
 @pytest.mark.parametrize(
     ("status", "code"),
-    [(502, "http_5xx"), (500, "http_5xx"), (429, "rate_limit"), (401, "auth"), (400, "invalid_request")],
+    [
+        (502, "http_5xx"),
+        (500, "http_5xx"),
+        (429, "rate_limit"),
+        (401, "auth"),
+        (400, "invalid_request"),
+    ],
 )
 def test_an_error_reply_is_the_model_error_code_with_no_retry_of_the_sdks(
     fake: FakeProvider, status: int, code: str
@@ -332,7 +440,9 @@ def test_needs_approval_bool_and_callable_are_in_tools() -> None:
     always = function_tool(_refund, name_override="refund_always", needs_approval=True)
     big = function_tool(_refund, name_override="refund_big", needs_approval=_big_amount)
     never = function_tool(_refund, name_override="refund")
-    tools = {t.name: t for t in AgentsSdkAdapter(Agent(name="t", tools=[always, big, never])).tools()}
+    tools = {
+        t.name: t for t in AgentsSdkAdapter(Agent(name="t", tools=[always, big, never])).tools()
+    }
     assert tools["refund_always"].needs_approval is True
     assert tools["refund"].needs_approval is False
     rule = tools["refund_big"].needs_approval
@@ -377,6 +487,17 @@ def test_the_example_agent_runs_on_the_fake_server(fake: FakeProvider) -> None:
     hooks = Recorder()
     run(AgentsSdkAdapter(example.agent.clone(model=model(fake))), HELLO, hooks)
     assert ("tool_result", {"ticket_id": "T-1", "status": "open"}) in hooks.calls
+
+
+def test_a_tool_that_needs_approval_is_asked_through_dres_not_the_sdk(fake: FakeProvider) -> None:
+    """The SDK alone would end the run with a pending approval and never call the tool: dres
+    decides the approval (``tools()`` says it is needed) and the run goes on."""
+    fake.script(tool_reply("call_1", "send_email", EMAILED), OPENAI.text("Sent."))
+    hooks = Recorder()
+    run(AgentsSdkAdapter(example.approval_agent.clone(model=model(fake))), HELLO, hooks)
+    assert ("tool", "send_email", EMAILED) in hooks.calls
+    assert ("tool_result", {"sent": "a@x.io"}) in hooks.calls
+    assert len(fake.received) == 2
 
 
 @pytest.mark.parametrize(
@@ -427,7 +548,9 @@ def _copy_raises() -> None:
 
     from agents.tool_context import ToolContext
 
-    ctx: ToolContext[Any] = ToolContext(context=None, tool_name="boom", tool_call_id="c", tool_arguments="{}")
+    ctx: ToolContext[Any] = ToolContext(
+        context=None, tool_name="boom", tool_call_id="c", tool_arguments="{}"
+    )
     handled = asyncio.run(boom.on_invoke_tool(ctx, "{}"))
     assert isinstance(handled, str)  # the SDK's default: an error text for the model
     raising = set_function_tool_failure_error_function(copy.copy(boom), None)
@@ -440,14 +563,29 @@ def _invoke_function_tool() -> None:
     from agents.tool import invoke_function_tool
     from agents.tool_context import ToolContext
 
-    ctx: ToolContext[Any] = ToolContext(context=None, tool_name="r", tool_call_id="c", tool_arguments="{}")
+    ctx: ToolContext[Any] = ToolContext(
+        context=None, tool_name="r", tool_call_id="c", tool_arguments="{}"
+    )
     tool = function_tool(_refund, name_override="r")
-    assert asyncio.run(invoke_function_tool(function_tool=tool, context=ctx, arguments='{"order_id": "o", "amount": 3}')) == "refunded 3"
+    assert (
+        asyncio.run(
+            invoke_function_tool(
+                function_tool=tool, context=ctx, arguments='{"order_id": "o", "amount": 3}'
+            )
+        )
+        == "refunded 3"
+    )
 
 
 def _wrapped() -> None:
     assert function_tool(_refund).__wrapped__ is _refund
-    bare = FunctionTool(name="b", description="", params_json_schema={}, on_invoke_tool=_none, strict_json_schema=False)
+    bare = FunctionTool(
+        name="b",
+        description="",
+        params_json_schema={},
+        on_invoke_tool=_none,
+        strict_json_schema=False,
+    )
     with pytest.raises(AttributeError):
         bare.__wrapped__  # noqa: B018
 

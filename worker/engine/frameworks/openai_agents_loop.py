@@ -29,6 +29,7 @@ Every assumption about the SDK's version is named in ``ASSUMES``; each has a tri
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import importlib
 import inspect
@@ -126,7 +127,9 @@ def _run_on_loop(coro: Coroutine[Any, Any, Any]) -> Any:
 
 def _refused(agent: Agent[Any]) -> list[str]:
     """What of ``agent`` this adapter does not run (yet), each named."""
-    refused = [f"handoff {getattr(h, 'agent_name', None) or h.name}" for h in agent.handoffs]
+    refused = [
+        f"handoff {h.agent_name if isinstance(h, Handoff) else h.name}" for h in agent.handoffs
+    ]
     refused += [f"MCP server {getattr(s, 'name', s)}" for s in agent.mcp_servers]
     for tool in agent.tools:
         if not isinstance(tool, FunctionTool):
@@ -233,6 +236,10 @@ def _sdk_usage(response: Any) -> SdkUsage:
     )
 
 
+#: the stream events of a response that failed or ended incomplete
+FAILED = frozenset({"response.failed", "response.incomplete", "error", "response.error"})
+
+
 def _stream_error(event: Any) -> ModelError:
     """A failed or incomplete response, or an error event, inside a stream that began 200 OK."""
     kind = str(getattr(event, "type", "error"))
@@ -303,19 +310,19 @@ class DresModel(Model):
         self.response = None
         await self.hooks.model_start()
         streamed: list[Any] = []
+        events = self.wrapped.stream_response(
+            system_instructions,
+            input,
+            model_settings,
+            tools,
+            output_schema,
+            handoffs,
+            tracing,
+            previous_response_id=previous_response_id,
+            conversation_id=conversation_id,
+            prompt=prompt,
+        )
         try:
-            events = self.wrapped.stream_response(
-                system_instructions,
-                input,
-                model_settings,
-                tools,
-                output_schema,
-                handoffs,
-                tracing,
-                previous_response_id=previous_response_id,
-                conversation_id=conversation_id,
-                prompt=prompt,
-            )
             async for event in events:
                 if isinstance(event, ResponseTextDeltaEvent | ResponseRefusalDeltaEvent):
                     self.hooks.text(event.delta)
@@ -323,14 +330,22 @@ class DresModel(Model):
                     streamed.append(event.item)
                 elif isinstance(event, ResponseCompletedEvent):
                     await self._done(event, streamed)
-                elif event.type in {"response.incomplete", "response.failed", "error"}:
+                elif event.type in FAILED:
                     raise _stream_error(event)
                 yield event
+        except ModelError:
+            raise
         except Exception as e:
             error = model_error(openai, e)
             if error is None:
                 raise
             raise error from e
+        finally:
+            # a stream left early (a failure, Halt) is closed now, not when collected
+            close = getattr(events, "aclose", None)
+            if close is not None:
+                with contextlib.suppress(Exception):  # the stream's own error is the one to raise
+                    await close()
         if self.response is None:
             raise ModelError("stream_ended", "the model's stream ended with no completed response")
 
@@ -411,7 +426,11 @@ def input_items(history: Sequence[Message]) -> list[TResponseInputItem]:
             ]
         elif isinstance(message, ToolResultMessage):
             items.append(
-                {"type": "function_call_output", "call_id": message.call_id, "output": message.content}
+                {
+                    "type": "function_call_output",
+                    "call_id": message.call_id,
+                    "output": message.content,
+                }
             )
     return items
 
@@ -477,7 +496,9 @@ class AgentsSdkAdapter(Adapter):
             tracing_disabled=True,
         )
         try:
-            await Runner.run(agent, input=input_items(history), run_config=config, max_turns=MAX_TURNS)
+            await Runner.run(
+                agent, input=input_items(history), run_config=config, max_turns=MAX_TURNS
+            )
         finally:
             if owned:
                 await base.aclose()
