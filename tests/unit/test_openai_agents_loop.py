@@ -23,6 +23,7 @@ from agents import (
     WebSearchTool,
     function_tool,
 )
+from agents.mcp import MCPServerStdio
 from agents.tool import set_function_tool_failure_error_function
 from openai import AsyncOpenAI
 from pydantic import BaseModel
@@ -212,6 +213,22 @@ def test_a_tool_exception_reaches_dres_as_itself_not_as_the_sdks_error_text(
     run(AgentsSdkAdapter(agent), HELLO, hooks)
     assert ("tool_error", "ValueError", "provider rejected o1") in hooks.calls
     assert "provider rejected o1" in fake.received[1].body["messages"][-1]["content"]
+
+
+def test_a_call_whose_input_is_no_json_reaches_dres_as_its_text(fake: FakeProvider) -> None:
+    """dres's executor decides it (its schema check, or the tool's own error once invoked)."""
+    bad = openai_stream(
+        chunk(tool_delta(0, call_id="call_1", name="send_email", args="{bad")),
+        chunk({}, finish="tool_calls"),
+        usage_chunk(),
+    )
+    fake.script(Reply(body=bad), OPENAI.text("Sorry."))
+    effects = Effects()
+    hooks = Recorder()
+    run(AgentsSdkAdapter(effects.agent(fake)), HELLO, hooks)
+    assert ("tool", "send_email", "{bad") in hooks.calls
+    assert effects.sent == []
+    assert "Invalid JSON input" in fake.received[1].body["messages"][-1]["content"]
 
 
 def test_calls_of_one_response_run_one_at_a_time(fake: FakeProvider) -> None:
@@ -507,6 +524,10 @@ def test_a_tool_that_needs_approval_is_asked_through_dres_not_the_sdk(fake: Fake
         ({"tools": [WebSearchTool()]}, "hosted tool"),
         ({"tools": [Agent(name="sub").as_tool("sub", "A sub-agent.")]}, "agent tool sub"),
         ({"tool_use_behavior": "stop_on_first_tool"}, "tool_use_behavior"),
+        (
+            {"mcp_servers": [MCPServerStdio(params={"command": "true"}, name="files")]},
+            "MCP server files",
+        ),
     ],
 )
 def test_what_is_not_supported_is_refused_at_load_naming_it(
