@@ -19,7 +19,9 @@ from agents import (
     OpenAIChatCompletionsModel,
     OpenAIProvider,
     OpenAIResponsesModel,
+    RunConfig,
     RunContextWrapper,
+    Runner,
     WebSearchTool,
     function_tool,
 )
@@ -173,6 +175,29 @@ def test_a_tool_call_goes_through_hooks_tool_and_runs_the_tool_once(fake: FakePr
     ]
     answer = fake.received[1].body["messages"][-1]
     assert answer == {"role": "tool", "tool_call_id": "call_1", "content": '{"sent": "a@x.io"}'}
+
+
+def test_the_model_request_is_the_one_the_sdk_alone_makes_asking_for_usage(
+    fake: FakeProvider,
+) -> None:
+    """The agent as written: dres's run sends what ``Runner.run_streamed`` alone sends, and asks
+    a Chat Completions stream for its usage (dres's budgets count it)."""
+    fake.script(OPENAI.text("Hi"), OPENAI.text("Hi"))
+    agent = Effects().agent(fake)
+
+    async def alone() -> None:
+        config = RunConfig(tracing_disabled=True)
+        result = Runner.run_streamed(
+            agent, [{"role": "user", "content": "Hello"}], run_config=config
+        )
+        async for _ in result.stream_events():
+            pass
+
+    asyncio.run(alone())
+    run(AgentsSdkAdapter(agent), HELLO, Recorder())
+    by_sdk, by_dres = (r.body for r in fake.received)
+    assert by_dres.pop("stream_options") == {"include_usage": True}
+    assert by_dres == by_sdk
 
 
 def test_a_recorded_result_reaches_the_model_and_the_tool_never_runs(fake: FakeProvider) -> None:

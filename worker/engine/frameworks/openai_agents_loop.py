@@ -16,6 +16,8 @@ dres sits at the SDK's own extension points, and patches nothing:
   (``failure_error_function=None`` semantics, set on a copy of the tool), so the tool's own
   exception reaches dres's executor, which records an error result. Calls of one model response
   run one at a time (``ToolExecutionConfig(max_function_tool_concurrency=1)``).
+  The same settings ask a Chat Completions stream for its usage (``include_usage``), unless
+  the agent says otherwise: dres's token budgets count it.
 - **the history**: dres's conversation as the SDK's input items (messages, ``function_call``,
   ``function_call_output``), the run's ``input``.
 
@@ -82,8 +84,8 @@ from worker.engine.models.providers import ERROR_TYPES, model_error
 #: the SDK's model turns a run may take: dres enforces its own model-call limit
 MAX_TURNS = 1_000_000
 
-#: what this adapter relies on in openai-agents (0.24, 0.25), beyond its documented API; each
-#: is checked by a tripwire test
+#: what this adapter relies on in openai-agents (read against 0.25), beyond its documented API;
+#: each is checked by a tripwire test
 ASSUMES = (
     "Runner.run calls Model.get_response once per model call, with the ModelResponse built by "
     "the Model (output items, usage, response_id)",
@@ -109,8 +111,8 @@ ASSUMES = (
 
 def _run_on_loop(coro: Coroutine[Any, Any, Any]) -> Any:
     """``worker.engine.frameworks.bridge.run_on_loop`` (the process's loop, from the chunk's
-    thread) once the lead's bridge has it; until then a stand-in: the coroutine on a loop of
-    its own in a thread of its own."""
+    thread) when the bridge has it; else a stand-in: the coroutine on a loop of its own in a
+    thread of its own."""
     try:
         bridge = importlib.import_module("worker.engine.frameworks.bridge")
     except ImportError:
@@ -491,7 +493,11 @@ class AgentsSdkAdapter(Adapter):
             base = MultiProvider()
         config = RunConfig(
             model_provider=DresModelProvider(base, hooks),
-            model_settings=ModelSettings(retry=ModelRetrySettings(max_retries=0)),
+            model_settings=ModelSettings(
+                retry=ModelRetrySettings(max_retries=0),
+                # dres's budgets need each call's usage; an agent's own ``False`` is kept
+                include_usage=True if self.agent.model_settings.include_usage is None else None,
+            ),
             tool_execution=ToolExecutionConfig(max_function_tool_concurrency=1),
             tracing_disabled=True,
         )
