@@ -16,6 +16,7 @@ import pytest
 from agents import (
     Agent,
     FunctionTool,
+    GuardrailFunctionOutput,
     OpenAIChatCompletionsModel,
     OpenAIProvider,
     OpenAIResponsesModel,
@@ -24,6 +25,7 @@ from agents import (
     Runner,
     WebSearchTool,
     function_tool,
+    input_guardrail,
 )
 from agents.mcp import MCPServerStdio
 from agents.tool import set_function_tool_failure_error_function
@@ -222,6 +224,30 @@ def test_halt_from_model_start_makes_no_model_call(fake: FakeProvider) -> None:
     with pytest.raises(Halt):
         run(AgentsSdkAdapter(Effects().agent(fake)), HELLO, Recorder(halt_model=True))
     assert fake.received == []
+
+
+@input_guardrail
+async def _slow_guardrail(
+    _ctx: RunContextWrapper[Any], _agent: Agent[Any], _input: Any
+) -> GuardrailFunctionOutput:
+    await asyncio.sleep(0.05)
+    return GuardrailFunctionOutput(output_info=None, tripwire_triggered=False)
+
+
+@pytest.mark.parametrize("where", ["model", "tool"])
+def test_halt_leaves_run_as_itself_beside_an_input_guardrail_the_sdk_runs_alongside(
+    fake: FakeProvider, where: str
+) -> None:
+    fake.script(tool_reply("call_1", "send_email", EMAILED), OPENAI.text("Sent."))
+    effects = Effects()
+    agent = effects.agent(fake, input_guardrails=[_slow_guardrail])
+    with pytest.raises(Halt):
+        run(
+            AgentsSdkAdapter(agent),
+            HELLO,
+            Recorder(halt_model=where == "model", halt_tool=where == "tool"),
+        )
+    assert effects.sent == []
 
 
 def test_a_tool_exception_reaches_dres_as_itself_not_as_the_sdks_error_text(
