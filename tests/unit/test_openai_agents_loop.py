@@ -282,6 +282,29 @@ def test_a_call_whose_input_is_no_json_reaches_dres_as_its_text(fake: FakeProvid
     assert "Invalid JSON input" in fake.received[1].body["messages"][-1]["content"]
 
 
+class SlowToDecide(Recorder):
+    """dres takes longer to decide a call (an approval, the guard) than the tool may run."""
+
+    async def tool(
+        self, name: str, arguments: Any, invoke: Callable[[], Awaitable[Any]]
+    ) -> ToolAnswer:
+        await asyncio.sleep(0.3)
+        return await super().tool(name, arguments, invoke)
+
+
+def test_a_tools_timeout_bounds_the_tool_not_dres_deciding_it(fake: FakeProvider) -> None:
+    @function_tool(timeout=0.1)
+    async def lookup(key: str) -> str:
+        """Look a key up."""
+        return f"found {key}"
+
+    fake.script(tool_reply("call_1", "lookup", {"key": "a"}), OPENAI.text("Done."))
+    hooks = SlowToDecide()
+    run(AgentsSdkAdapter(Agent(name="t", model=model(fake), tools=[lookup])), HELLO, hooks)
+    assert ("tool_result", "found a") in hooks.calls
+    assert fake.received[1].body["messages"][-1]["content"] == "found a"
+
+
 def test_calls_of_one_response_run_one_at_a_time(fake: FakeProvider) -> None:
     spans: list[tuple[str, str]] = []
 
@@ -453,7 +476,7 @@ def test_history_with_a_prior_call_and_result_is_sent_as_chat_messages(fake: Fak
     ]
 
 
-def test_an_assistant_call_without_text_is_one_message_with_its_calls() -> None:
+def test_an_assistant_turn_of_calls_alone_is_its_function_call_items() -> None:
     items = input_items([AssistantMessage("", (RecordedCall("f", {}, "c-1"),))])
     assert items == [{"type": "function_call", "call_id": "c-1", "name": "f", "arguments": "{}"}]
 
