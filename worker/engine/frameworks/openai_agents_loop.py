@@ -30,14 +30,11 @@ Every assumption about the SDK's version is named in ``ASSUMES``; each has a tri
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import copy
-import importlib
 import inspect
 import json
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from typing import Any
 
 import openai
@@ -78,6 +75,7 @@ from pydantic_core import to_jsonable_python
 
 from worker.base.errors import ModelError
 from worker.engine.frameworks.base import Adapter, FrameworkTool, Hooks, Usage, marked_read_only
+from worker.engine.frameworks.bridge import run_on_loop
 from worker.engine.models.base import AssistantMessage, Message, ToolResultMessage, UserMessage
 from worker.engine.models.providers import ERROR_TYPES, model_error
 
@@ -107,21 +105,6 @@ ASSUMES = (
     "a chat-completions input message of type 'message', role 'assistant', output_text content "
     "and no id is an assistant message that a following function_call joins",
 )
-
-
-def _run_on_loop(coro: Coroutine[Any, Any, Any]) -> Any:
-    """``worker.engine.frameworks.bridge.run_on_loop`` (the process's loop, from the chunk's
-    thread) when the bridge has it; else a stand-in: the coroutine on a loop of its own in a
-    thread of its own."""
-    try:
-        bridge = importlib.import_module("worker.engine.frameworks.bridge")
-    except ImportError:
-        bridge = None
-    run = getattr(bridge, "run_on_loop", None)
-    if run is not None:
-        return run(coro)
-    with ThreadPoolExecutor(1) as pool:
-        return pool.submit(asyncio.run, coro).result()
 
 
 # -- the agent's tools ---------------------------------------------------------------------------
@@ -178,7 +161,7 @@ def _needs_approval(tool: FunctionTool) -> bool | Callable[[Any], bool]:
         return bool(rule)
 
     def needs(arguments: Any) -> bool:
-        return bool(_run_on_loop(_approval(rule, arguments)))
+        return bool(run_on_loop(_approval(rule, arguments)))
 
     return needs
 
