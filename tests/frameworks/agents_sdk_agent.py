@@ -11,11 +11,11 @@ whatever process ran it.
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 from agents import Agent, OpenAIChatCompletionsModel, function_tool
 from openai import AsyncOpenAI
 
+from tests.frameworks.effects import effect
 from worker.tools import read_only
 
 
@@ -27,11 +27,7 @@ def _model() -> OpenAIChatCompletionsModel:
     return OpenAIChatCompletionsModel(model="gpt-test", openai_client=client)
 
 
-def _effect(line: str) -> None:
-    path = os.environ.get("DRES_TEST_EFFECTS")
-    if path:
-        with Path(path).open("a", encoding="utf-8") as f:
-            f.write(line + "\n")
+_effect = effect
 
 
 INSTRUCTIONS = "You help with support tickets. Never send the same email twice."

@@ -7,14 +7,12 @@ ran it."""
 from __future__ import annotations
 
 import os
-import signal
-import time
-from pathlib import Path
 
 from pydantic_ai import Agent
 from pydantic_ai.models.openai import OpenAIChatModel
 from pydantic_ai.providers.openai import OpenAIProvider
 
+from tests.frameworks.effects import effect
 from worker.tools import read_only
 
 
@@ -30,21 +28,7 @@ def _model() -> OpenAIChatModel:
     return OpenAIChatModel("gpt-test", provider=OpenAIProvider(openai_client=client))
 
 
-def _effect(line: str) -> None:
-    """Count the effect; the first one may be cut by a soft limit: ``DRES_TEST_SOFT_LIMIT=signal``
-    sends this process SIGUSR1 (an in-process test's simulated soft limit), ``=sleep:S`` sleeps
-    S seconds (past a real worker's soft limit)."""
-    path = os.environ.get("DRES_TEST_EFFECTS")
-    if not path:
-        return
-    with Path(path).open("a", encoding="utf-8") as f:
-        f.write(line + "\n")
-    cut = os.environ.get("DRES_TEST_SOFT_LIMIT", "")
-    if len(Path(path).read_text(encoding="utf-8").splitlines()) == 1:
-        if cut == "signal":
-            os.kill(os.getpid(), signal.SIGUSR1)
-        elif cut.startswith("sleep:"):
-            time.sleep(float(cut.removeprefix("sleep:")))
+_effect = effect
 
 
 INSTRUCTIONS = "You help with support tickets. Never send the same email twice."

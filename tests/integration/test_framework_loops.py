@@ -62,7 +62,15 @@ PYDANTIC_AI = Framework(
     {"order_id": "o-1", "amount": 5},
     "refund o-1 5",
 )
-FRAMEWORKS = [PYDANTIC_AI]
+AGENTS_SDK = Framework(
+    "openai_agents",
+    "tests.frameworks.agents_sdk_agent",
+    "approval_agent",
+    "send_email",
+    {"to": "ann@x", "subject": "hi"},
+    "send_email ann@x hi",
+)
+FRAMEWORKS = [PYDANTIC_AI, AGENTS_SDK]
 EMAIL = {"to": "ann@x", "subject": "hi"}
 
 
