@@ -95,13 +95,11 @@ def load_before_fork(runtime: Runtime) -> None:
     tools = runtime.registry.names()
     # DRES_APPROVAL may name only registered write tools: refused here, not in every chunk
     ApprovalPolicy.from_settings(settings).check(runtime.registry)
-    log.info("tools loaded", tools=tools)
     # DRES_LOOP's framework agents, once for the process (its children inherit them): a
     # framework not installed, a module that cannot be imported, an attribute that is not an
     # agent stops the worker here, with one line naming the loop
-    loops = load_listed(settings.loops)
-    if loops:
-        log.info("agent loops loaded", loops=[str(spec) for spec in settings.loops])
+    load_listed(settings.loops)
+    log.info("tools loaded", tools=tools, loops=[str(spec) for spec in settings.loops])
 
 
 def run_worker(extra: list[str], *, reaper: bool) -> int:

@@ -19,7 +19,7 @@ from worker.base.loop_specs import DRES, FRAMEWORKS, LoopSpec, parse_loops
 from worker.engine.frameworks.base import Adapter
 
 #: each framework's agent class (its package's attribute) and its adapter (module, class)
-AGENT_CLASS = {"pydantic_ai": "pydantic_ai.Agent", "openai_agents": "agents.Agent"}
+AGENT_CLASS = {"pydantic_ai": "a pydantic_ai.Agent", "openai_agents": "an agents.Agent"}
 ADAPTERS = {
     "pydantic_ai": ("worker.engine.frameworks.pydantic_ai_loop", "PydanticAiAdapter"),
     "openai_agents": ("worker.engine.frameworks.openai_agents_loop", "AgentsSdkAdapter"),
@@ -58,7 +58,9 @@ def locate(spec: LoopSpec) -> None:
     if not _findable(package):
         raise _not_installed(spec)
     if not _findable(spec.module):
-        raise LoopUnavailable(f"DRES_LOOP: {spec}: cannot import {spec.module!r}: not found")
+        raise LoopUnavailable(
+            f"DRES_LOOP: {spec}: cannot import {spec.module!r}: No module named {spec.module!r}"
+        )
 
 
 def _adapter(spec: LoopSpec) -> Adapter:
@@ -75,8 +77,8 @@ def _adapter(spec: LoopSpec) -> Adapter:
     agent = getattr(module, spec.attr)
     if not isinstance(agent, framework.Agent):
         raise LoopUnavailable(
-            f"DRES_LOOP: {spec}: {spec.module}.{spec.attr} is a {type(agent).__name__}, "
-            f"not a {AGENT_CLASS[spec.framework]}"
+            f"DRES_LOOP: {spec}: {spec.module}.{spec.attr} is not "
+            f"{AGENT_CLASS[spec.framework]} (its type: {_kind(agent)})"
         )
     adapter_module, adapter_class = ADAPTERS[spec.framework]
     made = getattr(importlib.import_module(adapter_module), adapter_class)
@@ -84,9 +86,22 @@ def _adapter(spec: LoopSpec) -> Adapter:
         adapter: Adapter = made(agent)
     except LoopUnavailable:
         raise
-    except ConfigError as e:  # an agent the adapter cannot run (docs/loops.md, "Limits")
-        raise LoopUnavailable(f"DRES_LOOP: {spec}: {e}") from None
+    except (ConfigError, ValueError, TypeError) as e:
+        # an agent the adapter cannot run (docs/loops.md, "Limits"): its first line
+        said = str(e).strip().splitlines()
+        raise LoopUnavailable(
+            f"DRES_LOOP: {spec}: {said[0] if said else type(e).__name__}"
+        ) from None
     return adapter
+
+
+def _kind(value: object) -> str:
+    kind = type(value)
+    return (
+        kind.__qualname__
+        if kind.__module__ == "builtins"
+        else f"{kind.__module__}.{kind.__qualname__}"
+    )
 
 
 def _findable(module: str) -> bool:
