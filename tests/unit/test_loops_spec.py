@@ -18,7 +18,14 @@ from rigs import ROOT
 from worker.base.errors import ConfigError, LoopUnavailable
 from worker.base.settings import load_settings
 from worker.engine.frameworks.base import marked_read_only
-from worker.engine.frameworks.loops import LoopSpec, load, load_listed, locate, parse_loops
+from worker.engine.frameworks.loops import (
+    LoopSpec,
+    adapter_for,
+    load,
+    load_listed,
+    locate,
+    parse_loops,
+)
 
 FORMS = "is not dres, pydantic_ai:MODULE:ATTR or openai_agents:MODULE:ATTR"
 
@@ -169,6 +176,13 @@ def test_dres_own_loop_has_no_adapter_and_load_listed_loads_only_framework_loops
     with pytest.raises(ValueError, match="dres's own loop"):
         load(LoopSpec("dres"))
     assert load_listed(parse_loops("dres")) == []
+    assert adapter_for(parse_loops("dres"), None) is None
+    assert adapter_for(parse_loops("dres,pydantic_ai:m:a"), "dres") is None
+    with pytest.raises(LoopUnavailable) as raised:
+        adapter_for(parse_loops("dres"), "pydantic_ai:m:a")
+    assert str(raised.value) == (
+        "DRES_LOOP: the turn's loop 'pydantic_ai:m:a' is not listed here: dres"
+    )
 
 
 @pytest.fixture
@@ -224,6 +238,9 @@ def test_an_examples_agent_loads_into_its_frameworks_adapter_once_per_process(
     assert isinstance(loaded, made)
     assert load(loop) is loaded
     assert load_listed(parse_loops(f"dres,{spec}")) == [loaded]
+    # a turn's recorded loop: its entry's text, or None for the default (DRES_LOOP's first)
+    assert adapter_for(parse_loops(f"dres,{spec}"), spec) is loaded
+    assert adapter_for(parse_loops(f"{spec},dres"), None) is loaded
 
 
 def test_read_only_is_public_beside_tool() -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from worker.base.errors import ConfigError, LoopUnavailable
 from worker.base.imports import import_named
@@ -46,6 +46,17 @@ def load_listed(specs: Iterable[LoopSpec]) -> list[Adapter]:
     """Every framework loop of ``specs`` loaded (a worker's start): the first that cannot be
     raises ``LoopUnavailable``."""
     return [load(spec) for spec in specs if spec.framework != DRES]
+
+
+def adapter_for(loops: Sequence[LoopSpec], loop: str | None) -> Adapter | None:
+    """The adapter that runs a turn whose ``turn_started`` names ``loop`` (None: ``loops``'s
+    first, the default), loaded once per process; None for dres's own loop. A loop this process
+    does not list (its DRES_LOOP is not the API's) raises ``LoopUnavailable``."""
+    spec = loops[0] if loop is None else next((s for s in loops if str(s) == loop), None)
+    if spec is None:
+        listed = ", ".join(str(s) for s in loops)
+        raise LoopUnavailable(f"DRES_LOOP: the turn's loop {loop!r} is not listed here: {listed}")
+    return None if spec.framework == DRES else load(spec)
 
 
 def locate(spec: LoopSpec) -> None:
@@ -120,4 +131,12 @@ def _not_installed(spec: LoopSpec, error: ImportError | None = None) -> LoopUnav
     return LoopUnavailable(f"DRES_LOOP: {spec} needs {extra}{why}: pip install 'dres[{extra}]'")
 
 
-__all__ = ["LoopSpec", "LoopUnavailable", "load", "load_listed", "locate", "parse_loops"]
+__all__ = [
+    "LoopSpec",
+    "LoopUnavailable",
+    "adapter_for",
+    "load",
+    "load_listed",
+    "locate",
+    "parse_loops",
+]
