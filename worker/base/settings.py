@@ -201,8 +201,8 @@ class Settings(BaseSettings):
     )
     loop: str = Field(
         "dres",
-        description="comma-separated agent loops a turn may run (dres, pydantic_ai:MODULE:ATTR, "
-        "openai_agents:MODULE:ATTR); the first is the default",
+        description="loops a turn may run (dres, pydantic_ai:MODULE:ATTR, "
+        "openai_agents:MODULE:ATTR); first: default",
     )
     agents: str = Field(
         "{}", description='JSON: the apps call_agent may call, {"NAME": {"url", "token"}}'
