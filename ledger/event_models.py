@@ -88,6 +88,10 @@ class TurnStarted(_Event):
     client_tools: tuple[ClientTool, ...] = ()
     #: the tenant the turn belongs to (docs/semantics.md, tenants)
     tenant: str = "default"
+    #: the agent loop the turn runs, as ``DRES_LOOP`` lists it (``dres``,
+    #: ``pydantic_ai:MODULE:ATTR``, ``openai_agents:MODULE:ATTR``; docs/loops.md); None: the
+    #: default, ``DRES_LOOP``'s first
+    loop: str | None = None
 
 
 class TurnContext(_Event):

@@ -196,3 +196,59 @@ def _answer(api: ApiProcess, path: str) -> httpx.Response | None:
         return httpx.get(f"{api.url}{path}", timeout=5)
     except httpx.TransportError:
         return None
+
+
+def test_a_loop_that_cannot_run_is_one_line_naming_it_exit_2_from_worker_api_up_and_the_cli(
+    dres_env: dict[str, str], tmp_path: Path
+) -> None:
+    """DRES_LOOP (docs/loops.md): a malformed entry in every command; a framework loop whose
+    module is not there from ``dres worker`` (which loads its agent), ``dres api`` and ``dres up``
+    (which find it without importing it); a module that cannot be imported from the worker, with
+    its file and line."""
+    (tmp_path / "badloop.py").write_text("from pydantic_ai import Agent\n\nagent = Agent(:\n")
+    env = {**dres_env, "PYTHONPATH": f"{tmp_path}:{dres_env['PYTHONPATH']}"}
+    missing = {"DRES_LOOP": "dres,pydantic_ai:no_such_agents:agent"}
+    malformed = {"DRES_LOOP": "dres,pydantic_ai:no_attr"}
+    cases: list[Case] = [
+        (["worker"], missing),
+        (["api", "--port", str(free_port())], missing),
+        (["up", "--port", str(free_port())], missing),
+        (["worker"], {"DRES_LOOP": "openai_agents:badloop:agent"}),
+        (["enqueue", "hi"], malformed),
+        (["api"], malformed),
+    ]
+    worker, api, up, syntax, enqueue, api_malformed = run_all(env, cases)
+    for done in (worker, api, up):
+        one_line_exit_2(
+            done, "dres: DRES_LOOP: pydantic_ai:no_such_agents:agent", "'no_such_agents'"
+        )
+    one_line_exit_2(
+        syntax, "DRES_LOOP: openai_agents:badloop:agent", "'badloop'", f"({tmp_path}/badloop.py"
+    )
+    for done in (enqueue, api_malformed):
+        one_line_exit_2(done, "dres: DRES_LOOP: 'pydantic_ai:no_attr' is not dres, pydantic_ai:")
+
+
+@pytest.mark.parametrize("command", ["worker", "api"])
+def test_a_loop_whose_framework_is_not_installed_is_one_line_naming_its_extra_exit_2(
+    dres_env: dict[str, str], command: str
+) -> None:
+    # the framework's import fails for real: its name is None in sys.modules
+    code = (
+        "import sys; sys.modules['agents'] = None\n"
+        "from worker.edges.cli.main import main\n"
+        f"sys.exit(main([{command!r}]))\n"
+    )
+    spec = "openai_agents:openai_agents_agent:agent"
+    env = {**dres_env, "DRES_LOOP": f"dres,{spec}"}
+    env["PYTHONPATH"] = f"{ROOT / 'examples'}:{env['PYTHONPATH']}"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=RUN_S,
+    )
+    said = one_line_exit_2(done)
+    assert said == f"dres: DRES_LOOP: {spec} needs openai-agents: pip install 'dres[openai-agents]'"

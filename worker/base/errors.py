@@ -26,6 +26,11 @@ class ConfigError(DresError):
     """Bad configuration; the message is one line naming the variable."""
 
 
+class LoopUnavailable(ConfigError):
+    """A loop ``DRES_LOOP`` lists cannot be run here: its framework is not installed, its module
+    cannot be imported, or its attribute is missing or not the framework's agent. One line."""
+
+
 class ToolDefinitionError(DresError):
     """A ``@tool`` function or a DRES_TOOLS module cannot be registered."""
 

@@ -15,6 +15,7 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from ledger.durability import Durability, Level
 from worker.base.errors import ConfigError
+from worker.base.loop_specs import LoopSpec, loop_entries
 from worker.base.parsers import (
     check_token,
     credentials_in_userinfo,
@@ -49,6 +50,7 @@ PARSERS: dict[str, Callable[[str], object]] = {
     "public_url": parse_http_url,
     "redis_sentinels": parse_sentinels,
     "tenant_rate": parse_rate,
+    "loop": loop_entries,
 }
 
 
@@ -196,6 +198,11 @@ class Settings(BaseSettings):
     )
     models: str = Field(
         "", description="comma-separated model specs an API client may ask for (anthropic:*)"
+    )
+    loop: str = Field(
+        "dres",
+        description="loops a turn may run (dres, pydantic_ai:MODULE:ATTR, "
+        "openai_agents:MODULE:ATTR); first: default",
     )
     agents: str = Field(
         "{}", description='JSON: the apps call_agent may call, {"NAME": {"url", "token"}}'
@@ -351,6 +358,11 @@ class Settings(BaseSettings):
         every connection to the master and to the Sentinels (``ssl=True`` and the URL's
         ``ssl_*`` options, redis-py's keyword arguments); else empty: no TLS."""
         return parse_sentinel_tls(self.redis_url) if self.sentinels else {}
+
+    @property
+    def loops(self) -> tuple[LoopSpec, ...]:
+        """DRES_LOOP's entries (validated), the first the default."""
+        return loop_entries(self.loop)
 
     @property
     def approvers(self) -> dict[str, str]:

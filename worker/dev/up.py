@@ -30,6 +30,7 @@ from worker.base.masking import mask_url
 from worker.base.settings import Settings, load_settings
 from worker.dev.embedded import embedded_redis
 from worker.dev.worker_process import READY_S, DresProcess, WorkerProcess
+from worker.engine.frameworks.loops import locate
 
 #: seconds between looks at the children while ``dres up`` waits for a signal
 WATCH_S = 0.5
@@ -62,6 +63,8 @@ def run_up(port: int, out: TextIO = sys.stdout) -> int:
     if not _port_free(port):
         raise ConfigError(f"port {port} on 127.0.0.1 is in use: choose another with --port")
     settings = load_settings()  # a bad DRES_* setting fails here, before anything starts
+    for loop in settings.loops:  # a DRES_LOOP framework or module that is not there, too
+        locate(loop)
     _check_configured_redis(settings)
     made_token = None if settings.api_token else secrets.token_urlsafe(TOKEN_BYTES)
     stop = threading.Event()

@@ -70,6 +70,9 @@ class TurnOptions(TypedDict, total=False):
     client_tools: Sequence[ClientTool]
     #: the tenant the turn belongs to (None: ``default``)
     tenant: str | None
+    #: the agent loop the turn runs: one of ``DRES_LOOP``'s entries, by its text (None: the
+    #: default, its first)
+    loop: str | None
 
 
 class SendOptions(TypedDict, total=False):
@@ -112,6 +115,7 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks):
         if is_blank(message):
             raise InvalidInput("message is empty")
         make_model(model or self.settings.model, self.clock)  # a bad spec fails here, not later
+        self.check_loop(options.get("loop"))
         tenant = tenant_of(options.get("tenant"))
         if conversation_id:
             repeated = self.repeated(conversation_id, options.get("message_id"), message)
@@ -142,6 +146,14 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks):
             self._take_back(turn_id, conversation_id, e)
             raise
         return turn
+
+    def check_loop(self, loop: str | None) -> None:
+        """A turn's ``loop`` is one of ``DRES_LOOP``'s entries, by its exact text (None: the
+        default); else ``InvalidInput`` naming ``loop``. Nothing is imported: the API accepts a
+        loop by name, and the worker that runs it loads its agent."""
+        listed = [str(spec) for spec in self.settings.loops]
+        if loop is not None and loop not in listed:
+            raise InvalidInput(f"loop: {loop!r} is not one of DRES_LOOP's: {', '.join(listed)}")
 
     def fork(
         self,
@@ -290,6 +302,7 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks):
             replaces=fork.replaces if fork else (),
             client_tools=tuple(options.get("client_tools") or ()),
             tenant=tenant,
+            loop=options.get("loop"),
         )
         fields: dict[str, MetaValue] = {
             "model": model or "",

@@ -112,6 +112,7 @@ def cmd_enqueue(args: argparse.Namespace, extra: list[str]) -> int:
         model=args.model,
         double_text=args.double_text,
         tenant=args.tenant,
+        loop=args.loop,
     )
     print(turn.turn_id)
     return 0
@@ -379,6 +380,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         type=_a_tenant,
         help="the tenant whose limits the turn runs under (default: default)",
+    )
+    enq.add_argument(
+        "--loop",
+        default=None,
+        metavar="SPEC",
+        help="the agent loop the turn runs, one of DRES_LOOP's entries (default: its first)",
     )
     for name, text in (
         ("watch", "follow a turn's events until it ends"),

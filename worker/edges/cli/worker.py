@@ -32,6 +32,7 @@ from worker.edges.redis.durability import check_durability
 from worker.edges.redis.policy import check_stores
 from worker.edges.redis.reach import wait_for_stores
 from worker.edges.runtime import Runtime, run_chunks_on
+from worker.engine.frameworks.loops import load_listed
 from worker.engine.models import preload_sdks
 from worker.engine.tools.approval import ApprovalPolicy
 from worker.lifecycle.heartbeat import BatchedBeats
@@ -94,7 +95,11 @@ def load_before_fork(runtime: Runtime) -> None:
     tools = runtime.registry.names()
     # DRES_APPROVAL may name only registered write tools: refused here, not in every chunk
     ApprovalPolicy.from_settings(settings).check(runtime.registry)
-    log.info("tools loaded", tools=tools)
+    # DRES_LOOP's framework agents, once for the process (its children inherit them): a
+    # framework not installed, a module that cannot be imported, an attribute that is not an
+    # agent stops the worker here, with one line naming the loop
+    load_listed(settings.loops)
+    log.info("tools loaded", tools=tools, loops=[str(spec) for spec in settings.loops])
 
 
 def run_worker(extra: list[str], *, reaper: bool) -> int:

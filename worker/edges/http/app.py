@@ -43,6 +43,7 @@ from worker.edges.http.tenants import router as tenants_router
 from worker.edges.http.turns import router
 from worker.edges.redis.clients import API_STORE_TIMEOUT_S, ledger_reader
 from worker.edges.runtime import Runtime
+from worker.engine.frameworks.loops import locate
 
 log = structlog.get_logger("dres.api")
 
@@ -64,6 +65,8 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
         openapi_url=None,
     )
     check_allow_list(settings)  # a bad DRES_MODELS fails at start
+    for loop in settings.loops:  # a framework or module DRES_LOOP names that is not there
+        locate(loop)  # fails at start too, importing neither: the workers run the agents
     api.state.settings = settings
     api.state.rt = runtime or Runtime.for_api(settings)
     api.state.rt.tracer  # noqa: B018 (a bad OTEL_* fails at start)

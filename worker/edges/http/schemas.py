@@ -51,6 +51,13 @@ class TurnRequest(BaseModel):
         description="the turn's tenant, whose limits it runs under (absent: `default`); a "
         "Dres-Tenant header wins over it",
     )
+    loop: str | None = Field(
+        None,
+        max_length=500,
+        description="the agent loop the turn runs, one of the server's DRES_LOOP entries by its "
+        "text (dres, pydantic_ai:MODULE:ATTR, openai_agents:MODULE:ATTR; else 422); absent: "
+        "its first",
+    )
 
     @field_validator("message")
     @classmethod

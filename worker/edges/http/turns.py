@@ -105,6 +105,7 @@ def create_turn(
             message_id=body.message_id,
             double_text=body.double_text,
             tenant=body.tenant,
+            loop=body.loop,
         )
         return _created(turn.turn_id, turn.conversation_id)
     # The record names the turn and its conversation before the turn exists, so a repeat that
@@ -130,6 +131,7 @@ def create_turn(
             message_id=body.message_id,
             double_text=body.double_text,
             tenant=body.tenant,
+            loop=body.loop,
         )
     except BaseException:
         # No turn was made (or it was taken back): the key must not answer for one. Redis may be
