@@ -31,6 +31,7 @@ from worker.edges.celery.dispatch import CeleryDispatcher
 from worker.edges.redis.clients import API_STORE_OUTAGE_S, API_STORE_TIMEOUT_S, ledger_client
 from worker.edges.webhook import approval_webhook
 from worker.engine.flushes import SharedFlusher
+from worker.engine.frameworks.loops import adapter_for
 from worker.engine.loop import AgentLoop
 from worker.engine.models import Models
 from worker.engine.recorder import RunContext
@@ -241,4 +242,6 @@ class Runtime:
             cache=self.events,
             durable=self.confirmer,
             tracer=self.tracer,
+            # a turn's recorded loop -> its framework's agent (docs/loops.md), loaded at start
+            frameworks=lambda loop: adapter_for(self.settings.loops, loop),
         )

@@ -40,6 +40,7 @@ from ledger.usage import UsageFold
 from worker.base import metrics
 from worker.base.clock import Clock, Ids
 from worker.base.errors import (
+    ConfigError,
     JournalUnreadable,
     ModelError,
     OutcomeUnknown,
@@ -185,7 +186,13 @@ class AgentLoop:
         recorder.events, recorder.inherited = read.events, read.inherited
         journal, note = read.journal, read.note
         started = read.events[0] if read.events else None
-        adapter = self.frameworks(getattr(started, "loop", None))
+        try:
+            adapter = self.frameworks(started.loop if isinstance(started, TurnStarted) else None)
+        except (
+            ConfigError
+        ) as e:  # a loop this worker does not list (its DRES_LOOP is not the API's)
+            log.error("the turn's loop cannot run here", error=str(e))
+            return self._end(recorder, "error", "stopped", "internal_error", str(e))
         framework = FrameworkTools(adapter) if adapter is not None else None
         tools: tuple[ToolSchema, ...] = ()
         if framework is not None:
