@@ -71,7 +71,7 @@ class FrameworkPlan:
     turns: int
 
 
-FULL = FrameworkPlan(blocks=12, turns=40)
+FULL = FrameworkPlan(blocks=30, turns=20)
 QUICK = FrameworkPlan(blocks=2, turns=8)
 
 

@@ -166,7 +166,7 @@ METHOD = [
     "then `Lifecycle.run_chunk` with the worker's `AgentLoop` whose `frameworks` names the "
     "framework's adapter (`PydanticAiAdapter`, `AgentsSdkAdapter`), timed from before the "
     "create to `run_chunk`'s return (`turn_ended` recorded); every turn must complete. Blocks "
-    "of 40 turns of each side, their order turning round from block to block, after an "
+    "of 20 turns of each side (30 blocks), their order turning round from block to block, after an "
     "uncounted warm-up block; p50 and p99 per block; ratios pair a block's sides; the price "
     "row is the block's p50 dres − p50 alone.",
 ]

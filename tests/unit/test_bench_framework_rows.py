@@ -23,11 +23,9 @@ def framework(adapter: Any = None, missing: str = "") -> Framework:
 
 
 def samples() -> Samples:
-    return Samples(
-        p50={"dres": [12.0, 15.0, 11.0], "alone": [10.0, 10.0, 10.0], "streamed": [12.0, 10.0, 11.0]},
-        p99={"dres": [30.0, 40.0, 35.0], "alone": [20.0, 25.0, 50.0], "streamed": [1.0, 1.0, 1.0]},
-        turns=120,
-    )  # fmt: skip
+    p50 = {"dres": [12.0, 15.0, 11.0], "alone": [10.0, 10.0, 10.0], "streamed": [12.0, 10.0, 11.0]}
+    p99 = {"dres": [30.0, 40.0, 35.0], "alone": [20.0, 25.0, 50.0], "streamed": [1.0, 1.0, 1.0]}
+    return Samples(p50, p99, turns=120)
 
 
 def test_l1_reads_dres_against_the_agent_alone_at_p50_paired_by_block() -> None:
@@ -113,9 +111,7 @@ def test_l1s_details_line_names_each_frameworks_p50s_and_dres_price() -> None:
     info = {"versions": {"pydantic-ai-slim": "2.78.0"}, "pydantic-ai": {"p50": samples().p50}}
 
     line = next(
-        x
-        for x in details({r.name: r for r in rows}, {"framework": info})
-        if x.startswith("Row L1")
+        x for x in details({r.name: r for r in rows}, {"framework": info}) if x.startswith("Row L1")
     )
 
     assert line == (
