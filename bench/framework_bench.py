@@ -1,11 +1,12 @@
 """Row L1 of ``make bench`` (issue 48): the price of durability per tool call inside a framework's
 agent. A turn of one tool call run by dres beside the same agent run alone, per framework.
 
-The agent: one of the framework's own, with one tool (``record``, a no-op write) and an OpenAI
-chat model pointed at ``rigs.providers``' fake OpenAI-compatible server on loopback, which answers
-each conversation's first request with a call of ``record`` and its second (the call's result in
-it) with a short text (``tool_then_text``): two model round trips and one tool call a turn, on
-either side.
+The agent (``bench.framework_agents``): one of the framework's own, with one tool (``record``, a
+no-op write) and an OpenAI chat model pointed at ``rigs.providers``' fake OpenAI-compatible server
+on loopback, in a process of its own as a model provider is (in this one, its serving took the GIL
+from the turns measured), which answers each conversation's first request with a call of
+``record`` and its second (the call's result in it) with a short text (``tool_then_text``): two
+model round trips and one tool call a turn, on every side.
 
 - alone: ``await agent.run(PROMPT)`` (pydantic-ai) or ``await Runner.run(agent, PROMPT,
   run_config=RunConfig(tracing_disabled=True))`` (the Agents SDK), on the process's event loop
@@ -20,14 +21,18 @@ either side.
   ``turn_ended`` recorded; every turn's status is read afterwards (outside the time) and a turn
   that did not complete fails the row.
 
-The fake server answers the request as it asks: pydantic-ai's and the Agents SDK's runs alone
-ask for one JSON completion, dres's wrapped models for a stream (pydantic-ai's adapter streams
-every request to record its text as it comes). Blocks alternate (dres, alone, alone, dres, ...)
-after an uncounted warm-up block; per block the p50 and p99 of its turns (ms). Rows: dres / alone
-at p50 (target <= 1.5) and p99 (information), and the difference of the p50s, the absolute price
-per turn of one call (information). The Agents SDK's dres side runs once its adapter
-(``worker.engine.frameworks.openai_agents_loop``) is there; until then its rows set the agent
-alone beside nothing and say so.
+The fake server answers a request as it asks: the runs alone ask for one JSON completion each,
+dres's adapters for a stream (to record the text as it comes); so a third side, for information:
+- streamed: the same run alone with every model request streamed (pydantic-ai's
+  ``event_stream_handler``, the SDK's ``Runner.run_streamed`` with its events read).
+
+Blocks of each side's turns in a row, their order turning round from block to block (dres, alone,
+streamed; alone, streamed, dres; ...), after an uncounted warm-up block; per block the p50 and
+p99 of its turns (ms); each block's model requests counted (two a turn, or the row fails). Rows:
+dres / alone at p50 (target <= 1.5) and p99, dres / streamed at p50 (information), and dres's
+price per turn of one call, the block's p50 dres - p50 alone (ms, information). The Agents SDK's
+dres side runs once its adapter (``worker.engine.frameworks.openai_agents_loop``) is there; until
+then its row is the agent alone, saying why.
 
 Run alone: ``python -m bench --only framework [--quick]`` or ``python -m bench.framework_bench``.
 """
