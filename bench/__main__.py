@@ -53,6 +53,10 @@ Q1 (issue 47, ``bench.fairness_bench``): tenant B's 10 turns enqueued behind ten
 Q2 (issue 47, ``bench.admission_bench``): a new turn's enqueue -> its run_started through the
    admission with tenant limits set / the same turn dispatched plainly (create + launch),
    interleaved on an idle worker (target <= 1.2). ``--only admission`` runs it alone.
+L1 (issue 48, ``bench.framework_bench``): a pydantic-ai agent's (and an Agents SDK agent's) turn
+   of one tool call against a fake OpenAI-compatible model, run by dres (``Lifecycle.create`` +
+   ``run_chunk`` through the framework's adapter) / the same agent run alone, alternating blocks
+   in this process (target <= 1.5 at p50). ``--only framework`` runs it alone.
 
 Rows 1-3 run in this process (``bench.ledger_bench``; row 2g in a subprocess of its own,
 ``bench.gevent_tool_call``), rows 4-5 against a real dres worker subprocess
@@ -90,6 +94,7 @@ from bench import (
     fairness_bench,
     fanout_bench,
     fork_bench,
+    framework_bench,
     ledger_bench,
     many_turns_bench,
     pickup_bench,
@@ -128,6 +133,7 @@ GROUPS: tuple[Group, ...] = (
     fork_bench.GROUP,
     fairness_bench.GROUP,
     admission_bench.GROUP,
+    framework_bench.GROUP,
 )
 #: groups of rows ``--only`` runs alone
 ONLY = {group.name: group.about for group in GROUPS}

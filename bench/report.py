@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from statistics import median
 from typing import Any
 
 from bench.harness import Row, cell, ratio_cell
@@ -217,6 +218,9 @@ def details(by: dict[str, Row], result: dict[str, Any]) -> list[str]:
     forks = [row for row in by.values() if row.number == "F1" and "events" in row.extra]
     if forks:
         lines.append(fork_details(forks))
+    framework = [row for row in by.values() if row.number == "L1" and row.target is not None]
+    if framework:
+        lines.append(framework_details(framework, result.get("framework", {})))
     fairness = result.get("fairness", {}).get("rounds")
     if fairness:
         lines.append(fairness_details(fairness))
@@ -263,6 +267,25 @@ def fork_details(rows: Sequence[Row]) -> str:
         )
     return (
         f"Row F1 ({rows[0].extra['rounds']} rounds; fork / plain turn): " + "; ".join(parts) + "."
+    )
+
+
+def framework_details(rows: Sequence[Row], info: dict[str, Any]) -> str:
+    """Row L1's line under Details: per framework, the p50s of dres, the agent alone and the
+    agent alone streamed (medians over the blocks, ms), and dres's price per turn."""
+    parts = []
+    for row in rows:
+        name = row.extra["framework"]
+        streamed = info.get(name, {}).get("p50", {}).get("streamed")
+        dres, alone = median(row.dres), median(row.raw)
+        parts.append(
+            f"{name}: dres {dres:.1f} ms, alone {alone:.1f} ms"
+            + (f", alone streamed {median(streamed):.1f} ms" if streamed else "")
+            + f"; dres's price {dres - alone:.1f} ms a turn of one tool call"
+        )
+    versions = _fmt(info["versions"]) if "versions" in info else "?"
+    return f"Row L1 ({rows[0].extra.get('turns_per_side', '?')} turns a side; {versions}): " + (
+        "; ".join(parts) + "."
     )
 
 

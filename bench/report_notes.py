@@ -152,6 +152,23 @@ METHOD = [
     "the turn's first `run_started` `ts` − that time. The bench waits for the turn's end and "
     "20 ms before the next sample; a round takes one of each kind, its order turning round; "
     "ratios pair a round's samples.",
+    "**L1** `bench.framework_bench` (issue 48): per framework, one agent of its own with one "
+    "tool (`record`, a no-op write) and an OpenAI chat model pointed at `rigs.providers`' fake "
+    "OpenAI-compatible server, in a process of its own, which answers a conversation's first "
+    "request with a call of `record` and its second (the call's result in it) with a short text "
+    "(`tool_then_text`): two model round trips and one tool call a turn. Alone: `await "
+    "agent.run(…)` (pydantic-ai) or `await Runner.run(agent, …, "
+    "run_config=RunConfig(tracing_disabled=True))` (the Agents SDK) on the process's event "
+    "loop, timed around the `await` there; streamed (information): the same run with every "
+    "model request streamed, as dres's adapters ask for them (pydantic-ai's "
+    "`event_stream_handler`, the SDK's `Runner.run_streamed`). dres: the same agent object as "
+    "a turn on a private redis-server, through a worker's own runtime: `Lifecycle.create`, "
+    "then `Lifecycle.run_chunk` with the worker's `AgentLoop` whose `frameworks` names the "
+    "framework's adapter (`PydanticAiAdapter`, `AgentsSdkAdapter`), timed from before the "
+    "create to `run_chunk`'s return (`turn_ended` recorded); every turn must complete. Blocks "
+    "of 20 turns of each side (30 blocks), their order turning round from block to block, after an "
+    "uncounted warm-up block; p50 and p99 per block; ratios pair a block's sides; the price "
+    "row is the block's p50 dres − p50 alone.",
 ]
 
 NOISE = [

@@ -4,8 +4,10 @@ SDK, no network).
 
 Each request takes the next scripted ``Reply`` (``FakeProvider.replies``, first in first out),
 so a run sees e.g. "first request 502, second OK"; every request's path and JSON body is
-recorded (``FakeProvider.received``). A request with no reply left gets a 400 naming that, a
-non-resumable error, so a test that under-scripts fails loudly instead of looping. A ``Reply``
+recorded (``FakeProvider.received``). A request with no reply left goes to the provider's
+``responder`` when it has one (``tool_then_text``: an answer chosen by the request's body, for
+benchmarks' thousands of requests), else gets a 400 naming that, a non-resumable error, so a test
+that under-scripts fails loudly instead of looping. A ``Reply``
 can also hang before sending any byte, stall mid-stream, or cut its socket mid-stream.
 
 ``Dialect`` builds one provider's replies (text, a tool call, an HTTP error) and the environment
@@ -21,7 +23,7 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
@@ -61,6 +63,10 @@ class Received:
     at: float
 
 
+#: what answers a request from its body alone (``FakeProvider.responder``)
+Responder = Callable[[Received], Reply]
+
+
 @dataclass
 class FakeProvider:
     """What a test scripts and reads; ``url`` is the server's base URL (no path)."""
@@ -71,6 +77,8 @@ class FakeProvider:
     #: set at the end of the test: hanging and stalled replies return
     released: threading.Event = field(default_factory=threading.Event)
     changed: threading.Condition = field(default_factory=threading.Condition)
+    #: answers a request when no scripted reply is left (None: a 400 naming that)
+    responder: Responder | None = None
 
     def script(self, *replies: Reply) -> FakeProvider:
         with self.changed:
@@ -94,6 +102,8 @@ class FakeProvider:
             self.changed.notify_all()
             if self.replies:
                 return self.replies.pop(0)
+        if self.responder is not None:
+            return self.responder(received)
         body = {
             "type": "error",
             "error": {
@@ -395,3 +405,49 @@ class OpenAIDialect(Dialect):
 
 
 DIALECTS: tuple[Dialect, ...] = (AnthropicDialect(), OpenAIDialect())
+
+
+def openai_completion(message: dict[str, Any], finish: str) -> Reply:
+    """A whole (not streamed) chat completion: the answer to a request without ``stream``."""
+    prompt, completion = OpenAIDialect.USAGE
+    body = {
+        "id": "chatcmpl-1",
+        "object": "chat.completion",
+        "created": 0,
+        "model": "gpt-test",
+        "choices": [
+            {"index": 0, "message": {"role": "assistant", **message}, "finish_reason": finish}
+        ],
+        "usage": {
+            "prompt_tokens": prompt,
+            "completion_tokens": completion,
+            "total_tokens": prompt + completion,
+        },
+    }
+    return Reply(body=json.dumps(body).encode(), content_type="application/json")
+
+
+def tool_then_text(name: str, arguments: dict[str, Any], text: str) -> Responder:
+    """An OpenAI chat-completions responder for any number of one-call conversations: a request
+    that carries no tool result (no ``tool`` message) gets a call of ``name`` with
+    ``arguments``, one that does gets ``text``; streamed when the request asks for a stream,
+    else one JSON completion. No script to run out of: a benchmark's thousands of turns."""
+    openai = OpenAIDialect()
+    call = {
+        "id": "call_1",
+        "type": "function",
+        "function": {"name": name, "arguments": json.dumps(arguments)},
+    }
+    replies = {
+        (False, True): openai.tool_call("call_1", name, arguments),
+        (True, True): openai.text(text),
+        (False, False): openai_completion({"content": None, "tool_calls": [call]}, "tool_calls"),
+        (True, False): openai_completion({"content": text}, "stop"),
+    }
+
+    def respond(received: Received) -> Reply:
+        messages = received.body.get("messages") or ()
+        answered = any(m.get("role") == "tool" for m in messages if isinstance(m, dict))
+        return replies[answered, bool(received.body.get("stream"))]
+
+    return respond
