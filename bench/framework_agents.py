@@ -17,6 +17,9 @@ from typing import Any
 from worker.engine.frameworks.base import Adapter
 
 PROMPT = "benchmark: record one thing"
+#: a turn of CALLS tool calls (the fake model reads the number: ``calls_asked``)
+CALLS = 6
+PROMPT_MANY = f"benchmark: record {CALLS} things"
 INSTRUCTIONS = "Record what you are asked to."
 TOOL = "record"
 ARGUMENTS = {"n": 1}
@@ -24,7 +27,8 @@ ANSWER = "Recorded."
 #: the Agents SDK's adapter, merged apart from pydantic-ai's (issue 48)
 AGENTS_ADAPTER = "worker.engine.frameworks.openai_agents_loop"
 
-Run = Callable[[], Coroutine[Any, Any, Any]]
+#: one run of the agent alone on a prompt
+Run = Callable[[str], Coroutine[Any, Any, Any]]
 
 
 @dataclass(frozen=True)
@@ -75,8 +79,8 @@ def pydantic_ai(url: str) -> Framework:
     return Framework(
         "pydantic-ai",
         "agent.run",
-        lambda: agent.run(PROMPT),
-        lambda: agent.run(PROMPT, event_stream_handler=drain),
+        lambda prompt: agent.run(prompt),
+        lambda prompt: agent.run(prompt, event_stream_handler=drain),
         PydanticAiAdapter(agent),
     )
 
@@ -90,12 +94,12 @@ def agents_sdk(url: str) -> Framework:
     )
     config = RunConfig(tracing_disabled=True)
 
-    async def streamed() -> None:
-        result = Runner.run_streamed(agent, PROMPT, run_config=config)
+    async def streamed(prompt: str) -> None:
+        result = Runner.run_streamed(agent, prompt, run_config=config)
         async for _ in result.stream_events():
             pass
 
-    alone: Run = lambda: Runner.run(agent, PROMPT, run_config=config)  # noqa: E731
+    alone: Run = lambda prompt: Runner.run(agent, prompt, run_config=config)  # noqa: E731
     call = "Runner.run"
     if importlib.util.find_spec(AGENTS_ADAPTER) is None:
         missing = f"no {AGENTS_ADAPTER} yet"

@@ -1,5 +1,8 @@
 """Row L1 of ``make bench`` (issue 48): the price of durability per tool call inside a framework's
-agent. A turn of one tool call run by dres beside the same agent run alone, per framework.
+agent. Turns run by dres beside the same agent run alone, per framework: turns of one tool call
+and turns of ``CALLS``; a tool call's own time on each side is what a turn of ``CALLS`` calls takes
+beyond a turn of one, per call (the target row, <= 1.5 at p50); the one-call turns, whose fixed
+costs (dres's create, claim and end) that leaves out, are rows for information.
 
 The agent (``bench.framework_agents``): one of the framework's own, with one tool (``record``, a
 no-op write) and an OpenAI chat model pointed at ``rigs.providers``' fake OpenAI-compatible server
@@ -41,6 +44,7 @@ from __future__ import annotations
 
 import gc
 import multiprocessing
+import re
 import statistics
 import sys
 import time
@@ -50,7 +54,17 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
-from bench.framework_agents import ANSWER, ARGUMENTS, FRAMEWORKS, PROMPT, TOOL, Framework, Run
+from bench.framework_agents import (
+    ANSWER,
+    ARGUMENTS,
+    CALLS,
+    FRAMEWORKS,
+    PROMPT,
+    PROMPT_MANY,
+    TOOL,
+    Framework,
+    Run,
+)
 from bench.harness import Group, Row, loadavg, percentile, private_redis, version
 from rigs.providers import fake_provider, tool_then_text
 from worker.base.logging import configure_logging
@@ -59,13 +73,16 @@ from worker.edges.runtime import Runtime
 from worker.engine import eventloop
 from worker.engine.frameworks.base import Adapter
 
-ABOUT = "row L1: a framework agent's turn of one tool call, run by dres vs the agent alone"
-#: dres / the agent alone, per-turn p50 (issue 48)
+ABOUT = "row L1: a tool call inside a framework agent, run by dres vs the agent alone"
+#: dres / the agent alone, per tool call at p50 (issue 48)
 TARGET = 1.5
 #: seconds a turn may take at most, either side
 TURN_S = 60.0
-#: dres's turn, the agent alone, the agent alone with its requests streamed
-SIDES = ("dres", "alone", "streamed")
+#: dres's turn, the agent alone, the agent alone with its requests streamed (turns of one call);
+#: dres's turn and the agent alone on turns of CALLS calls
+SIDES = ("dres", "alone", "streamed", "dres_many", "alone_many")
+#: the sides whose turns make CALLS calls (the rest one)
+MANY = frozenset({"dres_many", "alone_many"})
 
 
 @dataclass(frozen=True)
@@ -80,11 +97,17 @@ FULL = FrameworkPlan(blocks=30, turns=20)
 QUICK = FrameworkPlan(blocks=2, turns=8)
 
 
+def calls_asked(message: str) -> int:
+    """How many calls a turn's message asks the fake model to make (``record N things``)."""
+    found = re.search(r"record (\d+) things", message)
+    return int(found.group(1)) if found else 1
+
+
 def _serve(conn: Connection) -> None:
     """The fake model server's process: its URL sent, then on each ask the count of requests
     it answered since the last (``count``), until ``stop``."""
     with fake_provider() as fake:
-        fake.responder = tool_then_text(TOOL, ARGUMENTS, ANSWER)
+        fake.responder = tool_then_text(TOOL, ARGUMENTS, ANSWER, calls=calls_asked)
         conn.send(fake.url)
         while conn.recv() == "count":
             with fake.changed:
@@ -119,22 +142,22 @@ def provider_apart() -> Iterator[tuple[str, Callable[[], int]]]:
             child.join()
 
 
-def time_alone(run: Run) -> float:
+def time_alone(run: Run, prompt: str = PROMPT) -> float:
     """One run of the agent alone, in ms, timed on the loop around its ``await``."""
 
     async def timed() -> float:
         started = time.perf_counter()
-        await run()
+        await run(prompt)
         return (time.perf_counter() - started) * 1000
 
     ms: float = eventloop.run(timed(), TURN_S)
     return ms
 
 
-def time_dres(rt: Runtime, adapter: Adapter) -> tuple[float, str]:
+def time_dres(rt: Runtime, adapter: Adapter, prompt: str = PROMPT) -> tuple[float, str]:
     """One turn of the agent run by dres, create -> run_chunk's return, in ms; and its turn id."""
     started = time.perf_counter()
-    turn = rt.lifecycle.create(PROMPT, mode="foreground")
+    turn = rt.lifecycle.create(prompt, mode="foreground")
     loop = rt.loop(turn.turn_id, interrupts=())
     loop.frameworks = lambda name: adapter
     with loop.guard.limited(None):
@@ -161,12 +184,13 @@ class Samples:
 
 
 def one_turn(rt: Runtime, framework: Framework, side: str) -> float:
-    if side == "alone":
-        return time_alone(framework.alone)
+    prompt = PROMPT_MANY if side in MANY else PROMPT
+    if side in ("alone", "alone_many"):
+        return time_alone(framework.alone, prompt)
     if side == "streamed":
-        return time_alone(framework.streamed)
+        return time_alone(framework.streamed, prompt)
     assert framework.adapter is not None
-    took, turn_id = time_dres(rt, framework.adapter)
+    took, turn_id = time_dres(rt, framework.adapter, prompt)
     completed(rt, turn_id)
     return took
 
@@ -176,7 +200,7 @@ def measure_framework(
 ) -> Samples:
     """The framework's blocks: each side's turns in a row, the sides' order turning round from
     block to block; the warm-up block (-1) not counted."""
-    sides = SIDES if framework.adapter is not None else SIDES[1:]
+    sides = SIDES if framework.adapter is not None else ("alone", "streamed", "alone_many")
     samples = Samples({s: [] for s in sides}, {s: [] for s in sides})
     for block in range(-1, plan.blocks):
         shift = block % len(sides)
@@ -185,10 +209,11 @@ def measure_framework(
             gc.collect()
             ms = [one_turn(rt, framework, side) for _ in range(plan.turns)]
             answered = requests()
-            if answered != 2 * plan.turns:
+            each = CALLS + 1 if side in MANY else 2
+            if answered != each * plan.turns:
                 raise RuntimeError(
                     f"row L1 ({framework.name}, {side}): {answered} model requests "
-                    f"for {plan.turns} turns, not two each"
+                    f"for {plan.turns} turns, not {each} each"
                 )
             if block >= 0:
                 samples.p50[side].append(statistics.median(ms))
@@ -213,8 +238,18 @@ def framework_rows(framework: Framework, samples: Samples, info: dict[str, Any])
                 number="L1", baseline="-"),
         ]  # fmt: skip
     price = [d - a for d, a in zip(p50["dres"], p50["alone"], strict=True)]
+    per_call = {
+        side: [
+            (many - one) / (CALLS - 1)
+            for many, one in zip(p50[f"{side}_many"], p50[side], strict=True)
+        ]
+        for side in ("dres", "alone")
+    }
     return [
-        Row(f"{what}, p50", "ms", p50["dres"], p50["alone"], TARGET, extra, number="L1",
+        Row(f"{name}: a tool call inside the agent, run by dres vs the agent alone (a turn of "
+            f"{CALLS} calls less a turn of one, per call), p50", "ms", per_call["dres"],
+            per_call["alone"], TARGET, extra, number="L1", baseline=base),
+        Row(f"{what}, p50", "ms", p50["dres"], p50["alone"], None, extra, number="L1",
             baseline=base),
         Row(f"{what}, p99", "ms", p99["dres"], p99["alone"], None, extra, number="L1",
             baseline=base),

@@ -271,15 +271,21 @@ def fork_details(rows: Sequence[Row]) -> str:
 
 
 def framework_details(rows: Sequence[Row], info: dict[str, Any]) -> str:
-    """Row L1's line under Details: per framework, the p50s of dres, the agent alone and the
-    agent alone streamed (medians over the blocks, ms), and dres's price per turn."""
+    """Row L1's line under Details: per framework, a tool call's p50 by dres and by the agent
+    alone (the target rows'), then a turn of one call's p50s of dres, the agent alone and the
+    agent alone streamed (medians over the blocks, ms), and dres's price per such turn."""
     parts = []
     for row in rows:
         name = row.extra["framework"]
-        streamed = info.get(name, {}).get("p50", {}).get("streamed")
-        dres, alone = median(row.dres), median(row.raw)
+        p50 = info.get(name, {}).get("p50", {})
+        streamed = p50.get("streamed")
+        head = f"{name}: a tool call {median(row.dres):.1f} ms by dres, {median(row.raw):.1f} alone"
+        if "dres" not in p50:
+            parts.append(head)
+            continue
+        dres, alone = median(p50["dres"]), median(p50["alone"])
         parts.append(
-            f"{name}: dres {dres:.1f} ms, alone {alone:.1f} ms"
+            f"{head}; a turn of one call: dres {dres:.1f} ms, alone {alone:.1f} ms"
             + (f", alone streamed {median(streamed):.1f} ms" if streamed else "")
             + f"; dres's price {dres - alone:.1f} ms a turn of one tool call"
         )

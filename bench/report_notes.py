@@ -168,7 +168,12 @@ METHOD = [
     "create to `run_chunk`'s return (`turn_ended` recorded); every turn must complete. Blocks "
     "of 20 turns of each side (30 blocks), their order turning round from block to block, after an "
     "uncounted warm-up block; p50 and p99 per block; ratios pair a block's sides; the price "
-    "row is the block's p50 dres − p50 alone.",
+    "row is the block's p50 dres − p50 alone. The target row is a tool call's own time, the "
+    "price of durability per call: two more sides per block, dres and the agent alone on turns "
+    "of 6 calls (the fake model calls `record` with n = 1..6, so no call repeats one dres would "
+    "block), and per block (p50 of the 6-call turns − p50 of the one-call turns) / 5 on each "
+    "side: a model call and a tool call each, the turn's fixed costs (dres's create, claim and "
+    "end; the framework's run set-up) left out, and shown in the one-call rows.",
 ]
 
 NOISE = [

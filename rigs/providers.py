@@ -427,7 +427,9 @@ def openai_completion(message: dict[str, Any], finish: str) -> Reply:
     return Reply(body=json.dumps(body).encode(), content_type="application/json")
 
 
-def tool_then_text(name: str, arguments: dict[str, Any], text: str) -> Responder:
+def tool_then_text(
+    name: str, arguments: dict[str, Any], text: str, calls: Callable[[str], int] | None = None
+) -> Responder:
     """An OpenAI chat-completions responder for any number of one-call conversations: a request
     that carries no tool result (no ``tool`` message) gets a call of ``name`` with
     ``arguments``, one that does gets ``text``; streamed when the request asks for a stream,
@@ -446,8 +448,20 @@ def tool_then_text(name: str, arguments: dict[str, Any], text: str) -> Responder
     }
 
     def respond(received: Received) -> Reply:
-        messages = received.body.get("messages") or ()
-        answered = any(m.get("role") == "tool" for m in messages if isinstance(m, dict))
-        return replies[answered, bool(received.body.get("stream"))]
+        messages = [m for m in received.body.get("messages") or () if isinstance(m, dict)]
+        stream = bool(received.body.get("stream"))
+        if calls is None:
+            answered = any(m.get("role") == "tool" for m in messages)
+            return replies[answered, stream]
+        asked = next((m.get("content") for m in messages if m.get("role") == "user"), "")
+        made = sum(1 for m in messages if m.get("role") == "tool")
+        if made >= calls(str(asked)):
+            return replies[True, stream]
+        args = {**arguments, "n": made + 1}
+        if stream:
+            return openai.tool_call(f"call_{made + 1}", name, args)
+        many = {**call, "id": f"call_{made + 1}"}
+        many["function"] = {"name": name, "arguments": json.dumps(args)}
+        return openai_completion({"content": None, "tool_calls": [many]}, "tool_calls")
 
     return respond

@@ -14,7 +14,7 @@ from bench.framework_bench import TARGET, Samples, framework_rows, measure_frame
 from rigs.providers import Received, tool_then_text
 
 
-async def nothing() -> None:
+async def nothing(prompt: str = "") -> None:
     return None
 
 
@@ -23,21 +23,35 @@ def framework(adapter: Any = None, missing: str = "") -> Framework:
 
 
 def samples() -> Samples:
-    p50 = {"dres": [12.0, 15.0, 11.0], "alone": [10.0, 10.0, 10.0], "streamed": [12.0, 10.0, 11.0]}
+    p50 = {
+        "dres": [12.0, 15.0, 11.0],
+        "alone": [10.0, 10.0, 10.0],
+        "streamed": [12.0, 10.0, 11.0],
+        # turns of CALLS (6) calls: 5 calls more than a turn of one
+        "dres_many": [52.0, 45.0, 56.0],
+        "alone_many": [40.0, 35.0, 40.0],
+    }
     p99 = {"dres": [30.0, 40.0, 35.0], "alone": [20.0, 25.0, 50.0], "streamed": [1.0, 1.0, 1.0]}
     return Samples(p50, p99, turns=120)
 
 
-def test_l1_reads_dres_against_the_agent_alone_at_p50_paired_by_block() -> None:
-    p50, p99, streamed, price = framework_rows(
+def test_l1_reads_a_tool_call_by_dres_against_one_by_the_agent_alone_paired_by_block() -> None:
+    """The target row: per block, what a turn of 6 calls takes beyond a turn of one, per call
+    (dres (52-12)/5 = 8 against (40-10)/5 = 6: 1.33)."""
+    per_call, p50, p99, streamed, price = framework_rows(
         framework(adapter=object()), samples(), {"turns_per_side": 120}
     )
 
-    assert {row.number for row in (p50, p99, streamed, price)} == {"L1"}
+    assert {row.number for row in (per_call, p50, p99, streamed, price)} == {"L1"}
+    assert per_call.target == TARGET == 1.5 and per_call.unit == "ms"
+    assert "a tool call inside the agent" in per_call.name
+    assert per_call.dres == [8.0, 6.0, 9.0] and per_call.raw == [6.0, 5.0, 6.0]
+    assert per_call.pair_ratios == [pytest.approx(8 / 6), pytest.approx(1.2), pytest.approx(1.5)]
+    assert per_call.verdict == "meets"
     assert p50.name == "pydantic-ai: a turn with one tool call, run by dres vs the agent alone, p50"
-    assert p50.target == TARGET == 1.5 and p50.unit == "ms"
+    assert p50.target is None and p50.unit == "ms"
     assert p50.pair_ratios == [pytest.approx(1.2), pytest.approx(1.5), pytest.approx(1.1)]
-    assert p50.ratio == pytest.approx(1.2) and p50.verdict == "meets"
+    assert p50.ratio == pytest.approx(1.2) and p50.verdict == "info"
     assert "agent.run" in p50.baseline
     assert (p99.dres, p99.raw, p99.verdict) == ([30.0, 40.0, 35.0], [20.0, 25.0, 50.0], "info")
     assert (streamed.dres, streamed.raw) == ([12.0, 15.0, 11.0], [12.0, 10.0, 11.0])
@@ -45,7 +59,7 @@ def test_l1_reads_dres_against_the_agent_alone_at_p50_paired_by_block() -> None:
     # the price: each block's p50 dres - p50 alone, an absolute figure without a target
     assert price.absolute and price.dres == [2.0, 5.0, 1.0] and price.verdict == "info"
     assert p50.extra["framework"] == "pydantic-ai" and p50.extra["turns_per_side"] == 120
-    assert json.dumps([row.as_dict() for row in (p50, p99, streamed, price)])
+    assert json.dumps([row.as_dict() for row in (per_call, p50, p99, streamed, price)])
 
 
 def test_l1_without_the_frameworks_adapter_sets_the_agent_alone_apart_and_says_why() -> None:
@@ -61,21 +75,25 @@ def test_l1_without_the_frameworks_adapter_sets_the_agent_alone_apart_and_says_w
 
 
 def test_l1s_blocks_turn_the_sides_order_round_and_leave_the_warm_up_out() -> None:
-    """Without an adapter the two runs alone alternate; every block's requests are counted
-    (two a turn), the warm-up block's figures are dropped."""
+    """Without an adapter the runs alone take turns; every block's requests are counted (two a
+    turn of one call, CALLS + 1 a turn of CALLS), the warm-up block's figures are dropped."""
     order: list[str] = []
     calls = iter(range(1000))
 
-    def alone() -> Any:
-        order.append("alone")
+    def alone(prompt: str) -> Any:
+        order.append("alone" if prompt == framework_bench.PROMPT else "alone_many")
         return nothing()
 
-    def streamed() -> Any:
+    def streamed(prompt: str) -> Any:
         order.append("streamed")
         return nothing()
 
     def requests() -> int:
-        return 0 if next(calls) % 2 == 0 else 2 * 3  # cleared before a side, counted after
+        n = next(calls)
+        if n % 2 == 0:
+            return 0  # cleared before a side, counted after
+        side = order[-1]
+        return (framework_bench.CALLS + 1 if side == "alone_many" else 2) * 3
 
     plan = framework_bench.FrameworkPlan(blocks=2, turns=3)
     fw = Framework("x", "run", alone, streamed, None, "none")
@@ -83,15 +101,15 @@ def test_l1s_blocks_turn_the_sides_order_round_and_leave_the_warm_up_out() -> No
     got = measure_framework(None, requests, fw, plan)  # type: ignore[arg-type]
 
     # block -1 (warm-up), 0 and 1: the order turns round each block
-    assert order == ["streamed"] * 3 + ["alone"] * 3 + ["alone"] * 3 + ["streamed"] * 3 + (
-        ["streamed"] * 3 + ["alone"] * 3
-    )
-    assert len(got.p50["alone"]) == len(got.p50["streamed"]) == 2 and got.turns == 6
+    sides = ["alone", "streamed", "alone_many"]
+    blocks = [sides[2:] + sides[:2], sides, sides[1:] + sides[:1]]
+    assert order == [side for block in blocks for side in block for _ in range(3)]
+    assert len(got.p50["alone"]) == len(got.p50["alone_many"]) == 2 and got.turns == 6
 
 
-def test_l1_fails_a_block_whose_turns_did_not_ask_the_model_twice_each() -> None:
+def test_l1_fails_a_block_whose_turns_did_not_ask_the_model_as_often_as_they_call() -> None:
     plan = framework_bench.FrameworkPlan(blocks=1, turns=2)
-    with pytest.raises(RuntimeError, match="3 model requests for 2 turns"):
+    with pytest.raises(RuntimeError, match="3 model requests for 2 turns, not 7 each"):
         measure_framework(None, lambda: 3, framework(), plan)  # type: ignore[arg-type]
 
 
@@ -115,8 +133,9 @@ def test_l1s_details_line_names_each_frameworks_p50s_and_dres_price() -> None:
     )
 
     assert line == (
-        "Row L1 (120 turns a side; pydantic-ai-slim 2.78.0): pydantic-ai: dres 12.0 ms, alone "
-        "10.0 ms, alone streamed 11.0 ms; dres's price 2.0 ms a turn of one tool call."
+        "Row L1 (120 turns a side; pydantic-ai-slim 2.78.0): pydantic-ai: a tool call 8.0 ms by "
+        "dres, 6.0 alone; a turn of one call: dres 12.0 ms, alone 10.0 ms, alone streamed "
+        "11.0 ms; dres's price 2.0 ms a turn of one tool call."
     )
 
 
@@ -159,7 +178,7 @@ def test_each_frameworks_agent_alone_runs_its_one_call_turn_against_the_responde
         agent = getattr(framework_agents, build)(fake.url)
         for run, stream in ((agent.alone, False), (agent.streamed, True)):
             before = len(fake.received)
-            eventloop.run(run(), 30)
+            eventloop.run(run(framework_agents.PROMPT), 30)
             bodies = [r.body for r in fake.received[before:]]
             assert [bool(b.get("stream")) for b in bodies] == [stream, stream], agent.name
             assert any(m.get("role") == "tool" for m in bodies[1]["messages"])

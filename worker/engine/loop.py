@@ -170,7 +170,7 @@ class AgentLoop:
     @staticmethod
     def _flush_text(recorder: Recorder) -> None:
         chars = recorder.buffered_chars
-        if not chars:
+        if not chars and not recorder.held:
             return
         try:
             recorder.flush()
@@ -193,7 +193,7 @@ class AgentLoop:
         ) as e:  # a loop this worker does not list (its DRES_LOOP is not the API's)
             log.error("the turn's loop cannot run here", error=str(e))
             return self._end(recorder, "error", "stopped", "internal_error", str(e))
-        framework = FrameworkTools(adapter) if adapter is not None else None
+        framework = FrameworkTools.of(adapter) if adapter is not None else None
         tools: tuple[ToolSchema, ...] = ()
         if framework is not None:
             registry = framework.registry

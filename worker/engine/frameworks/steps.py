@@ -23,10 +23,11 @@ framework started again. The turn's tools are the agent's own (``FrameworkTool``
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import structlog
 
@@ -131,7 +132,9 @@ class BridgeHooks:
             self.bridge.post(TextOp(delta))
 
     async def model_done(self, tool_calls: int, usage: Usage | None) -> None:
-        await self.bridge.ask(ModelEnded(tool_calls, usage))
+        # told, not asked: the framework goes on with the response while the chunk records it
+        # (in order: anything the framework asks next is served after it)
+        self.bridge.post(ModelEnded(tool_calls, usage))
 
     async def tool(self, name: str, arguments: Any, invoke: Callable[[], Any]) -> ToolAnswer:
         answer = await self.bridge.ask(ToolOp(name, arguments))
@@ -150,18 +153,50 @@ class BridgeHooks:
 
 
 class FrameworkTools:
-    """The agent's tools as the executor's ``ToolSpec``s, for one run: a spec's function lets
-    the framework run the call it is serving (``live``), or, outside a framework run (an
-    approved call settled before it starts), runs the tool alone."""
+    """The agent's tools as the executor's ``ToolSpec``s: a spec's function lets the framework
+    run the call the executor is deciding for the calling thread's run (``live``), or, outside
+    a framework run (an approved call settled before it starts), runs the tool alone.
+
+    One per adapter and process (``of``): the specs, and what they build once (the input
+    schema's checker), serve every run; what is a run's own is the calling thread's (a
+    greenlet's under ``-P gevent``, where ``threading.local`` is patched)."""
+
+    _of: ClassVar[dict[int, tuple[Adapter, FrameworkTools]]] = {}
+    _lock: ClassVar[threading.Lock] = threading.Lock()
+
+    @classmethod
+    def of(cls, adapter: Adapter) -> FrameworkTools:
+        with cls._lock:
+            kept = cls._of.get(id(adapter))
+            if kept is None or kept[0] is not adapter:
+                kept = cls._of[id(adapter)] = (adapter, cls(adapter))
+            return kept[1]
 
     def __init__(self, adapter: Adapter) -> None:
         self.adapter = adapter
-        #: the framework's question the executor is deciding now, with the bridge serving it
-        self.live: tuple[Bridge, Ask, Callable[[], float]] | None = None
-        #: the question to answer with the call's result (the ``Invoked`` one once it ran)
-        self.answering: Ask | None = None
+        self._run = threading.local()
         specs = [self._spec(t) for t in adapter.tools()]
         self.registry = Registry({s.name: s for s in specs})
+
+    @property
+    def live(self) -> tuple[Bridge, Ask, Callable[[], float]] | None:
+        """The framework's question the executor is deciding now, with the bridge serving it."""
+        live: tuple[Bridge, Ask, Callable[[], float]] | None = getattr(self._run, "live", None)
+        return live
+
+    @live.setter
+    def live(self, value: tuple[Bridge, Ask, Callable[[], float]] | None) -> None:
+        self._run.live = value
+
+    @property
+    def answering(self) -> Ask | None:
+        """The question to answer with the call's result (the ``Invoked`` one once it ran)."""
+        answering: Ask | None = getattr(self._run, "answering", None)
+        return answering
+
+    @answering.setter
+    def answering(self, value: Ask | None) -> None:
+        self._run.answering = value
 
     def _spec(self, tool: FrameworkTool) -> ToolSpec:
         name = tool.name
@@ -281,6 +316,9 @@ class FrameworkSteps:
             if isinstance(item, TextOp):
                 self._text(item.delta)
                 continue
+            if isinstance(item, ModelEnded):
+                self._model_done(item.tool_calls, item.usage)
+                continue
             assert isinstance(item, Ask)
             try:
                 item.answer(self._serve_ask(bridge, item))
@@ -295,9 +333,6 @@ class FrameworkSteps:
         op = ask.op
         if isinstance(op, ModelStarting):
             self._model_start()
-            return None
-        if isinstance(op, ModelEnded):
-            self._model_done(op.tool_calls, op.usage)
             return None
         if isinstance(op, ToolOp):
             return self._tool(bridge, ask, op)
@@ -337,7 +372,12 @@ class FrameworkSteps:
         used = None
         if usage is not None:
             used = TokenUsage(input_tokens=usage.input_tokens, output_tokens=usage.output_tokens)
-        self.recorder.record(ModelDone, tool_calls=tool_calls, usage=used)
+        if tool_calls and not self.recorder.buffered_chars:
+            # written with the call's tool_start, one round trip for both (its text, were any
+            # still buffered, must go first: then it is written now)
+            self.recorder.hold(ModelDone, tool_calls=tool_calls, usage=used)
+        else:
+            self.recorder.record(ModelDone, tool_calls=tool_calls, usage=used)
         if used is not None:
             metrics.tokens_spent(self.adapter.model_name, used.input_tokens, used.output_tokens)
         if self.span is not None:
@@ -349,8 +389,8 @@ class FrameworkSteps:
         self.resume_step += 1
 
     def _tool(self, bridge: Bridge, ask: Ask, op: ToolOp) -> Any:
-        if self.loop.is_cancelled(self.run_ctx.turn_id):
-            self._end("stopped", "stopped", "cancelled", "Stop requested")
+        # No Stop read of its own here: a write's tool_start is recorded only while Stop is not
+        # requested (the executor's atomic check), and the next model call reads it.
         self.tools.live = (bridge, ask, lambda: self.settings.cancel_poll_s)
         self.tools.answering = None
         try:
