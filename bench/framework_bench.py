@@ -43,13 +43,12 @@ Run alone: ``python -m bench --only framework [--quick]`` or ``python -m bench.f
 from __future__ import annotations
 
 import gc
-import multiprocessing
 import re
 import statistics
 import sys
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
@@ -65,7 +64,7 @@ from bench.framework_agents import (
     Framework,
     Run,
 )
-from bench.harness import Group, Row, loadavg, percentile, private_redis, version
+from bench.harness import Group, Row, loadavg, percentile, private_redis, served_apart, version
 from rigs.providers import fake_provider, tool_then_text
 from worker.base.logging import configure_logging
 from worker.base.settings import load_settings
@@ -115,31 +114,10 @@ def _serve(conn: Connection) -> None:
                 fake.received.clear()
 
 
-@contextmanager
-def provider_apart() -> Iterator[tuple[str, Callable[[], int]]]:
+def provider_apart() -> AbstractContextManager[tuple[str, Callable[[], int]]]:
     """``rigs.providers``' fake server in a process of its own, as a model provider is: (its
     URL, how many requests it answered since the last ask). Stopped whatever happens."""
-    context = multiprocessing.get_context("spawn")
-    ours, theirs = context.Pipe()
-    child = context.Process(target=_serve, args=(theirs,), name="fake-model", daemon=True)
-    child.start()
-
-    def count() -> int:
-        ours.send("count")
-        requests: int = ours.recv()
-        return requests
-
-    try:
-        if not ours.poll(60):
-            raise RuntimeError("the fake model server's process did not start")
-        yield ours.recv(), count
-    finally:
-        with suppress(OSError):
-            ours.send("stop")
-        child.join(10)
-        if child.is_alive():
-            child.kill()
-            child.join()
+    return served_apart(_serve, "fake-model", "the fake model server")
 
 
 def time_alone(run: Run, prompt: str = PROMPT) -> float:
@@ -293,9 +271,8 @@ def summary(rows: list[Row], info: dict[str, Any]) -> list[str]:
         if row.target is not None:
             dres, alone = statistics.median(row.dres), statistics.median(row.raw)
             lines.append(
-                f"{name}: p50 dres / alone {dres:.2f} / {alone:.2f} ms (ratio of the medians "
-                f"{row.ratio_of_medians:.2f}): dres's price {dres - alone:.2f} ms a turn of one "
-                "tool call"
+                f"{name}: a tool call's p50 dres / alone {dres:.2f} / {alone:.2f} ms (ratio of the "
+                f"medians {row.ratio_of_medians:.2f}): dres's price {dres - alone:.2f} ms a call"
             )
         elif row.extra.get("dres_missing"):
             lines.append(f"{name}: dres not measured: {row.extra['dres_missing']}")

@@ -20,19 +20,18 @@ from __future__ import annotations
 
 import gc
 import itertools
-import multiprocessing
 import os
 import statistics
 import sys
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
 import redis
 
-from bench.harness import Group, Row, percentile, private_redis, time_each
+from bench.harness import Group, Row, percentile, private_redis, served_apart, time_each
 from bench.ledger_turns import open_turn
 from bench.tool_call_bench import TOOL, CallData, call_data, record_call
 from ledger import keys
@@ -85,32 +84,10 @@ def _serve(conn: Connection) -> None:
             conn.send(len(receiver.received()))
 
 
-@contextmanager
-def receiver_apart() -> Iterator[tuple[str, Callable[[], int]]]:
+def receiver_apart() -> AbstractContextManager[tuple[str, Callable[[], int]]]:
     """``rigs.otlp``'s receiver in a process of its own: (its URL, how many spans it has
     decoded). Stopped whatever happens."""
-    ours, theirs = multiprocessing.get_context("spawn").Pipe()
-    child = multiprocessing.get_context("spawn").Process(
-        target=_serve, args=(theirs,), name="otlp-receiver", daemon=True
-    )
-    child.start()
-
-    def count() -> int:
-        ours.send("count")
-        spans: int = ours.recv()
-        return spans
-
-    try:
-        if not ours.poll(60):
-            raise RuntimeError("the OTLP receiver's process did not start")
-        yield ours.recv(), count
-    finally:
-        with suppress(OSError):
-            ours.send("stop")
-        child.join(10)
-        if child.is_alive():
-            child.kill()
-            child.join()
+    return served_apart(_serve, "otlp-receiver", "the OTLP receiver")
 
 
 def measure(plan: TracingPlan) -> tuple[list[Row], dict[str, Any]]:

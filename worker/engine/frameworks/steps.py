@@ -322,8 +322,6 @@ class FrameworkSteps:
             assert isinstance(item, Ask)
             try:
                 item.answer(self._serve_ask(bridge, item))
-            except Ended:
-                raise
             finally:
                 bridge.forget(item)
                 if self.tools.answering is not None:
