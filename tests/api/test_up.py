@@ -87,3 +87,62 @@ def test_dres_up_serves_the_page_at_the_url_it_prints_and_a_signal_stops_every_c
             up.wait()
     assert "stopping" in log.read_text()
     wait_until(lambda: not any(alive(pid) for pid in children), 10, "every child stopped")
+
+
+@pytest.mark.parametrize(
+    ("loop", "tool", "arguments"),
+    [
+        ("pydantic_ai:pydantic_ai_agent:agent", "lookup_order", {"order_id": "A1"}),
+        ("openai_agents:openai_agents_agent:agent", "get_ticket", {"ticket_id": "T1"}),
+    ],
+    ids=["pydantic_ai", "openai_agents"],
+)
+def test_dres_up_runs_each_examples_framework_agent_as_its_header_says(
+    dres_env: dict[str, str], tmp_path: Path, loop: str, tool: str, arguments: dict[str, str]
+) -> None:
+    """examples/ (docs/loops.md): ``DRES_LOOP=… dres up`` from the examples' directory, against
+    the fake OpenAI-compatible server: a turn runs the example's agent, its read-only lookup
+    recorded as a call."""
+    from rigs.providers import OpenAIDialect, fake_provider
+
+    openai = OpenAIDialect()
+    # its own Redis; the default tools (the tests' own are not on the examples' path)
+    env = {k: v for k, v in dres_env.items() if k not in ("DRES_REDIS_URL", "DRES_TOOLS")}
+    log = tmp_path / "up.log"
+    with fake_provider() as fake:
+        fake.script(openai.tool_call("c1", tool, arguments), openai.text("All good."))
+        examples = ROOT / "examples"
+        env.update(openai.env(fake.url), PYTHONPATH=str(examples), DRES_LOOP=loop)
+        env.update(OPENAI_MODEL="gpt-test", DRES_SOFT_LIMIT_S="20", DRES_HARD_LIMIT_S="40")
+        env.update(DRES_VISIBILITY_TIMEOUT_S="60")
+        with log.open("wb") as out:
+            up = subprocess.Popen(
+                [sys.executable, "-m", "worker.edges.cli", "up", "--port", str(free_port())],
+                cwd=examples,
+                env=env,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        try:
+            found = wait_until(lambda: URL.search(log.read_text()), timeout=40, what="the URL")
+            auth = {"Authorization": f"Bearer {found.group(2)}"}
+            with httpx.Client(base_url=found.group(1), headers=auth, timeout=10) as http:
+                turn = http.post("/v1/turns", json={"message": "check it"}).json()["turn_id"]
+
+                def ended() -> dict[str, object] | None:
+                    view: dict[str, object] = http.get(f"/v1/turns/{turn}").json()
+                    return view if view["status"] in ("completed", "stopped") else None
+
+                view = wait_until(ended, timeout=30, what="the turn's end")
+                assert view["status"] == "completed", (view, log.read_text()[-3000:])
+                events = http.get(f"/v1/turns/{turn}/events", params={"stream": "false"}).text
+            assert f'"tool": "{tool}"' in events or f'"tool":"{tool}"' in events
+            assert "All good." in events
+        finally:
+            print(log.read_text()[-4000:])
+            up.send_signal(signal.SIGINT)
+            try:
+                up.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                up.kill()
+                up.wait()
