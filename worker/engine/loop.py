@@ -170,7 +170,7 @@ class AgentLoop:
     @staticmethod
     def _flush_text(recorder: Recorder) -> None:
         chars = recorder.buffered_chars
-        if not chars and not recorder.held:
+        if not chars:
             return
         try:
             recorder.flush()

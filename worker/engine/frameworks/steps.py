@@ -44,6 +44,7 @@ from worker.engine.frameworks.bridge import DONE, Ask, Bridge, run_on_loop
 from worker.engine.history import Conversation
 from worker.engine.models.base import ToolCall
 from worker.engine.outcome import RunResult, Waits, waiting_on
+from worker.engine.reading import READ_ERRORS
 from worker.engine.recorder import Recorder
 from worker.engine.tools.calls import Attempt
 from worker.engine.tools.context import ToolContext
@@ -302,10 +303,23 @@ class FrameworkSteps:
             return self._serve(bridge)
         except Ended as e:
             return e.result
+        except BaseException:
+            self._write_held_model_done()
+            raise
         finally:
             bridge.abandon()
             self.spans.close()
             self.span = None
+
+    def _write_held_model_done(self) -> None:
+        """A run cut (an interrupt, a failure) while a call's ``model_done`` waits to be written
+        with its ``tool_start``: it is written now, as the run's streamed text is."""
+        if not any(isinstance(e, ModelDone) for e in self.recorder.held):
+            return
+        try:
+            self.recorder.flush()
+        except READ_ERRORS as e:
+            log.warning("a model call's model_done could not be written", error=repr(e))
 
     def _serve(self, bridge: Bridge) -> RunResult:
         poll = self.settings.cancel_poll_s
