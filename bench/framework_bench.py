@@ -53,6 +53,7 @@ from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
+from bench.apart import served_apart
 from bench.framework_agents import (
     ANSWER,
     ARGUMENTS,
@@ -64,7 +65,7 @@ from bench.framework_agents import (
     Framework,
     Run,
 )
-from bench.harness import Group, Row, loadavg, percentile, private_redis, served_apart, version
+from bench.harness import Group, Row, loadavg, percentile, private_redis, version
 from rigs.providers import fake_provider, tool_then_text
 from worker.base.logging import configure_logging
 from worker.base.settings import load_settings

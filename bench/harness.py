@@ -12,18 +12,15 @@ import argparse
 import datetime
 import json
 import math
-import multiprocessing
 import os
 import platform
 import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from importlib import metadata
-from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
@@ -425,34 +422,3 @@ class Group:
         write_result(args.json, plan, info, rows)
         print(f"elapsed {info['elapsed_s']} s; wrote {args.json}")
         return 0
-
-
-@contextmanager
-def served_apart(
-    serve: Callable[[Connection], None], name: str, what: str
-) -> Iterator[tuple[str, Callable[[], int]]]:
-    """A server a row measures against, in a process of its own (spawned: in the bench's
-    process its serving would take the GIL from what is measured). ``serve(conn)`` sends its
-    URL, then on each ``"count"`` the count it keeps (requests, spans), until ``"stop"``.
-    Yields (its URL, that count); stopped whatever happens."""
-    context = multiprocessing.get_context("spawn")
-    ours, theirs = context.Pipe()
-    child = context.Process(target=serve, args=(theirs,), name=name, daemon=True)
-    child.start()
-
-    def count() -> int:
-        ours.send("count")
-        counted: int = ours.recv()
-        return counted
-
-    try:
-        if not ours.poll(60):
-            raise RuntimeError(f"{what}'s process did not start")
-        yield ours.recv(), count
-    finally:
-        with suppress(OSError):
-            ours.send("stop")
-        child.join(10)
-        if child.is_alive():
-            child.kill()
-            child.join()

@@ -31,7 +31,8 @@ from typing import Any
 
 import redis
 
-from bench.harness import Group, Row, percentile, private_redis, served_apart, time_each
+from bench.apart import served_apart
+from bench.harness import Group, Row, percentile, private_redis, time_each
 from bench.ledger_turns import open_turn
 from bench.tool_call_bench import TOOL, CallData, call_data, record_call
 from ledger import keys

@@ -105,3 +105,14 @@ def test_dres_enqueue_loop_records_a_listed_loop_and_refuses_another_in_one_line
     assert refused.returncode == 2, refused.stdout + refused.stderr
     assert refused.stderr == f"dres: loop: {PYDANTIC!r} is not one of DRES_LOOP's: dres\n"
     assert turn_count(rdb) == 1
+
+
+def test_the_document_names_the_loops_this_server_takes(loops_api: httpx.Client) -> None:
+    """A turn's ``loop`` in /openapi.json is one of this server's entries (a fuzzer's
+    schema-valid loop is one the server takes)."""
+    document = loops_api.get("/openapi.json").json()
+    loop = document["components"]["schemas"]["TurnRequest"]["properties"]["loop"]
+    assert loop["anyOf"] == [
+        {"type": "string", "enum": ["dres", PYDANTIC, AGENTS]},
+        {"type": "null"},
+    ]

@@ -122,6 +122,10 @@ def build_document(api: FastAPI, settings: Settings) -> dict[str, Any]:
     ):
         model["anyOf"] = [*model_forms(settings), {"type": "null"}]
         model.pop("maxLength", None)
+    # a turn's loop: one of this server's DRES_LOOP entries, by its text (docs/loops.md)
+    loop = schemas["TurnRequest"]["properties"]["loop"]
+    loop["anyOf"] = [{"type": "string", "enum": [str(s) for s in settings.loops]}, {"type": "null"}]
+    loop.pop("maxLength", None)
     # an optional message is a string when given (absent: the forked turn's own); a nullable
     # string of a maximum length is one the fuzzers cannot negate (they would need a string
     # longer than they make)
