@@ -188,9 +188,7 @@ class AgentLoop:
         started = read.events[0] if read.events else None
         try:
             adapter = self.frameworks(started.loop if isinstance(started, TurnStarted) else None)
-        except (
-            ConfigError
-        ) as e:  # a loop this worker does not list (its DRES_LOOP is not the API's)
+        except ConfigError as e:  # a loop this worker does not list (not the API's DRES_LOOP)
             log.error("the turn's loop cannot run here", error=str(e))
             return self._end(recorder, "error", "stopped", "internal_error", str(e))
         framework = FrameworkTools.of(adapter) if adapter is not None else None
