@@ -31,7 +31,7 @@ from worker.edges.celery.dispatch import CeleryDispatcher
 from worker.edges.redis.clients import API_STORE_OUTAGE_S, API_STORE_TIMEOUT_S, ledger_client
 from worker.edges.webhook import approval_webhook
 from worker.engine.flushes import SharedFlusher
-from worker.engine.frameworks.loops import adapter_for
+from worker.engine.frameworks.loops import LoopSpec, adapter_for
 from worker.engine.loop import AgentLoop
 from worker.engine.models import Models
 from worker.engine.recorder import RunContext
@@ -143,6 +143,11 @@ class Runtime:
         return Confirmer(self.ledger, durability) if durability.waits else None
 
     @cached_property
+    def loops(self) -> tuple[LoopSpec, ...]:
+        """DRES_LOOP's entries, parsed once for the process (every run asks its turn's)."""
+        return self.settings.loops
+
+    @cached_property
     def events(self) -> EventCache:
         """The turns this process read lately: a turn's next chunk here reads only what is new."""
         return EventCache(self.ledger)
@@ -243,5 +248,5 @@ class Runtime:
             durable=self.confirmer,
             tracer=self.tracer,
             # a turn's recorded loop -> its framework's agent (docs/loops.md), loaded at start
-            frameworks=lambda loop: adapter_for(self.settings.loops, loop),
+            frameworks=lambda loop: adapter_for(self.loops, loop),
         )

@@ -21,7 +21,6 @@ toolset (MCP servers, dynamic toolsets) is refused at load, naming it.
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field, replace
@@ -295,10 +294,6 @@ def model_error(error: pai_errors.ModelAPIError) -> ModelError:
     if isinstance(error, pai_errors.ModelRequestRejectedError):
         return ModelError("invalid_request", message)
     return ModelError("stream_ended", message)
-
-
-def _json(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value)
 
 
 __all__ = ["ASSUMES", "PydanticAiAdapter", "model_error"]

@@ -294,8 +294,7 @@ class FrameworkSteps:
         conversation = self.loop.fold_conversation(turn_id, self.recorder.events)
         self.step, self.resume_step = conversation.step, conversation.resume_step
         history = conversation.messages()
-        if self.run_ctx.stop_requested if self.first else self.loop.is_cancelled(turn_id):
-            return self.loop.end(self.recorder, "stopped", "stopped", "cancelled", "Stop requested")
+        # the run's safe point is the framework's first model call (``_model_start``)
         bridge = Bridge()
         hooks = BridgeHooks(bridge)
         bridge.start(lambda: self.adapter.run(tuple(history), hooks))
