@@ -15,6 +15,7 @@ status codes, the CLI to exit codes; nothing here knows either.
 
 from __future__ import annotations
 
+import math
 from contextlib import suppress
 from dataclasses import dataclass
 from enum import Enum
@@ -87,10 +88,11 @@ class Approvals(LifecycleBase):
     # -- a run ends waiting ------------------------------------------------------------------
 
     def wait(self, run: RunContext, result: RunResult) -> str:
-        """End ``run`` waiting on its turn's open ``result.requests`` (a person's decisions)
-        and ``result.calls`` (a client's outputs): one fenced step, the requests listed for a
-        person before it and the reaper told when the first expires (a client call has no
-        deadline: the turn waits for it, held by nothing, until it comes or the turn stops)."""
+        """End ``run`` waiting on its turn's open ``result.requests`` (a person's decisions),
+        ``result.calls`` (a client's outputs) and ``result.wake_at`` (a timer): one fenced step,
+        the requests listed for a person before it and the reaper told when the first expires
+        or the timer falls due (a client call has no deadline: the turn waits for it, held by
+        nothing, until it comes or the turn stops)."""
         requests = result.requests
         expires = min((r.expires_at for r in requests), default=0.0)
         fields: dict[str, MetaValue] = {
@@ -98,6 +100,7 @@ class Approvals(LifecycleBase):
             "approvals_pending": len(requests),
             "approval_expires": expires,
             "clients_pending": len(result.calls),
+            "wake_at": result.wake_at,
         }
         for request in requests:
             fields[approval_field(request.approval_id)] = approval_state(PENDING, request.signature)
@@ -112,8 +115,9 @@ class Approvals(LifecycleBase):
             events=[*result.held, ran],
             fields=fields,
         )
-        if requests:
-            self.store.watch(run.turn_id, int(expires * 1000))
+        look_at = min(t for t in (expires, result.wake_at, math.inf) if t)
+        if look_at < math.inf:
+            self.store.watch(run.turn_id, int(look_at * 1000))
         else:
             self.store.unwatch(run.turn_id)
         if self.store.stop_requested(run.turn_id):
@@ -130,6 +134,7 @@ class Approvals(LifecycleBase):
             "turn waits",
             approvals=[r.approval_id for r in requests],
             calls=[call_id for call_id, _ in result.calls],
+            wake_at=result.wake_at or None,
         )
         self.give_back(run.turn_id)  # a waiting turn holds no slot of its tenant
         # a message that came while the run went on supersedes the turn now that it waits
@@ -274,6 +279,7 @@ class Approvals(LifecycleBase):
             "approvals_pending": 0,
             "approval_expires": 0,
             "clients_pending": 0,
+            "wake_at": 0,
         }
         for aid, state, signature in meta.approvals:
             if state == PENDING:
@@ -300,8 +306,11 @@ class Approvals(LifecycleBase):
         return True
 
     def expire_if_due(self, meta: TurnMeta) -> str:
-        """The reaper's look at a waiting turn: stop it once its first request expired. A turn
-        that waits on client calls alone has no deadline: nothing looks at it until it moves."""
+        """The reaper's look at a waiting turn: stop it once its first request expired, wake
+        it once its timer fell due (and nothing else is awaited). A turn that waits on client
+        calls alone has no deadline: nothing looks at it until it moves."""
+        if meta.wake_at and not meta.approvals_pending and not meta.clients_pending:
+            return self.wake_if_due(meta)
         if not meta.approval_expires:
             self.store.unwatch(meta.turn_id)
             return "awaiting_client"
@@ -315,6 +324,32 @@ class Approvals(LifecycleBase):
             return "changed"
         self.store.watch(meta.turn_id, int((meta.approval_expires or self.clock.now()) * 1000))
         return "awaiting_approval"
+
+    def wake_if_due(self, meta: TurnMeta) -> str:
+        """A turn waiting on its timer alone: at ``wake_at`` a new run resumes it (``Step.WAKE``,
+        cause ``timer``; held queued when its tenant has no free slot), else the reaper looks
+        again then."""
+        if self.clock.now() < meta.wake_at:
+            self.store.watch(meta.turn_id, int(meta.wake_at * 1000))
+            return "timer"
+        run_id, fields = self.resuming_after_wait(meta, "timer")
+        expect: dict[str, MetaValue] = {
+            "epoch": meta.epoch,
+            "approvals_pending": 0,
+            "clients_pending": 0,
+        }
+        step = Step.WAKE if run_id else Step.WAKE_HELD
+        try:
+            self.store.transition(meta.turn_id, step, expect=expect, fields=fields)
+        except TransitionRefused:  # Stop, a new message or another reaper came first
+            return "changed"
+        late = self.clock.now() - meta.wake_at
+        metrics.timer_woke(late)
+        log.info("timer fell due", turn_id=meta.turn_id, run_id=run_id, late_s=round(late, 3))
+        if run_id is None:
+            return "woken_held"
+        self.launch(meta.turn_id, run_id, meta.mode)
+        return "woken"
 
     def supersede(self, conversation_id: str) -> str | None:
         """A new message in the conversation: its newest turn, if waiting, stops

@@ -134,6 +134,7 @@ class LifecycleBase:
             "redispatches": 0,
             "takeovers": 0,
             "approval_expires": 0,
+            "wake_at": 0,
         }
         if run_id is None:
             fields["held"] = 1

@@ -329,7 +329,15 @@ class ReaperThread(threading.Thread):
             log.error("reaper sweep failed", error=repr(e))
             return
         metrics.reaper_swept(actions.values())
-        quiet = {"alive", "waiting", "queued", "awaiting_approval", "awaiting_client", "held"}
+        quiet = {
+            "alive",
+            "waiting",
+            "queued",
+            "awaiting_approval",
+            "awaiting_client",
+            "timer",
+            "held",
+        }
         moved = {t: a for t, a in actions.items() if a not in quiet}
         if moved:
             log.info("reaper sweep", actions=moved)
