@@ -70,9 +70,7 @@ def test_only_a_renewal_a_redispatch_a_release_and_a_decision_or_answer_not_the_
     }
 
 
-def test_a_waiting_turn_is_left_only_by_a_decision_an_answer_a_wake_or_a_stop_no_run_holding_it() -> (
-    None
-):
+def test_a_waiting_turn_is_left_by_a_decision_an_answer_a_wake_or_a_stop_only() -> None:
     from_waiting = {
         step: to for (status, step), to in TABLE.items() if status == TurnStatus.WAITING
     }
