@@ -149,3 +149,74 @@ def test_a_time_already_past_does_not_wait(h: Harness) -> None:
 def test_wait_until_refuses_what_is_not_a_time_naming_it(when: Any, error: str) -> None:
     with pytest.raises((TypeError, ValueError), match=error):
         wait_until(when)
+
+
+def waiting_turns(h: Harness, count: int, wake_at: float) -> list[str]:
+    turns = []
+    for n in range(count):
+        h.start([remind(wake_at, f"t{n}"), DONE])
+        assert h.run_next() is None
+        turns.append(h.turn_id)
+    return turns
+
+
+def test_two_reapers_sweeping_timers_due_together_wake_each_once(h: Harness) -> None:
+    """The first sweep takes every due turn (held from the other reaper while it looks) and
+    wakes them in one batch; the second finds none due; each turn's run is sent once."""
+    wake_at = h.clock.t + 60
+    turns = waiting_turns(h, 5, wake_at)
+    sent = len(h.messages.sent)
+    h.clock.t = wake_at + 0.2
+    first, second = Reaper(h.lifecycle), Reaper(h.lifecycle)
+
+    woken = first.sweep()
+    again = second.sweep()
+
+    assert woken == dict.fromkeys(turns, "woken") and again == {}
+    assert sorted(t for t, _, _ in h.messages.sent[sent:]) == sorted(turns)
+    for turn_id in turns:
+        meta = h.lifecycle.store.meta(turn_id)
+        assert (meta.status, meta.next_cause, meta.wake_at) == (TurnStatus.RESUMING, "timer", 0.0)
+
+
+def test_one_sweep_wakes_more_timers_than_a_batch(h: Harness) -> None:
+    """Timers due together beyond one batch: the sweep goes on taking batches (its budget), so
+    all are woken in that sweep, not a batch a sweep."""
+    wake_at = h.clock.t + 60
+    turns = waiting_turns(h, 7, wake_at)
+    h.clock.t = wake_at + 0.2
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("worker.lifecycle.reaper.BATCH", 3)
+        woken = Reaper(h.lifecycle).sweep()
+
+    if not h.lifecycle.store.batches:  # a Redis Cluster's reaper reads one batch a sweep
+        assert list(woken.values()) == ["woken"] * 3
+        return
+    assert woken == dict.fromkeys(turns, "woken")
+
+
+def test_a_stop_that_came_first_wins_over_the_wake(h: Harness) -> None:
+    wake_at = h.clock.t + 60
+    (turn_id,) = waiting_turns(h, 1, wake_at)
+    meta = h.lifecycle.store.meta(turn_id)  # read by the reaper before the Stop
+    h.lifecycle.stop(turn_id)
+    h.clock.t = wake_at
+
+    assert h.lifecycle.wake_all([meta]) == {turn_id: "changed"}
+    assert h.lifecycle.store.meta(turn_id).status == TurnStatus.STOPPED
+
+
+def test_the_reapers_are_told_when_the_next_timer_falls_due(h: Harness) -> None:
+    """Every worker's reaper sweeps at the next timer's time (``ReaperThread``), not up to an
+    interval later: the wait leaves its hint, and a hint whose time came is dropped."""
+    store = h.lifecycle.store
+    now_ms = int(h.clock.t * 1000)
+    assert store.next_timer(now_ms) is None
+    waiting_turns(h, 1, h.clock.t + 30)
+    waiting_turns(h, 1, h.clock.t + 10)
+
+    assert store.next_timer(now_ms) == now_ms + 10_000
+    assert store.next_timer(now_ms + 10_000) == now_ms + 30_000  # the first one's time came
+    assert store.next_timer(now_ms + 30_000) is None
+    assert h.client.zcard(keys.timer_hints()) == 0

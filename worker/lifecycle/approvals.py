@@ -120,6 +120,8 @@ class Approvals(LifecycleBase):
             self.store.watch(run.turn_id, int(look_at * 1000))
         else:
             self.store.unwatch(run.turn_id)
+        if result.wake_at:  # every worker's reaper sweeps then, not up to an interval later
+            self.store.hint_timer(run.turn_id, int(result.wake_at * 1000))
         if self.store.stop_requested(run.turn_id):
             # Stop came while the run was ending: it stops the waiting turn (``Control.stop``
             # reads the status again after setting the flag, so one of the two sees the other)
@@ -310,7 +312,7 @@ class Approvals(LifecycleBase):
         it once its timer fell due (and nothing else is awaited). A turn that waits on client
         calls alone has no deadline: nothing looks at it until it moves."""
         if meta.wake_at and not meta.approvals_pending and not meta.clients_pending:
-            return self.wake_if_due(meta)
+            return self.wake_all([meta])[meta.turn_id]
         if not meta.approval_expires:
             self.store.unwatch(meta.turn_id)
             return "awaiting_client"
@@ -324,32 +326,6 @@ class Approvals(LifecycleBase):
             return "changed"
         self.store.watch(meta.turn_id, int((meta.approval_expires or self.clock.now()) * 1000))
         return "awaiting_approval"
-
-    def wake_if_due(self, meta: TurnMeta) -> str:
-        """A turn waiting on its timer alone: at ``wake_at`` a new run resumes it (``Step.WAKE``,
-        cause ``timer``; held queued when its tenant has no free slot), else the reaper looks
-        again then."""
-        if self.clock.now() < meta.wake_at:
-            self.store.watch(meta.turn_id, int(meta.wake_at * 1000))
-            return "timer"
-        run_id, fields = self.resuming_after_wait(meta, "timer")
-        expect: dict[str, MetaValue] = {
-            "epoch": meta.epoch,
-            "approvals_pending": 0,
-            "clients_pending": 0,
-        }
-        step = Step.WAKE if run_id else Step.WAKE_HELD
-        try:
-            self.store.transition(meta.turn_id, step, expect=expect, fields=fields)
-        except TransitionRefused:  # Stop, a new message or another reaper came first
-            return "changed"
-        late = self.clock.now() - meta.wake_at
-        metrics.timer_woke(late)
-        log.info("timer fell due", turn_id=meta.turn_id, run_id=run_id, late_s=round(late, 3))
-        if run_id is None:
-            return "woken_held"
-        self.launch(meta.turn_id, run_id, meta.mode)
-        return "woken"
 
     def supersede(self, conversation_id: str) -> str | None:
         """A new message in the conversation: its newest turn, if waiting, stops
