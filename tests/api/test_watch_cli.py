@@ -9,6 +9,7 @@ from __future__ import annotations
 import io
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -206,3 +207,20 @@ def test_dres_watch_says_a_turn_waits_for_its_tenant_not_for_a_worker(
         watch.kill()
     assert err.read_text().splitlines() == [f"{said}; still watching"]
     assert out.splitlines()[-1] == "Completed", out
+
+
+def test_dres_watch_shows_a_timer_and_the_wake(
+    worker: WorkerProcess, cli: Cli, script: Script
+) -> None:
+    wake_at = time.time() + 2
+    remind = {"name": "remind_at", "input": {"at": wake_at, "label": "a"}}
+    model = script([{"text": "", "tool_calls": [remind]}, DONE])
+    turn_id = cli("enqueue", "remind me", "--model", model).stdout.strip()
+    done = cli("watch", turn_id)
+
+    assert done.returncode == 0, done.stdout + done.stderr
+    lines = done.stdout.splitlines()
+    waited = [line for line in lines if line.startswith("  [waiting] until ")]
+    assert len(waited) == 1 and "remind_at set a timer; no worker waits" in waited[0], lines
+    assert "Resuming… (its timer fell due)" in lines
+    assert lines[-1] == "Completed"

@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 import sys
 from contextlib import suppress
+from datetime import UTC, datetime
 from typing import Any, TextIO
 
 from ledger import keys
@@ -48,6 +49,12 @@ LABELS = {
     "waiting": "Waiting for approval",
     "completed": "Completed",
     "stopped": "Stopped",
+}
+#: a waiting turn's status line, by what it waits on
+WAITING = {
+    "approval": "Waiting for approval",
+    "client_tool": "Waiting for the client's output",
+    "timer": "Waiting for its timer",
 }
 #: characters of a value shown in an event's or a tool call's line
 SHOWN_CHARS = 80
@@ -138,6 +145,9 @@ class PersonView:
             self.open[event.call_id or event.tool] = event
         elif isinstance(event, ToolDone):
             self._done(event)
+            if event.wake_at:
+                until = datetime.fromtimestamp(event.wake_at, UTC).isoformat(timespec="seconds")
+                self.line(f"  [waiting] until {until}: {event.tool} set a timer; no worker waits")
         elif isinstance(event, ToolBlocked):
             self._blocked(event)
         elif isinstance(event, ApprovalRequested):
@@ -269,7 +279,7 @@ def watch(
             err.write(unclaimed(runtime, UNCLAIMED_S, meta) + "\n")
             err.flush()
         if live and meta is not None and not meta.ended and not view.mid_line:
-            label = LABELS.get(meta.status, meta.status)
+            label = WAITING.get(meta.waiting_for or "") or LABELS.get(meta.status, meta.status)
             out.write(f"\r\x1b[K{next(spin)} {label}…{spent(usage)}")
             spinning = True
         out.flush()
