@@ -5,6 +5,7 @@ test_framework_loops.py.)"""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -190,3 +191,35 @@ def test_past_its_budget_a_framework_turn_stops_before_its_next_model_call(
     h.pending = continued.run_id
     assert h.run_to_end().status == "completed"
     assert len(provider.received) == 2
+
+
+def test_a_framework_tools_wait_until_makes_the_turn_wait_held_by_no_run(
+    h: FrameworkHarness, provider: FakeProvider, effects: Path
+) -> None:
+    """A pydantic-ai tool returns ``wait_until``: its call completes with the result it names,
+    the run ends waiting on the timer before the framework's next model call, and the reaper's
+    wake resumes the same turn, whose rebuilt history holds the result."""
+    from ledger.events import ToolDone
+    from worker.lifecycle.reaper import Reaper
+
+    h.adapter = adapter_of("timer_agent")
+    wake_at = h.clock.t + 600
+    provider.script(
+        OPENAI.tool_call("c1", "remind_at", {"at": wake_at, "note": "call ann"}),
+        OPENAI.text("Reminded."),
+    )
+    h.start([], message="remind me")
+
+    assert h.run_next() is None
+    meta = h.lifecycle.store.meta(h.turn_id)
+    assert (meta.waiting_for, meta.wake_at) == ("timer", wake_at)
+    (done,) = [e for e in h.events("tool_done") if isinstance(e, ToolDone)]
+    assert (done.result, done.wake_at) == ({"reminded": "call ann"}, wake_at)
+    assert [e.type for e in h.events()].count("model_start") == 1
+
+    h.clock.t = wake_at
+    assert Reaper(h.lifecycle).check(h.turn_id, int(h.clock.t * 1000)) == "woken"
+    h.pending = h.messages.sent[-1][1]
+    assert h.run_to_end().status == "completed"
+    assert lines(effects) == ["remind_at call ann"]
+    assert "reminded" in json.dumps(provider.received[-1].body["messages"])

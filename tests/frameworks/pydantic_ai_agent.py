@@ -64,3 +64,17 @@ def refund(order_id: str, amount: int) -> dict[str, object]:
 def get_order(order_id: str) -> dict[str, str]:
     """Look an order up."""
     return {"order_id": order_id}
+
+
+timer_agent = Agent(_model(), instructions=INSTRUCTIONS, name="timers")
+
+
+@timer_agent.tool_plain
+def remind_at(at: float, note: str) -> object:
+    """Note a reminder, then wait until ``at`` (seconds since the epoch) before going on."""
+    from datetime import UTC, datetime
+
+    from worker.tools import wait_until
+
+    _effect(f"remind_at {note}")
+    return wait_until(datetime.fromtimestamp(at, UTC), result={"reminded": note})

@@ -51,6 +51,7 @@ from worker.engine.tools.context import ToolContext
 from worker.engine.tools.executor import ToolExecutor
 from worker.engine.tools.registry import Registry
 from worker.engine.tools.spec import ToolSpec
+from worker.engine.tools.timers import pending_wake
 
 
 class Loop(Protocol):
@@ -356,6 +357,9 @@ class FrameworkSteps:
         first, self.first = self.first, False
         if run.stop_requested if first else loop.is_cancelled(run.turn_id):
             self._end("stopped", "stopped", "cancelled", "Stop requested")
+        wake_at = pending_wake(self.recorder.events, loop.clock.now())
+        if wake_at:  # a tool of the step returned ``wait_until``: the turn waits, held by none
+            raise Ended(waiting_on(Waits(wake_at=wake_at), self.recorder.take_unwritten()))
         if self.step >= self.settings.max_model_calls:
             self._end(
                 "error", "stopped", "loop_limit", f"{self.step} model calls without finishing"
