@@ -49,6 +49,9 @@ class NewTurn:
     conversation_id: str
     #: its first run, pending and sent ("": the turn waits behind its conversation's line)
     run_id: str
+    #: the turn was there already (its id given and taken: another process made it meanwhile),
+    #: and this call recorded and sent nothing
+    existed: bool = False
 
 
 @dataclass(frozen=True)
