@@ -170,4 +170,3 @@ class ScheduleIndex:
             for (schedule_id, score), raw in zip(rows, found, strict=True)
             if raw
         ]
-

@@ -78,7 +78,7 @@ def test_two_reapers_sweeping_the_same_due_tick_start_exactly_one_turn_of_the_de
     assert started_turns(h) == [derived]
 
 
-def test_a_crash_between_the_turn_and_the_advance_is_finished_by_the_next_sweep_without_a_second_turn(
+def test_a_crash_between_turn_and_advance_is_finished_by_the_next_sweep_without_a_second_turn(
     h: Harness,
 ) -> None:
     schedule = every_minute(h)

@@ -100,7 +100,7 @@ def test_month_ends_and_leap_days() -> None:
 def test_a_malformed_expression_names_its_field_and_what_is_wrong(expr: str, said: str) -> None:
     with pytest.raises(CronError, match=said.replace("*", r"\*")):
         parse_cron(expr)
-    with pytest.raises(InvalidInput, match="^every: "):
+    with pytest.raises(InvalidInput, match=r"^every: "):
         parse_every(expr)
 
 
@@ -109,7 +109,7 @@ def test_every_is_seconds_as_a_number_or_digits_else_cron() -> None:
     assert parse_every("60") == Every(seconds=60)
     assert parse_every("@hourly").cron is not None
     for bad in (0, -5, True, 10**12):
-        with pytest.raises(InvalidInput, match="^every: "):
+        with pytest.raises(InvalidInput, match=r"^every: "):
             parse_every(bad)
 
 

@@ -3,6 +3,7 @@ and turns, and the one way a turn is ended (``close``)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -41,6 +42,15 @@ STOP_DETAILS = {
 #: tells a person that a run ended waiting on these approval requests (each names its turn): the
 #: edges' webhook. Best-effort: it returns at once, the turn never waits on it.
 NotifyApprovals = Callable[[Sequence[ApprovalRequested]], None]
+
+
+#: a character that is not a space, a tab or a line break: a message holds one. Spelled out, not
+#: ``\S``, so Python and a JSON Schema (ECMA-262) validator read the pattern alike.
+NOT_BLANK = r"[^ \t\n\r\x0b\x0c]"
+
+
+def is_blank(message: str) -> bool:
+    return re.search(NOT_BLANK, message) is None
 
 
 @dataclass(frozen=True)

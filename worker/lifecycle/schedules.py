@@ -24,7 +24,7 @@ from ledger.paging import Cursor
 from ledger.schedules import Schedule, ScheduleIndex
 from worker.base.errors import ConfigError, InvalidInput, QueueFull, Refused
 from worker.engine.models import make_model
-from worker.lifecycle.base import LifecycleBase, NewTurn
+from worker.lifecycle.base import LifecycleBase, NewTurn, is_blank
 from worker.lifecycle.tenancy import tenant_of
 from worker.lifecycle.ticks import CATCH_UP, Every, decide, first_tick, parse_every
 
@@ -90,8 +90,6 @@ class Schedules(LifecycleBase):
         """A new schedule of ``message`` (docs/semantics.md, schedules): exactly one of ``at``
         and ``every``; every field checked before anything is recorded (``InvalidInput``
         naming it)."""
-        from worker.lifecycle.service import is_blank
-
         if is_blank(message):
             raise InvalidInput("message is empty")
         if (at is None) == (every is None):

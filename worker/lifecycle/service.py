@@ -11,7 +11,6 @@ this service; the chunk path (``run_chunk``) is the same for all of them. Its pa
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TypedDict, Unpack
 
@@ -27,7 +26,7 @@ from worker.base.errors import InvalidInput
 from worker.engine.models import make_model
 from worker.engine.recorder import make_event
 from worker.lifecycle.approvals import Approvals, Decided
-from worker.lifecycle.base import NewTurn, Outcome
+from worker.lifecycle.base import NOT_BLANK, NewTurn, Outcome, is_blank
 from worker.lifecycle.chunks import ChunkPath
 from worker.lifecycle.control import Control
 from worker.lifecycle.conversation import Context
@@ -41,15 +40,6 @@ from worker.lifecycle.tenancy import tenant_of
 log = structlog.get_logger("dres.lifecycle")
 
 MODES = ("foreground", "background")
-#: a character that is not a space, a tab or a line break: a message holds one. Spelled out, not
-#: ``\S``, so Python and a JSON Schema (ECMA-262) validator read the pattern alike.
-NOT_BLANK = r"[^ \t\n\r\x0b\x0c]"
-
-
-def is_blank(message: str) -> bool:
-    return re.search(NOT_BLANK, message) is None
-
-
 #: what a new message does while its conversation has a live turn (DRES_DOUBLE_TEXT)
 DOUBLE_TEXT = ("queue", "interrupt", "reject")
 
@@ -397,6 +387,7 @@ def _fork_options(options: SendOptions) -> ForkOptions:
 
 __all__ = [
     "DOUBLE_TEXT",
+    "NOT_BLANK",
     "Decided",
     "ForkPlan",
     "Forked",
@@ -404,4 +395,5 @@ __all__ = [
     "NewTurn",
     "Outcome",
     "Sent",
+    "is_blank",
 ]

@@ -92,9 +92,7 @@ def newest_tick(every: Every, due_ms: int, now_ms: int) -> int:
     return newest
 
 
-def decide(
-    every: Every | None, catch_up: str, due_ms: int, now_ms: int, made_ms: int
-) -> Firing:
+def decide(every: Every | None, catch_up: str, due_ms: int, now_ms: int, made_ms: int) -> Firing:
     """A due tick ``due_ms`` looked at ``now_ms``: the newest tick that has come (``at``: its
     one) is fired once (``one``), or only if it is not late (``none``: at most ``LATE_S`` after
     it came, or after the schedule was made); the next tick is the first after now."""
