@@ -3,13 +3,24 @@
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from worker.base.cron import CronError, parse_cron
 from worker.base.errors import InvalidInput
-from worker.lifecycle.ticks import LATE_S, Every, decide, first_tick, newest_tick, parse_every
+from worker.lifecycle.ticks import (
+    EVERY_PATTERN,
+    LATE_S,
+    Every,
+    decide,
+    first_tick,
+    newest_tick,
+    parse_every,
+)
 
 
 def at(text: str) -> float:
@@ -57,12 +68,21 @@ def test_next_after_is_strictly_after_even_on_a_tick() -> None:
     assert nexts("0 * * * *", "2026-01-01T10:00", 1) == ["2026-01-01 11:00"]
 
 
-def test_day_of_week_0_and_7_are_sunday_and_names_are_read() -> None:
+def test_day_of_week_0_and_7_are_sunday() -> None:
     # 2026-01-04 is a Sunday
     assert nexts("0 12 * * 7", "2026-01-01T00:00", 1) == ["2026-01-04 12:00"]
     assert nexts("0 12 * * 0", "2026-01-01T00:00", 1) == ["2026-01-04 12:00"]
-    assert nexts("0 12 * * sun", "2026-01-01T00:00", 1) == ["2026-01-04 12:00"]
-    assert nexts("0 0 1 feb *", "2026-01-01T00:00", 1) == ["2026-02-01 00:00"]
+    assert nexts("0 0 1 2 *", "2026-01-01T00:00", 1) == ["2026-02-01 00:00"]
+
+
+def test_a_range_whose_end_is_below_its_start_wraps_past_the_field_s_end() -> None:
+    assert parse_cron("0 22-2 * * *").hours == {22, 23, 0, 1, 2}
+    assert parse_cron("0 22-2/2 * * *").hours == {22, 0, 2}
+    assert parse_cron("0 0 * * 5-1").weekdays == {5, 6, 0, 1}
+
+
+def test_an_expression_no_date_matches_is_taken_and_never_comes() -> None:
+    assert parse_cron("0 0 30 2 *").next_after(at("2026-01-01T00:00")) is None
 
 
 def test_both_day_fields_restricted_match_either_day_vixie_s_or_rule() -> None:
@@ -91,10 +111,12 @@ def test_month_ends_and_leap_days() -> None:
         ("* * * 13 *", "month field '13' is out of 1-12"),
         ("* * * * 8", "day-of-week field '8' is out of 0-7"),
         ("*/0 * * * *", "minute field '*/0': a step must be positive"),
-        ("5-3 * * * *", "minute field '5-3': the range goes backwards"),
+        ("0x * * * *", "minute field '0x': '0x' is not a number"),
         ("x * * * *", "minute field 'x': 'x' is not a number"),
         ("* * * *", "5 fields"),
-        ("0 0 31 2,4 *", "day-of-month field '31' is in none of its months"),
+        ("005 * * * *", "at most one leading zero"),
+        (" 0 * * * *", "none before or after"),
+        ("0 0 * JAN *", "month field 'JAN'"),
     ],
 )
 def test_a_malformed_expression_names_its_field_and_what_is_wrong(expr: str, said: str) -> None:
@@ -108,7 +130,7 @@ def test_every_is_seconds_as_a_number_or_digits_else_cron() -> None:
     assert parse_every(60) == Every(seconds=60)
     assert parse_every("60") == Every(seconds=60)
     assert parse_every("@hourly").cron is not None
-    for bad in (0, -5, True, 10**12):
+    for bad in (0, -5, True, 10**12, "0060", "123456789", "@HOURLY"):
         with pytest.raises(InvalidInput, match=r"^every: "):
             parse_every(bad)
 
@@ -151,3 +173,19 @@ def test_an_at_fires_once_then_is_spent_even_when_made_in_the_past() -> None:
     assert (past.tick_ms, past.next_ms) == (1_000, None)
     missed = decide(None, "none", 1_000, 100_000, 0)
     assert (missed.tick_ms, missed.next_ms) == (None, None)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.from_regex(EVERY_PATTERN, fullmatch=True))
+def test_every_string_the_document_s_pattern_spells_is_taken(value: str) -> None:
+    parse_every(value)
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.text(alphabet="0123456789*/-, @dhly\t", max_size=24))
+def test_every_string_taken_is_one_the_document_s_pattern_spells(value: str) -> None:
+    try:
+        parse_every(value)
+    except InvalidInput:
+        return
+    assert re.fullmatch(EVERY_PATTERN, value), value

@@ -2,19 +2,22 @@
 comes next.
 
 ``minute hour day-of-month month day-of-week``, each ``*``, a number, a range ``a-b``, a step
-``*/s``, ``a-b/s`` or ``a/s`` (from ``a`` to the field's end), or a comma list of those; months
-and weekdays also by their English three-letter names; day-of-week 0-7, both 0 and 7 Sunday. As
-Vixie cron (and every cron after it): when both day fields are restricted (neither begins with
-``*``), a day matches either; otherwise both. ``@yearly``, ``@monthly``, ``@weekly``, ``@daily``
-and ``@hourly`` stand for their usual five fields.
+``*/s``, ``a-b/s`` or ``a/s`` (from ``a`` to the field's end), or a comma list of those;
+day-of-week 0-7, both 0 and 7 Sunday. A range whose end is below its start wraps past the field's
+end (hours ``22-2``: 22, 23, 0, 1, 2). As Vixie cron (and every cron after it): when both day
+fields are restricted (neither begins with ``*``), a day matches either; otherwise both.
+``@yearly``, ``@monthly``, ``@weekly``, ``@daily`` and ``@hourly`` stand for their usual five
+fields. An expression that no date matches (30 February) is taken, as cron takes it, and never
+comes (``next_after`` is None).
 
-No cron package is in the lock, and this is small: a parser that names the field it refuses,
-and ``next_after`` that skips whole months, days and hours that cannot match.
+``PATTERN`` spells exactly the expressions taken (the API's document states it, so a client or a
+fuzzer knows them): ``parse_cron`` refuses anything else, naming the field and what is wrong.
+No cron package is in the lock, and this is small.
 """
 
 from __future__ import annotations
 
-import calendar
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
@@ -26,9 +29,6 @@ FIELDS = (
     ("month", 1, 12),
     ("day-of-week", 0, 7),
 )
-MONTHS = {name.lower(): i for i, name in enumerate(calendar.month_abbr) if name}
-#: cron's day numbers: Sunday 0
-WEEKDAYS = {name: i for i, name in enumerate(("sun", "mon", "tue", "wed", "thu", "fri", "sat"))}
 MACROS = {
     "@yearly": "0 0 1 1 *",
     "@annually": "0 0 1 1 *",
@@ -38,9 +38,32 @@ MACROS = {
     "@midnight": "0 0 * * *",
     "@hourly": "0 * * * *",
 }
-#: years ``next_after`` looks ahead before it says an expression never comes (29 February
-#: comes at least every 8 years)
-HORIZON_YEARS = 9
+#: years ``next_after`` looks ahead before it says an expression never comes (29 February on
+#: a given weekday comes at least every 28 years)
+HORIZON_YEARS = 29
+
+
+def _item_pattern(number: str) -> str:
+    item = rf"(?:\*|{number}(?:-{number})?)(?:/[1-9][0-9]{{0,2}})?"
+    return rf"{item}(?:,{item})*"
+
+
+#: each field's numbers, as the pattern spells them (in range, at most one leading zero)
+NUMBERS = (
+    r"[0-5]?[0-9]",
+    r"(?:[01]?[0-9]|2[0-3])",
+    r"(?:0?[1-9]|[12][0-9]|3[01])",
+    r"(?:0?[1-9]|1[0-2])",
+    r"[0-7]",
+)
+#: every expression taken, for a regex engine of any dialect (Python's, ECMA-262's): five
+#: fields one or more spaces apart, or a macro
+PATTERN = (
+    "^(?:@(?:yearly|annually|monthly|weekly|daily|midnight|hourly)|"
+    + " +".join(_item_pattern(n) for n in NUMBERS)
+    + ")$"
+)
+_PATTERN = re.compile(PATTERN)
 
 
 class CronError(ValueError):
@@ -90,8 +113,8 @@ def _next_month(at: datetime) -> datetime:
 
 
 def parse_cron(text: str) -> Cron:
-    """``text`` as a ``Cron``; ``CronError`` naming the field and what is wrong with it."""
-    spec = MACROS.get(text.strip().lower(), text)
+    """``text`` as a ``Cron``; ``CronError`` naming the field and what is wrong."""
+    spec = MACROS.get(text, text)
     parts = spec.split()
     if len(parts) != len(FIELDS):
         raise CronError(
@@ -99,24 +122,20 @@ def parse_cron(text: str) -> Cron:
             f"not {len(parts)}: {text!r}"
         )
     values = [_field(part, *field) for part, field in zip(parts, FIELDS, strict=True)]
-    weekdays = frozenset(d % 7 for d in values[4])
-    cron = Cron(
+    if _PATTERN.fullmatch(text) is None:  # what the fields' checks let by: spacing, zeros, steps
+        raise CronError(
+            f"{text!r}: five fields one or more spaces apart, none before or after, each number "
+            "with at most one leading zero and each step 1-999"
+        )
+    return Cron(
         text=text,
         minutes=values[0],
         hours=values[1],
         days=values[2],
         months=values[3],
-        weekdays=weekdays,
+        weekdays=frozenset(d % 7 for d in values[4]),
         either_day=not parts[2].startswith("*") and not parts[4].startswith("*"),
     )
-    if not cron.either_day and not any(d <= _longest(cron.months) for d in cron.days):
-        raise CronError(f"day-of-month field {parts[2]!r} is in none of its months")
-    return cron
-
-
-def _longest(months: frozenset[int]) -> int:
-    """The most days any of ``months`` has (February: 29)."""
-    return max(calendar.monthrange(2000, m)[1] for m in months)
 
 
 def _field(part: str, name: str, low: int, high: int) -> frozenset[int]:
@@ -138,19 +157,15 @@ def _item(item: str, name: str, low: int, high: int) -> set[int]:
     elif "-" in body:
         a, _, b = body.partition("-")
         first, last = _value(a, name, low, high), _value(b, name, low, high)
-        if first > last:
-            raise CronError(f"{name} field {item!r}: the range goes backwards")
     else:
         first = _value(body, name, low, high)
         last = high if slash else first
-    return set(range(first, last + 1, step))
+    span = last - first if last >= first else last + (high - low + 1) - first  # wraps
+    return {low + (first - low + k) % (high - low + 1) for k in range(0, span + 1, step)}
 
 
 def _value(text: str, name: str, low: int, high: int) -> int:
-    names = MONTHS if name == "month" else WEEKDAYS if name == "day-of-week" else {}
-    value = names.get(text.lower())
-    if value is None:
-        value = _number(text, name, text)
+    value = _number(text, name, text)
     if not low <= value <= high:
         raise CronError(f"{name} field {text!r} is out of {low}-{high}")
     return value

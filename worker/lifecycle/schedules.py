@@ -35,10 +35,10 @@ log = structlog.get_logger("dres.schedules")
 CLAIM_MS = 10_000
 #: due schedules looked at per sweep, the most overdue first
 SCHEDULE_BATCH = 64
-#: the earliest and latest ``at`` taken (seconds since the epoch): times a clock and ISO 8601
-#: both write
-EARLIEST_AT_S = 0.0
-LATEST_AT_S = datetime(9999, 1, 1, tzinfo=UTC).timestamp()
+#: the earliest and latest ``at`` kept (ms): an ISO 8601 time's years are 1-9999, and one
+#: whose offset takes it past them in UTC is kept at the bound (long past, or far ahead, either way)
+EARLIEST_AT_MS = round(datetime(1, 1, 1, tzinfo=UTC).timestamp() * 1000)
+LATEST_AT_MS = round(datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=UTC).timestamp() * 1000)
 #: refusals of a tick's turn that skip the tick (logged) rather than retry it
 SKIPPED = (QueueFull, Refused, InvalidInput, ConfigError)
 
@@ -59,10 +59,7 @@ def parse_at(at: str | datetime) -> int:
             raise InvalidInput(f"at: not an ISO 8601 time: {at!r}") from None
     if at.tzinfo is None or at.utcoffset() is None:
         raise InvalidInput(f"at: {at.isoformat()} has no offset (add Z or +HH:MM)")
-    seconds = at.timestamp()
-    if not EARLIEST_AT_S <= seconds < LATEST_AT_S:
-        raise InvalidInput(f"at: {at.isoformat()} is not between 1970 and 9999")
-    return round(seconds * 1000)
+    return min(max(round(at.timestamp() * 1000), EARLIEST_AT_MS), LATEST_AT_MS)
 
 
 class Schedules(LifecycleBase):
@@ -104,9 +101,7 @@ class Schedules(LifecycleBase):
         repeat: Every | None = None if every is None else parse_every(every)
         at_ms = None if at is None else parse_at(at)
         made_ms = self.ms()
-        next_ms = first_tick(repeat, at_ms, made_ms)
-        if every is not None and next_ms is None:
-            raise InvalidInput(f"every: {every!r} never comes")
+        next_ms = first_tick(repeat, at_ms, made_ms)  # None: a cron no date matches
         schedule = Schedule(
             schedule_id=self.ids.new("sched"),
             message=message,

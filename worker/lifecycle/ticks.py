@@ -9,16 +9,23 @@ one interval apart from the schedule's making; or a five-field cron expression (
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
+from worker.base.cron import PATTERN as CRON_PATTERN
 from worker.base.cron import Cron, CronError, parse_cron
 from worker.base.errors import InvalidInput
 
 #: catch_up "none": a due tick fired later than this after it came (or after the schedule was
 #: made, for one made after its time) is a tick missed while nothing ran, and is not fired (s)
 LATE_S = 30.0
-#: the longest ``every`` in seconds: ten years
-MOST_EVERY_S = 10 * 365 * 24 * 3600
+#: the longest ``every`` in seconds (eight digits: about three years)
+MOST_EVERY_S = 99_999_999
+#: ``every`` as a string of digits: a whole number of seconds, no leading zero
+SECONDS_PATTERN = r"^[1-9][0-9]{0,7}$"
+#: every ``every`` string taken: seconds as digits, or a cron expression (``worker.base.cron``)
+EVERY_PATTERN = f"^(?:{SECONDS_PATTERN[1:-1]}|{CRON_PATTERN[1:-1]})$"
+_SECONDS = re.compile(SECONDS_PATTERN)
 #: a cron look back from now that finds the newest tick before a long gap without stepping
 #: through every tick of the gap (ms): a day
 LOOK_BACK_MS = 24 * 3600 * 1000
@@ -43,12 +50,18 @@ class Every:
 
 
 def parse_every(value: int | str) -> Every:
-    """``every`` as given (a positive whole number of seconds, as a number or digits, or a cron
-    expression); else ``InvalidInput`` naming ``every`` and what is wrong."""
+    """``every`` as given (a whole number of seconds 1-``MOST_EVERY_S``, as a number or as
+    digits, or a cron expression: exactly what ``EVERY_PATTERN`` spells); else ``InvalidInput``
+    naming ``every`` and what is wrong."""
     if isinstance(value, bool) or not isinstance(value, int | str):
         raise InvalidInput(f"every: seconds or a cron expression, not {value!r}")
-    if isinstance(value, str) and value.strip().isascii() and value.strip().isdigit():
-        value = int(value.strip())
+    if isinstance(value, str) and value.isascii() and value.isdigit():
+        if _SECONDS.fullmatch(value) is None:
+            raise InvalidInput(
+                f"every: seconds as digits are 1 to {MOST_EVERY_S} without a leading zero, "
+                f"not {value!r}"
+            )
+        value = int(value)
     if isinstance(value, int):
         if not 1 <= value <= MOST_EVERY_S:
             raise InvalidInput(f"every: seconds must be 1 to {MOST_EVERY_S}, not {value}")

@@ -6,10 +6,18 @@ turns, and the bodies they take and answer. The schedule steps are the lifecycle
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path, Query, Response
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, StrictInt, field_validator
+from pydantic import (
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    StrictInt,
+    field_validator,
+    model_validator,
+)
 from starlette.exceptions import HTTPException
 
 from ledger.ids import ID, TENANT
@@ -25,27 +33,45 @@ from worker.edges.http.schemas import (
 )
 from worker.edges.http.tenants import TenantHeader, tenant_of
 from worker.lifecycle.service import NOT_BLANK, is_blank
-from worker.lifecycle.ticks import MOST_EVERY_S
+from worker.lifecycle.ticks import EVERY_PATTERN, MOST_EVERY_S
 
 #: characters: the longest cron expression taken
 MAX_EVERY_CHARS = 200
 
-Every = (
-    Annotated[StrictInt, Field(ge=1, le=MOST_EVERY_S)]
-    | Annotated[str, Field(min_length=1, max_length=MAX_EVERY_CHARS)]
-)
+Every = StrictInt | Annotated[str, Field(min_length=1, max_length=MAX_EVERY_CHARS)]
+
+
+def _document(schema: dict[str, Any]) -> None:
+    """The body as the server takes it, exactly, for a client or a fuzzer: ``at`` a date-time,
+    ``every`` seconds or a string of ``EVERY_PATTERN``, and exactly one of them (neither one
+    null: left out)."""
+    properties = schema["properties"]
+    properties["at"] = {
+        "type": "string",
+        "format": "date-time",
+        "description": "one tick at this time (ISO 8601 with an offset); or `every`",
+    }
+    properties["every"] = {
+        "anyOf": [
+            {"type": "integer", "minimum": 1, "maximum": MOST_EVERY_S},
+            {"type": "string", "maxLength": MAX_EVERY_CHARS, "pattern": EVERY_PATTERN},
+        ],
+        "description": "a tick every so many seconds (a number, or digits), or a five-field "
+        "cron expression in UTC; or `at`",
+    }
+    schema["oneOf"] = [{"required": ["at"]}, {"required": ["every"]}]
 
 
 class ScheduleRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_document)
     message: str = Field(
         min_length=1, max_length=MAX_MESSAGE_CHARS, json_schema_extra={"pattern": NOT_BLANK}
     )
     conversation_id: str | None = Field(
         None,
         pattern=ID,
-        description="each tick's turn joins this conversation (absent: a new "
-        "conversation per tick)",
+        description="each tick's turn joins this conversation (absent: a new conversation per "
+        "tick)",
     )
     model: str | None = Field(
         None,
@@ -55,18 +81,29 @@ class ScheduleRequest(BaseModel):
     tenant: str | None = Field(
         None, pattern=TENANT, description="the turns' tenant (a Dres-Tenant header wins)"
     )
-    at: AwareDatetime | None = Field(
-        None, description="one tick at this time (ISO 8601 with an offset); or `every`"
-    )
-    every: Every | None = Field(
-        None,
-        description="a tick every so many seconds (a number, or digits), or a five-field cron "
-        "expression in UTC; or `at`",
-    )
+    at: AwareDatetime | None = None
+    every: Every | None = None
     catch_up: Literal["one", "none"] = Field(
         "one",
         description="ticks missed while no worker ran: fire the newest once (`one`), or none",
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _no_null_times(cls, data: Any) -> Any:
+        # absent, not null: the document says a time or seconds when given
+        for name in ("at", "every"):
+            if isinstance(data, dict) and name in data and data[name] is None:
+                raise ValueError(f"{name}: null is no value here: leave it out")
+        return data
+
+    @field_validator("at", mode="before")
+    @classmethod
+    def _a_string(cls, value: Any) -> Any:
+        # a string only: pydantic would read a number as seconds since the epoch
+        if value is not None and not isinstance(value, str | datetime):
+            raise ValueError("an ISO 8601 time with an offset, as a string")
+        return value
 
     @field_validator("message")
     @classmethod
