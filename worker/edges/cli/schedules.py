@@ -7,14 +7,14 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from worker.edges.runtime import Runtime
 
 
 def add_parser(
-    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+    sub: argparse._SubParsersAction[Any],
     an_id: Callable[[str], str],
     a_tenant: Callable[[str], str],
 ) -> None:
