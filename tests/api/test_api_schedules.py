@@ -47,6 +47,7 @@ def test_a_schedule_is_made_read_listed_and_deleted(http: httpx.Client) -> None:
     once = make(http, at=LATER, conversation_id="conv-9")
     assert once["next_at"] == "2099-01-01T07:00:00.000Z"
     cron = make(http, every="0 9 * * 1-5")
+    assert http.delete(f"/v1/schedules/{make(http, every=274.0)['schedule_id']}").status_code == 204
     assert http.get(f"/v1/schedules/{cron['schedule_id']}").json()["every"] == "0 9 * * 1-5"
     listed = http.get("/v1/schedules").json()
     assert [s["schedule_id"] for s in listed["items"]] == [
@@ -89,6 +90,7 @@ def test_the_list_pages_through_every_schedule_once(http: httpx.Client) -> None:
         ({"at": None, "every": 60}, ["at", "leave it out"]),
         ({"at": 1893456000}, ["at"]),
         ({"every": True}, ["every"]),
+        ({"every": 2.5}, ["every"]),
         ({"every": " 0 * * * *"}, ["every", "none before or after"]),
         ({"every": 60, "catch_up": "all"}, ["catch_up"]),
         ({"every": 60, "message": "   "}, ["message"]),

@@ -14,7 +14,6 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
-    StrictInt,
     field_validator,
     model_validator,
 )
@@ -38,7 +37,8 @@ from worker.lifecycle.ticks import EVERY_PATTERN, MOST_EVERY_S
 #: characters: the longest cron expression taken
 MAX_EVERY_CHARS = 200
 
-Every = StrictInt | Annotated[str, Field(min_length=1, max_length=MAX_EVERY_CHARS)]
+#: a whole number (a JSON number such as 274.0 is one too, as JSON Schema reads it), or a string
+Every = int | Annotated[str, Field(min_length=1, max_length=MAX_EVERY_CHARS)]
 
 
 def _document(schema: dict[str, Any]) -> None:
@@ -103,6 +103,14 @@ class ScheduleRequest(BaseModel):
         # a string only: pydantic would read a number as seconds since the epoch
         if value is not None and not isinstance(value, str | datetime):
             raise ValueError("an ISO 8601 time with an offset, as a string")
+        return value
+
+    @field_validator("every", mode="before")
+    @classmethod
+    def _not_a_truth_value(cls, value: Any) -> Any:
+        # a JSON true is no number of seconds (pydantic would read it as 1)
+        if isinstance(value, bool):
+            raise ValueError("seconds or a cron expression, not true or false")
         return value
 
     @field_validator("message")
