@@ -143,8 +143,14 @@ class Schedules(LifecycleBase):
         """The reaper's look at the due schedules: each due tick fired once (or skipped, by its
         ``catch_up``), the schedule advanced; what was done to each."""
         now_ms = self.ms()
-        records = self.schedule_records
-        return {sid: self.fire_schedule(sid, now_ms) for sid in records.due(now_ms, SCHEDULE_BATCH)}
+        done: dict[str, str] = {}
+        for schedule_id in self.schedule_records.due(now_ms, SCHEDULE_BATCH):
+            try:
+                done[schedule_id] = self.fire_schedule(schedule_id, now_ms)
+            except Exception as e:  # one schedule's failure holds up none of the others
+                log.warning("could not fire a schedule", schedule_id=schedule_id, error=repr(e))
+                done[schedule_id] = "failed"
+        return done
 
     def fire_schedule(self, schedule_id: str, now_ms: int) -> str:
         """One due look at a schedule: claim its due tick, start the tick's turn (or find it),
