@@ -16,6 +16,7 @@ import pytest
 import redis
 from harness import Harness
 
+from ledger import keys
 from ledger.events import TurnStarted
 from ledger.schedules import Schedule
 from worker.lifecycle.reaper import Reaper
@@ -186,3 +187,15 @@ def test_schedules_are_listed_newest_first_in_pages(h: Harness) -> None:
     listed = [s.schedule_id for s in first + second + third]
     assert listed == made[::-1]
     assert end is None
+
+
+def test_a_schedule_that_cannot_fire_holds_up_none_of_the_others(
+    h: Harness, rdb: redis.Redis
+) -> None:
+    broken = every_minute(h)
+    h.clock.t += 1
+    fine = every_minute(h)
+    rdb.hset(keys.schedule(broken.schedule_id), "every", '"not cron"')  # unreadable now
+    h.clock.t += 65
+    done = h.lifecycle.fire_due_schedules()
+    assert done == {broken.schedule_id: "failed", fine.schedule_id: "fired"}
