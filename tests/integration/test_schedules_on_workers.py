@@ -17,6 +17,7 @@ import redis
 from ledger.codec import text
 from ledger.events import TurnStarted
 from rigs import DONE, WorkerProcess, ended, wait_for, wait_until
+from tests.support.fixtures import BOTH_POOLS
 from worker.edges.runtime import Runtime
 from worker.lifecycle.schedules import tick_turn_id
 
@@ -48,6 +49,7 @@ def assert_one_turn_per_tick(turns: list[TurnStarted]) -> None:
         assert s.turn_id == tick_turn_id(s.schedule_id, round(s.tick_at * 1000))
 
 
+@BOTH_POOLS
 def test_an_at_schedule_with_two_workers_running_starts_exactly_one_turn_which_completes(
     runtime: Runtime,
     start_worker: Callable[..., WorkerProcess],
@@ -104,5 +106,7 @@ def test_every_1_under_worker_kills_never_starts_two_turns_for_a_tick_and_stops_
     assert_one_turn_per_tick(turns)
     mine = [s for s in turns if s.schedule_id == sid]
     assert len(mine) >= 6
+    # each turn is one of the schedule's ticks: one interval apart from its making
+    assert all((round((s.tick_at or 0) * 1000) - schedule.created_ms) % 1000 == 0 for s in mine)
     # a tick being fired as the delete came may start its one turn; none after it
     assert [s.tick_at for s in mine if (s.tick_at or 0) > deleted_at] == []
