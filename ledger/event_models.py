@@ -129,6 +129,7 @@ RunCause = Literal[
     "continue",
     "approval",
     "tool_output",
+    "timer",
 ]
 #: every cause a run may have (the claim's script checks the pending run's against them)
 RUN_CAUSES: tuple[str, ...] = get_args(RunCause)
@@ -211,6 +212,9 @@ class ToolDone(_Event):
     tool: str
     result: Any = None
     is_error: bool = False
+    #: the call's tool returned ``wait_until``: the turn waits until then (seconds since the
+    #: epoch) before its next model call, held by no worker (docs/semantics.md, timers)
+    wake_at: float | None = None
 
 
 class ToolBlocked(_ToolCall):

@@ -85,6 +85,13 @@ def turn_cancel(turn_id: str) -> str:
     return f"{PREFIX}:turn:{_tag(turn_id)}:cancel"
 
 
+def timer_hints() -> str:
+    """Sorted set of turns waiting on a timer, scored by their ``wake_at`` (ms): a hint of when
+    the next falls due, so every worker's reaper sweeps then (``TurnStore.next_timer``); the
+    reaper's index (``active_turns``) holds the truth, and a hint whose time passed is dropped."""
+    return "dres:timers"
+
+
 def active_turns() -> str:
     """Sorted set of unfinished turn ids, scored by when the reaper should look at them (ms).
 

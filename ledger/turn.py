@@ -3,7 +3,8 @@
 A turn is ``queued`` (its first run waits for a worker, or, ``held``, for its conversation's
 line: an earlier turn of the conversation is live), ``running`` (a run holds its lease),
 ``resuming`` (a successor run waits: the next chunk, or a resume after a dead run), ``waiting``
-(a person's decision on an approval request is awaited; no run holds it), ``completed`` or
+(a person's decision on an approval request, a client tool's output or a timer is awaited; no
+run holds it), ``completed`` or
 ``stopped`` (every end short of completion, with a ``StopCode``). Every change of status is
 one of the ``Step``s below, allowed only from the statuses ``TABLE`` lists, and is carried out by
 one atomic, fenced Lua step (``ledger/lua/transition.lua``, ``claim.lua``) that checks the
@@ -97,6 +98,8 @@ class Step(StrEnum):
     # the same two, when the turn's tenant has no free slot: it waits queued for one
     DECIDE_HELD = "decide_held"
     ANSWER_HELD = "answer_held"
+    WAKE = "wake"  # a waiting turn's timer fell due: a run resumes the turn
+    WAKE_HELD = "wake_held"  # the same, when its tenant has no free slot
 
 
 _Q, _RUN, _RES = TurnStatus.QUEUED, TurnStatus.RUNNING, TurnStatus.RESUMING
@@ -126,6 +129,8 @@ TABLE: Mapping[tuple[TurnStatus, Step], TurnStatus] = {
     (_WAIT, Step.ANSWER_LAST): _RES,
     (_WAIT, Step.DECIDE_HELD): _Q,
     (_WAIT, Step.ANSWER_HELD): _Q,
+    (_WAIT, Step.WAKE): _RES,
+    (_WAIT, Step.WAKE_HELD): _Q,
 }
 
 #: the prefix of a turn's metadata fields that hold its approval requests' states
@@ -213,6 +218,8 @@ class TurnMeta:
     #: (call_id, state, tool), state ``pending``, ``answered`` or ``voided``
     clients_pending: int = 0
     client_calls: tuple[tuple[str, str, str], ...] = ()
+    #: when a turn waiting on a timer (``wait_until``) wakes, seconds since the epoch (0: none)
+    wake_at: float = 0.0
     #: the turn's trace context (a W3C ``traceparent``) when it was recorded traced, else ""
     trace: str = ""
     #: queued behind its conversation's line: no run pending, no message sent (docs/semantics.md)
@@ -268,6 +275,7 @@ class TurnMeta:
                 approvals=_states(fields, APPROVAL_FIELD),
                 clients_pending=int(fields.get("clients_pending", 0) or 0),
                 client_calls=_states(fields, CLIENT_FIELD),
+                wake_at=float(fields.get("wake_at", 0) or 0),
                 trace=fields.get("trace", ""),
                 held=fields.get("held") == "1",
                 message_id=fields.get("message_id", ""),
@@ -308,11 +316,13 @@ class TurnMeta:
 
     @property
     def waiting_for(self) -> str | None:
-        """What a waiting turn waits on first: ``approval`` or ``client_tool`` (None: it does
-        not wait)."""
+        """What a waiting turn waits on first: ``approval``, ``client_tool`` or ``timer`` (None:
+        it does not wait)."""
         if self.status != TurnStatus.WAITING:
             return None
-        return "approval" if self.approvals_pending else "client_tool"
+        if self.approvals_pending:
+            return "approval"
+        return "timer" if self.wake_at and not self.clients_pending else "client_tool"
 
 
 def _usage(fields: Mapping[str, str]) -> TokenUsage | None:

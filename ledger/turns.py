@@ -78,6 +78,18 @@ def refusal(turn_id: str, step: Step | None, error: redis.ResponseError) -> Exce
     return error
 
 
+@dataclass(frozen=True)
+class PlannedStep:
+    """One turn's step for ``TurnStore.transitions``: ``transition``'s arguments, no events."""
+
+    turn_id: str
+    step: Step
+    expect: Mapping[str, MetaValue]
+    fields: Mapping[str, MetaValue]
+    outgoing: Outgoing | None = None
+    look_at_ms: int = 0
+
+
 class TurnStore:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
@@ -91,6 +103,7 @@ class TurnStore:
             "#!lua flags=allow-oom\n" + script("transition.lua")
         )
         self._withdraw = self.client.register_script(script("withdraw.lua"))
+        self._due = self.client.register_script(script("due.lua"))
         #: the listing of conversations, written beside the turn scripts (``ledger.conversations``)
         self.conversations = Conversations(ledger)
         #: the open approval requests across turns, written beside the turn scripts
@@ -387,6 +400,69 @@ class TurnStore:
             raise UnknownTurn(turn_id)
         return TurnMeta.from_hash(turn_id, raw)
 
+    def metas(self, turn_ids: Sequence[str]) -> list[TurnMeta | UnknownTurn | CorruptTurn]:
+        """Several turns' metadata in one round trip (``batches``), each a ``TurnMeta`` or the
+        error ``meta`` would raise for it."""
+
+        def read() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for turn_id in turn_ids:
+                pipe.hgetall(keys.turn_meta(turn_id))
+            return list(pipe.execute())
+
+        found: list[TurnMeta | UnknownTurn | CorruptTurn] = []
+        for turn_id, raw in zip(turn_ids, self.ledger.retry(read, "read"), strict=True):
+            try:
+                found.append(TurnMeta.from_hash(turn_id, raw) if raw else UnknownTurn(turn_id))
+            except CorruptTurn as e:
+                found.append(e)
+        return found
+
+    @property
+    def batches(self) -> bool:
+        """May several turns' steps and reads go in one round trip (a pipeline)? Not on a Redis
+        Cluster, whose turns live on many servers."""
+        return self.sends_with_steps
+
+    def transitions(self, steps: Sequence[PlannedStep]) -> list[int | Exception]:
+        """Several turns' steps (``transition``'s, each on its own turn) in one round trip, in
+        order; each answers its epoch after the step, or the error ``transition`` would raise
+        (``TransitionRefused``, ``UnknownTurn``). A pipeline cut off with its connection is sent
+        again whole: each step is conditioned on its turn as it was read, so a repeat of one that
+        was taken is refused, and sends nothing again."""
+        planned = [
+            (
+                step,
+                self.step_args(
+                    step.turn_id,
+                    step.step,
+                    step.expect,
+                    (),
+                    step.fields,
+                    KEEP,
+                    step.outgoing,
+                    step.look_at_ms,
+                ),
+            )
+            for step in steps
+        ]
+
+        def run() -> list[Any]:
+            pipe = self.client.pipeline(transaction=False)
+            for _, (turn_keys, args) in planned:
+                self._transition(keys=turn_keys, args=args, client=pipe)
+            return list(pipe.execute(raise_on_error=False))
+
+        answers: list[int | Exception] = []
+        for (step, _), reply in zip(planned, self.ledger.retry(run), strict=True):
+            if isinstance(reply, redis.ResponseError):
+                answers.append(refusal(step.turn_id, step.step, reply))
+            elif isinstance(reply, Exception):
+                answers.append(reply)
+            else:
+                answers.append(int(reply))
+        return answers
+
     # -- the reaper's index ------------------------------------------------------------------
 
     def watch(self, turn_id: str, at_ms: int, *, sooner: bool = False) -> None:
@@ -396,6 +472,33 @@ class TurnStore:
 
     def unwatch(self, turn_id: str) -> None:
         self.client.zrem(keys.active_turns(), turn_id)
+
+    def take_due(self, now_ms: int, count: int, hold_ms: int) -> list[str]:
+        """The turns whose look has come (most overdue first, at most ``count``), each put off
+        by ``hold_ms`` in the same step so another reaper takes others (``lua/due.lua``); the
+        look at each sets its next one."""
+        due = self.ledger.retry(
+            lambda: self._due(keys=[keys.active_turns()], args=[now_ms, count, hold_ms])
+        )
+        return [text(turn_id) for turn_id in due]
+
+    def hint_timer(self, turn_id: str, wake_at_ms: int) -> None:
+        """Say when a waiting turn's timer falls due (``keys.timer_hints``)."""
+        self.client.zadd(keys.timer_hints(), {turn_id: wake_at_ms})
+
+    def next_timer(self, now_ms: int) -> int | None:
+        """When the next timer falls due after ``now_ms`` (ms; None: none hinted), the hints
+        whose time came dropped on the way (their turns' looks are the reaper's index's)."""
+        pipe = self.client.pipeline(transaction=False)
+        pipe.zremrangebyscore(keys.timer_hints(), "-inf", now_ms)
+        pipe.zrange(keys.timer_hints(), 0, 0, withscores=True)
+        _, first = pipe.execute()
+        return int(first[0][1]) if first else None
+
+    def watch_all(self, looks: Mapping[str, int]) -> None:
+        """``watch`` for several turns at once: each at its ms time."""
+        if looks:
+            self.client.zadd(keys.active_turns(), dict(looks))
 
     def due(self, now_ms: int, count: int) -> list[str]:
         """Turns the reaper should look at now, most overdue first."""

@@ -8,6 +8,7 @@ next chunk, whose "message" the harness keeps instead of sending it.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -86,6 +87,9 @@ class KeptMessages:
 
     def prepare(self, turn_id: str, run_id: str, mode: str) -> Outgoing | None:
         return None  # sent after the step, where this dispatcher keeps it
+
+    def prepare_all(self, runs: Sequence[tuple[str, str, str]]) -> list[Outgoing | None]:
+        return [self.prepare(*run) for run in runs]
 
     def revoke(self, turn_id: str, run_id: str) -> None:
         self.revoked.append(run_id)

@@ -6,11 +6,12 @@ import json
 import os
 import signal
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from ledger import keys
-from worker.tools import Reconciliation, ToolContext, tool
+from worker.tools import Reconciliation, ToolContext, WaitUntil, tool, wait_until
 
 EFFECTS = "test:effects"
 #: seconds ``slow_write`` works before it returns (long enough for a signal to arrive mid-call)
@@ -157,3 +158,11 @@ def big_report(megabytes: int, *, ctx: ToolContext) -> dict[str, Any]:
     """A write whose result is ``megabytes`` MiB of text (past any sane result cap)."""
     _effect(ctx, megabytes=megabytes)
     return {"report": "x" * (megabytes * 1024 * 1024), "quote": '"a" \\ "b"'}
+
+
+@tool
+def remind_at(at: float, label: str, *, ctx: ToolContext) -> WaitUntil:
+    """Record an effect, then have the turn wait until ``at`` (seconds since the epoch), held by
+    no worker (``wait_until``); the call's result names the label."""
+    _effect(ctx, label=label)
+    return wait_until(datetime.fromtimestamp(at, UTC), result={"reminded": label})

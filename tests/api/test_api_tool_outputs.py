@@ -82,3 +82,20 @@ def test_an_output_for_no_turn_or_with_a_bad_body_is_refused(
     http: httpx.Client, path: str, body: dict[str, object], status: int
 ) -> None:
     assert http.post(path, json=body).status_code == status
+
+
+def test_a_turn_waiting_on_its_timer_says_so_and_when_it_wakes(
+    http: httpx.Client, rdb: redis.Redis, tmp_path: Path
+) -> None:
+    ap = Approvals(rdb, tmp_path)
+    wake_at = ap.h.clock.t + 3600
+    remind = {"name": "remind_at", "input": {"at": wake_at, "label": "a"}}
+    turn_id = ap.h.start([{"text": "", "tool_calls": [remind]}, DONE_STEP])
+    assert ap.h.run_next() is None
+
+    status = status_of(http, turn_id)
+
+    assert (status["status"], status["waiting_for"]) == ("waiting", "timer")
+    assert status["wake_at"] == pytest.approx(wake_at, abs=1e-3) and status["awaiting"] == []
+    answered = http.post(f"/v1/turns/{turn_id}/tool-outputs/call-x", json={"output": 1})
+    assert answered.status_code == 409 and "does not wait on call" in answered.json()["detail"]

@@ -665,19 +665,27 @@ def test_a_sweep_that_redis_answered_only_after_a_stall_counts_as_an_outage(
     claimed_then_expired(h)
     ticks = Ticks()
     reaper = Reaper(h.lifecycle, monotonic=ticks)
-    due = reaper.store.due
+    # the sweep's first read of the index: its turns taken (one server), or read (a cluster)
+    read = "take_due" if reaper.store.batches else "due"
+    due = getattr(reaper.store, read)
 
-    def stalled(now_ms: int, count: int) -> list[str]:
+    def stalled(*args: int) -> list[str]:
         ticks.now += h.settings.heartbeat_s + 1  # Redis answered only after a stall
-        return due(now_ms, count)
+        return list(due(*args))
 
-    monkeypatch.setattr(reaper.store, "due", stalled)
+    monkeypatch.setattr(reaper.store, read, stalled)
     assert reaper.sweep() == {h.turn_id: "alive"}
 
-    monkeypatch.setattr(reaper.store, "due", due)
+    monkeypatch.setattr(reaper.store, read, due)
     ticks.now += h.settings.lease_s + RECONNECT_S
     h.clock.t += h.settings.lease_s + RECONNECT_S  # the turn is due again
     assert reaper.sweep() == {h.turn_id: "resumed"}
+
+
+def looks_read(reaper: Reaper) -> str:
+    """The store's read of the due turns' metadata in a sweep: a batch's at once (one server),
+    or each turn's (a cluster)."""
+    return "metas" if reaper.store.batches else "meta"
 
 
 def test_a_turn_read_only_after_a_stall_is_not_taken_for_dead(
@@ -688,13 +696,14 @@ def test_a_turn_read_only_after_a_stall_is_not_taken_for_dead(
     claimed_then_expired(h)
     ticks = Ticks()
     reaper = Reaper(h.lifecycle, monotonic=ticks)
-    read = reaper.store.meta
+    name = looks_read(reaper)
+    read = getattr(reaper.store, name)
 
-    def stalled(turn_id: str) -> TurnMeta:
+    def stalled(arg: Any) -> Any:
         ticks.now += h.settings.lease_s  # a stall a renewed lease runs out in
-        return read(turn_id)
+        return read(arg)
 
-    monkeypatch.setattr(reaper.store, "meta", stalled)
+    monkeypatch.setattr(reaper.store, name, stalled)
     assert reaper.sweep() == {h.turn_id: "alive"}
 
 
@@ -706,13 +715,14 @@ def test_a_look_at_a_turn_slowed_by_a_busy_process_puts_no_take_over_off(
     claimed_then_expired(h)
     ticks = Ticks()
     reaper = Reaper(h.lifecycle, monotonic=ticks)
-    read = reaper.store.meta
+    name = looks_read(reaper)
+    read = getattr(reaper.store, name)
 
-    def slow(turn_id: str) -> TurnMeta:
+    def slow(arg: Any) -> Any:
         ticks.now += h.settings.heartbeat_s + 0.1
-        return read(turn_id)
+        return read(arg)
 
-    monkeypatch.setattr(reaper.store, "meta", slow)
+    monkeypatch.setattr(reaper.store, name, slow)
     assert reaper.sweep() == {h.turn_id: "resumed"}
 
 

@@ -7,7 +7,7 @@ message that waits in a busy queue is neither sent again nor taken for lost.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import pytest
 
@@ -52,6 +52,9 @@ class LosingDispatcher:
 
     def prepare(self, turn_id: str, run_id: str, mode: str) -> Outgoing | None:
         return None  # the message goes after the step, to be lost
+
+    def prepare_all(self, runs: Sequence[tuple[str, str, str]]) -> list[Outgoing | None]:
+        return [self.prepare(*run) for run in runs]
 
     def revoke(self, turn_id: str, run_id: str) -> None:
         pass

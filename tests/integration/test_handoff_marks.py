@@ -121,6 +121,36 @@ def test_prepare_makes_the_message_dispatch_sends_and_sends_nothing(
     assert CeleryDispatcher(runtime.app, elsewhere).prepare("turn_p", "run_q", "foreground") is None
 
 
+@pytest.mark.parametrize("mode", ["foreground", "background"])
+def test_prepare_all_makes_each_message_as_celery_makes_it(
+    runtime: Runtime, dispatcher: CountingDispatcher, mode: str
+) -> None:
+    """The tripwire of ``CeleryDispatcher.prepare_all``: the messages it makes from the first
+    one Celery made are, but for kombu's delivery tag, the ones Celery makes for those runs, and
+    they are taken and run by a worker's consumer as such (``run_ids``, the mark)."""
+    runs = [(f"turn_{n}", f"run_{n}", mode) for n in range(3)]
+
+    made = dispatcher.prepare_all(runs)
+
+    assert all(m is not None for m in made)
+    tags = set()
+    for (turn_id, run_id, _), message in zip(runs, made, strict=True):
+        assert message is not None
+        own = dispatcher.prepare(turn_id, run_id, mode)
+        assert own is not None
+        assert (message.queue, message.mark, message.mark_ttl_s) == (
+            own.queue,
+            keys.chunk_message(turn_id, run_id),
+            own.mark_ttl_s,
+        )
+        ours, celerys = json.loads(message.message), json.loads(own.message)
+        tags.add(ours["properties"].pop("delivery_tag"))
+        del celerys["properties"]["delivery_tag"]
+        assert ours == celerys
+        assert run_ids([message.message]) == {run_id}
+    assert len(tags) == len(runs), "each message has a delivery tag of its own"
+
+
 def test_a_soft_limit_hands_over_and_sends_the_successors_message_in_one_step(
     rdb: redis.Redis,
     lifecycle: Lifecycle,

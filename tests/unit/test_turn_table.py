@@ -70,9 +70,7 @@ def test_only_a_renewal_a_redispatch_a_release_and_a_decision_or_answer_not_the_
     }
 
 
-def test_a_waiting_turn_is_left_only_by_a_decision_an_answer_or_a_stop_and_no_run_holds_it() -> (
-    None
-):
+def test_a_waiting_turn_is_left_by_a_decision_an_answer_a_wake_or_a_stop_only() -> None:
     from_waiting = {
         step: to for (status, step), to in TABLE.items() if status == TurnStatus.WAITING
     }
@@ -84,6 +82,9 @@ def test_a_waiting_turn_is_left_only_by_a_decision_an_answer_or_a_stop_and_no_ru
         # the last decision or answer while the turn's tenant has no free slot (tenants)
         Step.DECIDE_HELD: TurnStatus.QUEUED,
         Step.ANSWER_HELD: TurnStatus.QUEUED,
+        # its timer fell due (the reaper), with or without a free slot of its tenant
+        Step.WAKE: TurnStatus.RESUMING,
+        Step.WAKE_HELD: TurnStatus.QUEUED,
         Step.STOP_WAITING: TurnStatus.STOPPED,
     }
     assert allowed_from(Step.WAIT) == (TurnStatus.RUNNING,)

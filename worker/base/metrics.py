@@ -89,6 +89,7 @@ class Metrics:
     store_eviction_allowed: Gauge
     approvals: Counter
     approval_wait: Histogram
+    timer_late: Histogram
     tokens: Counter
     tenant_queued: Counter
     tenant_wait: Histogram
@@ -169,6 +170,11 @@ def get() -> Metrics:
             "Seconds from an approval request to its decision (a person's, an expiry or a voiding)",
             buckets=(1, 5, 15, 30, 60, 300, 900, 1800, 3600, 4 * 3600, 12 * 3600, 24 * 3600),
         ),
+        timer_late=Histogram(
+            "dres_timer_late_seconds",
+            "Seconds from a waiting turn's wake_at to the reaper's step that resumes it",
+            buckets=(0.1, 0.25, 0.5, 1, 2, 5, 15, 60, 300),
+        ),
         tokens=Counter(
             "dres_tokens_total",
             "Tokens model calls spent as their providers reported them, by model and kind "
@@ -247,6 +253,11 @@ def approval_decided(decision: str, waited_s: float | None) -> None:
     m.approvals.labels(APPROVAL_OUTCOMES.get(decision, decision)).inc()
     if waited_s is not None:
         m.approval_wait.observe(max(waited_s, 0.0))
+
+
+@never_fails
+def timer_woke(late_s: float) -> None:
+    get().timer_late.observe(max(late_s, 0.0))
 
 
 @never_fails

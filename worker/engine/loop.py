@@ -72,6 +72,7 @@ from worker.engine.tools.executor import ToolExecutor
 from worker.engine.tools.guard import DeferSignals, Interrupts
 from worker.engine.tools.registry import Registry
 from worker.engine.tools.spec import client_spec
+from worker.engine.tools.timers import pending_wake
 
 log = structlog.get_logger("dres.loop")
 
@@ -213,6 +214,11 @@ class AgentLoop:
             waiting = self._settle_approvals(run, recorder, executor, journal)
             if waiting:
                 return waiting_on(Waits(waiting), recorder.take_unwritten())
+            # a timer the ledger holds and the time has not come (a run begun early: a crash
+            # pickup, a decision on another call of the timer's step): the turn waits again
+            wake_at = pending_wake(recorder.events, self.clock.now())
+            if wake_at:
+                return waiting_on(Waits(wake_at=wake_at), recorder.take_unwritten())
             if len(recorder.events) > seen and not self.settings.naive:
                 # An approved call ran (or a denial was recorded): both layers see it.
                 journal = recorder.journal()
@@ -339,7 +345,7 @@ class AgentLoop:
         self, recorder: Recorder, executor: ToolExecutor, attempt: Attempt, calls: list[ToolCall]
     ) -> Waits | None:
         """Run the step's calls in order; what some of them wait on (approval requests, client
-        calls: the run then ends waiting), or None when Stop was requested before one."""
+        calls, a timer: the run then ends waiting), or None when Stop was requested before one."""
         waits = Waits()
         for call in calls:
             if self.is_cancelled(recorder.run.turn_id):
@@ -349,6 +355,8 @@ class AgentLoop:
                 waits.requests.append(outcome.request)
             if outcome.awaited:
                 waits.calls.append((outcome.call_id, outcome.tool))
+            if outcome.wake_at and outcome.wake_at > self.clock.now():
+                waits.wake_at = max(waits.wake_at, outcome.wake_at)
         return waits
 
     def _chat(

@@ -1,10 +1,11 @@
 """How a run ended, for the lifecycle to record (the loop writes no ending itself), and what a run
-that ends waiting waits on (docs/semantics.md: approvals, client tools)."""
+that ends waiting waits on (docs/semantics.md: approvals, client tools, timers)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 
 from ledger.events import ApprovalRequested, Event
 
@@ -26,6 +27,8 @@ class RunResult:
     requests: tuple[ApprovalRequested, ...] = ()
     #: the client calls (call_id, tool) whose answers the turn waits for when it ends waiting
     calls: tuple[tuple[str, str], ...] = ()
+    #: when the turn wakes, when it ends waiting on a timer (seconds since the epoch; 0: none)
+    wake_at: float = 0.0
 
 
 @dataclass
@@ -35,9 +38,11 @@ class Waits:
     requests: list[ApprovalRequested] = field(default_factory=list)
     #: (call_id, tool) of each client call
     calls: list[tuple[str, str]] = field(default_factory=list)
+    #: the latest time a call's ``wait_until`` named (seconds since the epoch; 0: none)
+    wake_at: float = 0.0
 
     def __bool__(self) -> bool:
-        return bool(self.requests or self.calls)
+        return bool(self.requests or self.calls or self.wake_at)
 
 
 def waiting_on(waits: Waits, unwritten: Iterable[Event]) -> RunResult:
@@ -49,6 +54,9 @@ def waiting_on(waits: Waits, unwritten: Iterable[Event]) -> RunResult:
     if waits.calls:
         tools = ", ".join(sorted({tool for _, tool in waits.calls}))
         details.append(f"the client's output of {len(waits.calls)} call(s): {tools}")
+    if waits.wake_at:
+        until = datetime.fromtimestamp(waits.wake_at, UTC).isoformat(timespec="seconds")
+        details.append(f"its timer, until {until}")
     return RunResult(
         "waiting",
         "",
@@ -57,6 +65,7 @@ def waiting_on(waits: Waits, unwritten: Iterable[Event]) -> RunResult:
         tuple(unwritten),
         tuple(waits.requests),
         tuple(waits.calls),
+        waits.wake_at,
     )
 
 

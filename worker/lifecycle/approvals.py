@@ -15,6 +15,7 @@ status codes, the CLI to exit codes; nothing here knows either.
 
 from __future__ import annotations
 
+import math
 from contextlib import suppress
 from dataclasses import dataclass
 from enum import Enum
@@ -87,10 +88,11 @@ class Approvals(LifecycleBase):
     # -- a run ends waiting ------------------------------------------------------------------
 
     def wait(self, run: RunContext, result: RunResult) -> str:
-        """End ``run`` waiting on its turn's open ``result.requests`` (a person's decisions)
-        and ``result.calls`` (a client's outputs): one fenced step, the requests listed for a
-        person before it and the reaper told when the first expires (a client call has no
-        deadline: the turn waits for it, held by nothing, until it comes or the turn stops)."""
+        """End ``run`` waiting on its turn's open ``result.requests`` (a person's decisions),
+        ``result.calls`` (a client's outputs) and ``result.wake_at`` (a timer): one fenced step,
+        the requests listed for a person before it and the reaper told when the first expires
+        or the timer falls due (a client call has no deadline: the turn waits for it, held by
+        nothing, until it comes or the turn stops)."""
         requests = result.requests
         expires = min((r.expires_at for r in requests), default=0.0)
         fields: dict[str, MetaValue] = {
@@ -98,6 +100,7 @@ class Approvals(LifecycleBase):
             "approvals_pending": len(requests),
             "approval_expires": expires,
             "clients_pending": len(result.calls),
+            "wake_at": result.wake_at,
         }
         for request in requests:
             fields[approval_field(request.approval_id)] = approval_state(PENDING, request.signature)
@@ -112,10 +115,13 @@ class Approvals(LifecycleBase):
             events=[*result.held, ran],
             fields=fields,
         )
-        if requests:
-            self.store.watch(run.turn_id, int(expires * 1000))
+        look_at = min(t for t in (expires, result.wake_at, math.inf) if t)
+        if look_at < math.inf:
+            self.store.watch(run.turn_id, int(look_at * 1000))
         else:
             self.store.unwatch(run.turn_id)
+        if result.wake_at:  # every worker's reaper sweeps then, not up to an interval later
+            self.store.hint_timer(run.turn_id, int(result.wake_at * 1000))
         if self.store.stop_requested(run.turn_id):
             # Stop came while the run was ending: it stops the waiting turn (``Control.stop``
             # reads the status again after setting the flag, so one of the two sees the other)
@@ -130,6 +136,7 @@ class Approvals(LifecycleBase):
             "turn waits",
             approvals=[r.approval_id for r in requests],
             calls=[call_id for call_id, _ in result.calls],
+            wake_at=result.wake_at or None,
         )
         self.give_back(run.turn_id)  # a waiting turn holds no slot of its tenant
         # a message that came while the run went on supersedes the turn now that it waits
@@ -274,6 +281,7 @@ class Approvals(LifecycleBase):
             "approvals_pending": 0,
             "approval_expires": 0,
             "clients_pending": 0,
+            "wake_at": 0,
         }
         for aid, state, signature in meta.approvals:
             if state == PENDING:
@@ -300,8 +308,11 @@ class Approvals(LifecycleBase):
         return True
 
     def expire_if_due(self, meta: TurnMeta) -> str:
-        """The reaper's look at a waiting turn: stop it once its first request expired. A turn
-        that waits on client calls alone has no deadline: nothing looks at it until it moves."""
+        """The reaper's look at a waiting turn: stop it once its first request expired, wake
+        it once its timer fell due (and nothing else is awaited). A turn that waits on client
+        calls alone has no deadline: nothing looks at it until it moves."""
+        if meta.wake_at and not meta.approvals_pending and not meta.clients_pending:
+            return self.wake_all([meta])[meta.turn_id]
         if not meta.approval_expires:
             self.store.unwatch(meta.turn_id)
             return "awaiting_client"

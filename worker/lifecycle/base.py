@@ -135,10 +135,20 @@ class LifecycleBase:
         writes after it) would wait that long to be sent again; a held one is let through by the
         reaper's look if no admission did. A refused step leaves an early look that finds the
         turn waiting and sets the expiry's again."""
-        admitted = self.hooks.wait(meta, "resume")
+        run_id = self.resuming_run(meta, self.hooks.wait(meta, "resume"))
+        self.store.watch(meta.turn_id, self.ms(self.settings.handoff_grace_s))
+        return run_id, self.resume_fields(meta, cause, run_id)
+
+    def resuming_run(self, meta: TurnMeta, admitted: Sequence[Admitted]) -> str | None:
+        """The run that resumes ``meta``'s turn when its hook's answer ``admitted`` holds it
+        (None: no free slot), the others it lets through released."""
         self.let_through(admitted, but=meta.turn_id)
         slot = any(a.turn_id == meta.turn_id for a in admitted)
-        run_id = self.ids.new("run") if slot else None
+        return self.ids.new("run") if slot else None
+
+    def resume_fields(self, meta: TurnMeta, cause: str, run_id: str | None) -> dict[str, MetaValue]:
+        """What the step that resumes a waiting turn sets: its next run (``run_id``; None: held
+        for its tenant's next free slot) of ``cause``, nothing awaited any more."""
         fields: dict[str, MetaValue] = {
             "next_run": run_id or "",
             "next_chunk": meta.chunk + 1,
@@ -147,11 +157,11 @@ class LifecycleBase:
             "redispatches": 0,
             "takeovers": 0,
             "approval_expires": 0,
+            "wake_at": 0,
         }
         if run_id is None:
             fields["held"] = 1
-        self.store.watch(meta.turn_id, self.ms(self.settings.handoff_grace_s))
-        return run_id, fields
+        return fields
 
     def launch(self, turn_id: str, run_id: str, mode: str) -> None:
         """Dispatch a recorded pending run, watched for a lost message."""
@@ -163,6 +173,9 @@ class LifecycleBase:
 
     def wait(self, run: RunContext, result: RunResult) -> str:
         raise NotImplementedError  # the approvals' (``Approvals.wait``)
+
+    def wake_all(self, metas: Sequence[TurnMeta]) -> dict[str, str]:
+        raise NotImplementedError  # the timers' (``Timers.wake_all``)
 
     def stop_waiting(
         self, meta: TurnMeta, code: StopCode, detail: str, *, advance: bool = True

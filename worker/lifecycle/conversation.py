@@ -94,6 +94,14 @@ def _how_it_ended(meta: TurnMeta) -> str:
     return {
         "running": "is still running",
         "resuming": "is still running",
-        "waiting": "is waiting for a person's approval",
+        "waiting": WAITING_FOR.get(meta.waiting_for or "", "is waiting"),
         "queued": "has not started yet",
     }.get(meta.status, f"ended as {meta.status} ({meta.code})")
+
+
+#: a waiting turn's note for the next turn, by what it waits on
+WAITING_FOR = {
+    "approval": "is waiting for a person's approval",
+    "client_tool": "is waiting for a client tool's output",
+    "timer": "is waiting for its timer",
+}

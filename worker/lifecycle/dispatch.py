@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
 import structlog
@@ -22,6 +22,10 @@ class Dispatcher(Protocol):
         itself (the ledger's hand-over, in its own atomic step); None when it cannot go that
         way (the broker is not the ledger's server, or its transport keeps no marks): then
         ``dispatch`` sends it after the step."""
+
+    def prepare_all(self, runs: Sequence[tuple[str, str, str]]) -> list[Outgoing | None]:
+        """``prepare`` for several runs, (turn_id, run_id, mode) each, in order (the reaper's
+        timers that fell due together); a dispatcher may make them faster than one by one."""
 
     def revoke(self, turn_id: str, run_id: str) -> None:
         """Best effort: tell the workers not to run a queued message."""

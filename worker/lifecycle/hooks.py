@@ -50,6 +50,11 @@ class Hook:
         that may (it among them, or not: then it waits, and a later answer lets it through)."""
         return (Admitted(meta.turn_id, meta.tenant, kind, 0),)
 
+    def wait_all(self, metas: Sequence[TurnMeta], kind: str) -> list[Sequence[Admitted]]:
+        """``wait`` for several turns, in order (the reaper's timers that fell due together);
+        a hook may answer them in one round trip."""
+        return [self.wait(meta, kind) for meta in metas]
+
     def leave(self, turn_id: str) -> Sequence[Admitted]:
         """The turn gives back what it held (it ended, stopped, waits, or was taken back)."""
         return NOTHING
@@ -83,6 +88,9 @@ class Hooks(Hook):
 
     def wait(self, meta: TurnMeta, kind: str) -> Sequence[Admitted]:
         return self.gate.wait(meta, kind)
+
+    def wait_all(self, metas: Sequence[TurnMeta], kind: str) -> list[Sequence[Admitted]]:
+        return self.gate.wait_all(metas, kind)
 
     def leave(self, turn_id: str) -> Sequence[Admitted]:
         return [admitted for hook in self.hooks for admitted in hook.leave(turn_id)]

@@ -44,11 +44,18 @@ from ledger.turn import Step, StopCode, TurnMeta, TurnStatus
 from worker.base import metrics
 from worker.base.forks import no_fork
 from worker.lifecycle.service import Lifecycle
+from worker.lifecycle.timers import timer_due
 
 log = structlog.get_logger("dres.reaper")
 
-#: turns looked at per sweep
-BATCH = 100
+#: turns taken from the index at once (one round trip reads them all, one wakes their timers)
+BATCH = 200
+#: seconds a reaper holds the turns it took (others take other turns meanwhile); a turn's look
+#: sets its next itself, so only a reaper that dies with turns taken lets a hold run out
+HOLD_S = 5.0
+#: seconds a sweep goes on taking full batches (10,000 timers due at once are woken in one
+#: sweep of each worker's reaper, not 200 a sweep); the sweep after it takes the rest
+SWEEP_BUDGET_S = 5.0
 #: a run's mark (its message is in the broker) is taken at its word for this many hand-off
 #: graces after the run was sent; after that it is checked against the broker while the queues
 #: are short: a worker killed between taking a message from its queue and holding it
@@ -62,6 +69,8 @@ SHORT_BACKLOG = 1000
 #: reaper's own look: each may be asleep in a backoff when it comes back, the ledger's
 #: (``ledger.store.BACKOFF_CAP_S``, 1 s) and redis-py's own retry's (its cap, 1 s)
 RECONNECT_S = 2.0
+#: seconds at least between a sweep and the one a timer's time brings forward
+TIMER_GAP_S = 0.02
 #: each wait between sweeps is ``reaper_interval_s`` times 1 +- this, at random: workers started
 #: together (a deploy) do not sweep in step, and the due turns' sweeps are spread out
 JITTER = 0.2
@@ -97,10 +106,13 @@ class Reaper:
         try:
             started = self.monotonic()
             self._look_at_server()
-            due = self.store.due(now_ms, BATCH)
-            if self._stalled(started, self.settings.heartbeat_s):
-                now_ms = self.lifecycle.ms()
-            done = {turn_id: self.check(turn_id, now_ms) for turn_id in due}
+            if not self.store.batches:  # a Redis Cluster: one turn at a time, as read
+                due = self.store.due(now_ms, BATCH)
+                if self._stalled(started, self.settings.heartbeat_s):
+                    now_ms = self.lifecycle.ms()
+                done = {turn_id: self.check(turn_id, now_ms) for turn_id in due}
+            else:
+                done = self._take_and_look(started, now_ms)
             # the hooks' periodic look: tenants' waiting turns that may start (a rate's next
             # start, a slot a crash left taken), whatever the due turns were
             self.lifecycle.let_through(self.lifecycle.hooks.sweep())
@@ -117,6 +129,40 @@ class Reaper:
             self.lifecycle.fire_due_schedules()
         except Exception as e:
             log.warning("could not fire the due schedules", error=repr(e))
+
+    def _take_and_look(self, started: float, now_ms: int) -> dict[str, str]:
+        """Take the due turns a batch at a time (held from the other reapers while looked at)
+        and look at each batch, until one is not full or the sweep's budget is spent."""
+        done: dict[str, str] = {}
+        hold_ms = int(HOLD_S * 1000)
+        while True:
+            taken = self.monotonic()
+            due = self.store.take_due(now_ms, BATCH, hold_ms)
+            if self._stalled(taken, self.settings.heartbeat_s):
+                now_ms = self.lifecycle.ms()
+            done.update(self._look_at(due, now_ms))
+            if len(due) < BATCH or self.monotonic() - started > SWEEP_BUDGET_S:
+                return done
+            now_ms = self.lifecycle.ms()
+
+    def _look_at(self, due: list[str], now_ms: int) -> dict[str, str]:
+        """Look at a batch of due turns: their metadata read at once, the timers that fell due
+        woken together (``Timers.wake_all``), every other turn by itself (``check``)."""
+        if not due:
+            return {}
+        started = self.monotonic()
+        metas = self.store.metas(due)
+        self._stalled(started, self.settings.lease_s - self.settings.heartbeat_s)
+        done: dict[str, str] = {}
+        timers = []
+        for turn_id, meta in zip(due, metas, strict=True):
+            if isinstance(meta, TurnMeta) and timer_due(meta, now_ms):
+                timers.append(meta)
+                continue
+            with structlog.contextvars.bound_contextvars(turn_id=turn_id):
+                done[turn_id] = self._checked(turn_id, now_ms, meta)
+        done.update(self.lifecycle.wake_all(timers))
+        return done
 
     def check(self, turn_id: str, now_ms: int) -> str:
         with structlog.contextvars.bound_contextvars(turn_id=turn_id):
@@ -143,18 +189,27 @@ class Reaper:
         return True
 
     def _check(self, turn_id: str, now_ms: int) -> str:
+        meta: TurnMeta | UnknownTurn | CorruptTurn
+        started = self.monotonic()
         try:
-            started = self.monotonic()
             meta = self.store.meta(turn_id)
-            # A pause that began after the sweep's first read: only one long enough to let a
-            # renewed lease run out counts (a busy process's own latency, in a gevent worker
-            # beside many runs, must not put off every take-over), a restart is the run id's
-            self._stalled(started, self.settings.lease_s - self.settings.heartbeat_s)
-        except UnknownTurn:
+        except (UnknownTurn, CorruptTurn) as e:
+            meta = e
+        # A pause that began after the sweep's first read: only one long enough to let a
+        # renewed lease run out counts (a busy process's own latency, in a gevent worker
+        # beside many runs, must not put off every take-over), a restart is the run id's
+        self._stalled(started, self.settings.lease_s - self.settings.heartbeat_s)
+        return self._checked(turn_id, now_ms, meta)
+
+    def _checked(
+        self, turn_id: str, now_ms: int, meta: TurnMeta | UnknownTurn | CorruptTurn
+    ) -> str:
+        """What to do with a due turn, given its metadata as read (or why it could not be)."""
+        if isinstance(meta, UnknownTurn):
             self.store.unwatch(turn_id)
             return "gone"
-        except CorruptTurn as e:
-            log.error("turn metadata unreadable; left alone", error=str(e))
+        if isinstance(meta, CorruptTurn):
+            log.error("turn metadata unreadable; left alone", error=str(meta))
             self.store.unwatch(turn_id)
             return "unreadable"
         if not meta.listed:
@@ -306,7 +361,19 @@ class ReaperThread(threading.Thread):
                     beat_at = time.monotonic() + BEAT_S
                 if time.monotonic() >= sweep_at:
                     self._sweep()
-                    sweep_at = time.monotonic() + self.wait_s()
+                    sweep_at = time.monotonic() + min(self.wait_s(), self._next_timer_s())
+
+    def _next_timer_s(self) -> float:
+        """Seconds until the next timer falls due (``TurnStore.next_timer``), at least
+        ``TIMER_GAP_S``: every worker's reaper sweeps then, so timers due together are woken by
+        all of them at once, at their time (inf: none hinted, or Redis away)."""
+        try:
+            now_ms = self.reaper.lifecycle.ms()
+            due_ms = self.reaper.store.next_timer(now_ms)
+        except Exception as e:  # Redis away: the regular sweeps go on
+            log.warning("could not read when the next timer falls due", error=repr(e))
+            return math.inf
+        return math.inf if due_ms is None else max(TIMER_GAP_S, (due_ms - now_ms) / 1000)
 
     def depart(self) -> None:
         """Take this worker off the list of the live ones, and beat no more; sweep on. Only sets
@@ -338,7 +405,15 @@ class ReaperThread(threading.Thread):
             log.error("reaper sweep failed", error=repr(e))
             return
         metrics.reaper_swept(actions.values())
-        quiet = {"alive", "waiting", "queued", "awaiting_approval", "awaiting_client", "held"}
+        quiet = {
+            "alive",
+            "waiting",
+            "queued",
+            "awaiting_approval",
+            "awaiting_client",
+            "timer",
+            "held",
+        }
         moved = {t: a for t, a in actions.items() if a not in quiet}
         if moved:
             log.info("reaper sweep", actions=moved)

@@ -36,6 +36,7 @@ from worker.lifecycle.outputs import ClientOutputs
 from worker.lifecycle.schedules import Schedules
 from worker.lifecycle.tenancy import DEFAULT as DEFAULT_TENANT
 from worker.lifecycle.tenancy import tenant_of
+from worker.lifecycle.timers import Timers
 
 log = structlog.get_logger("dres.lifecycle")
 
@@ -84,7 +85,7 @@ class SendOptions(TypedDict, total=False):
     tenant: str | None
 
 
-class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Line, Forks, Schedules):
+class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Timers, Line, Forks, Schedules):
     def enqueue(self, message: str, **options: Unpack[TurnOptions]) -> NewTurn:
         """Record the turn and send its first chunk, through its conversation's line: at once
         while no other turn of the conversation is live, else by ``DRES_DOUBLE_TEXT`` (or the

@@ -136,10 +136,14 @@ class Tenancy(Hook):
         admissions = self.tenants.wait(
             meta.tenant, meta.turn_id, kind, self._now(), self.limits, self._room()
         )
-        if admissions.queued and all(a.turn_id != meta.turn_id for a in admissions.admitted):
-            metrics.tenant_queued(self._label(meta.tenant))
-            log.info("turn waits for its tenant", turn_id=meta.turn_id, tenant=meta.tenant)
-        return self._started(admissions)
+        return self._waited(meta, admissions)
+
+    def wait_all(self, metas: Sequence[TurnMeta], kind: str) -> list[Sequence[Admitted]]:
+        if not self.store.batches or len(metas) < 2:
+            return [self.wait(meta, kind) for meta in metas]
+        turns = [(meta.tenant, meta.turn_id) for meta in metas]
+        answers = self.tenants.wait_all(turns, kind, self._now(), self.limits, self._room())
+        return [self._waited(m, a) for m, a in zip(metas, answers, strict=True)]
 
     def leave(self, turn_id: str) -> Sequence[Admitted]:
         return self._started(self.tenants.leave(turn_id, self._now(), self.limits, self._room()))
@@ -180,6 +184,12 @@ class Tenancy(Hook):
     def retry_after_s(self) -> int:
         """When a refused request may try again: a start's spacing under a rate, else 1 s."""
         return max(1, math.ceil(self.settings.tenant_start_interval_s))
+
+    def _waited(self, meta: TurnMeta, admissions: Admissions) -> Sequence[Admitted]:
+        if admissions.queued and all(a.turn_id != meta.turn_id for a in admissions.admitted):
+            metrics.tenant_queued(self._label(meta.tenant))
+            log.info("turn waits for its tenant", turn_id=meta.turn_id, tenant=meta.tenant)
+        return self._started(admissions)
 
     def _started(self, admissions: Admissions) -> Sequence[Admitted]:
         for admitted in admissions.admitted:

@@ -4,7 +4,11 @@ the queues looked into for the reaper."""
 
 from __future__ import annotations
 
+import base64
+import json
+from collections.abc import Sequence
 from typing import Any
+from uuid import uuid4
 
 import kombu.exceptions
 import redis
@@ -21,6 +25,29 @@ from worker.edges.celery.names import chunk_task
 from worker.lifecycle.dispatch import run_ids, task_id
 
 log = structlog.get_logger("dres.dispatch")
+
+
+def like(template: Outgoing, turn_id: str, run_id: str) -> Outgoing:
+    """A chunk message of the same task, queue and options as ``template`` (one Celery made),
+    for ``run_id`` of ``turn_id``: its task id (and the headers and properties that echo it), its
+    arguments, its mark and a delivery tag of its own."""
+    message = json.loads(template.message)
+    tid = task_id(turn_id, run_id)
+    args = [turn_id, run_id]
+    message["headers"] = {**message["headers"], "id": tid, "root_id": tid, "argsrepr": repr(args)}
+    properties = message["properties"]
+    message["properties"] = {**properties, "correlation_id": tid, "delivery_tag": str(uuid4())}
+    if properties.get("body_encoding") != "base64":
+        raise ValueError(f"a chunk message's body encoding {properties.get('body_encoding')!r}")
+    body = json.loads(base64.b64decode(message["body"]))
+    body[0] = args
+    message["body"] = base64.b64encode(json.dumps(body).encode()).decode()
+    return Outgoing(
+        template.queue,
+        json.dumps(message),
+        keys.chunk_message(turn_id, run_id),
+        template.mark_ttl_s,
+    )
 
 
 class CeleryDispatcher:
@@ -67,6 +94,24 @@ class CeleryDispatcher:
             # step (a second message of one run is claimed once)
             log.warning("a transport sent a message it was asked to keep", run_id=run_id)
         return None
+
+    def prepare_all(self, runs: Sequence[tuple[str, str, str]]) -> list[Outgoing | None]:
+        """``Dispatcher.prepare_all``: Celery makes the first run's message of each mode as it
+        would send it (``prepare``); the others of that mode are that message with their own
+        ids (``like``): what tells two chunk messages of one mode apart is the task id and its
+        echoes, the arguments and the delivery tag. Making a message costs Celery ~0.15 ms;
+        10,000 timers falling due at once are ~0.03 ms each this way. The tripwire
+        (tests/unit/test_dispatch_messages.py) holds each to Celery's own."""
+        made: dict[str, Outgoing | None] = {}
+        out: list[Outgoing | None] = []
+        for turn_id, run_id, mode in runs:
+            if mode not in made:
+                made[mode] = self.prepare(turn_id, run_id, mode)
+                out.append(made[mode])
+                continue
+            template = made[mode]
+            out.append(None if template is None else like(template, turn_id, run_id))
+        return out
 
     def revoke(self, turn_id: str, run_id: str) -> None:
         """Best effort (``Dispatcher``): the claim of a revoked run is refused anyway, so a broker

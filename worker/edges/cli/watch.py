@@ -59,6 +59,8 @@ CAUSES = {
     "auto_continue": "continued automatically",
     "continue": "continued",
     "approval": "a person decided",
+    "tool_output": "the client answered",
+    "timer": "its timer fell due",
 }
 #: seconds a watched turn stays queued before ``dres watch`` says no worker has taken it
 UNCLAIMED_S = 5.0

@@ -163,8 +163,10 @@ class TurnStatus(BaseModel):
     approvals: list[ApprovalOut] = []
     usage: UsageOut = UsageOut()
     #: what a waiting turn waits on first (null unless it waits): a person's decision on an
-    #: approval request, or a client's output of a client tool's call
+    #: approval request, a client's output of a client tool's call, or a time (``wait_until``)
     waiting_for: Literal["approval", "client_tool", "timer"] | None = None
+    #: when a turn waiting on a timer wakes (seconds since the epoch; null: no timer)
+    wake_at: float | None = None
     #: the client tools' calls whose output it waits on
     awaiting: list[AwaitedCall] = []
     #: the tenant whose limits the turn runs under

@@ -175,6 +175,7 @@ async def turn_status(request: Request, reader: Reader, turn_id: TurnId) -> Turn
         approvals=approvals,
         usage=UsageOut(**usage.model_dump()),
         waiting_for=meta.waiting_for,
+        wake_at=meta.wake_at if meta.waiting_for == "timer" else None,
         awaiting=[AwaitedCall(call_id=c, tool=t) for c, t in meta.pending_calls],
         tenant=meta.tenant,
     )

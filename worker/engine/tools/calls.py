@@ -55,6 +55,8 @@ class ToolOutcome:
     request: ApprovalRequested | None = None
     #: the call waits for the client's answer (a client tool): its ``tool_start`` is recorded
     awaited: bool = False
+    #: the call's tool returned ``wait_until``: the turn waits until then (seconds since the epoch)
+    wake_at: float | None = None
 
 
 @dataclass

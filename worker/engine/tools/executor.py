@@ -59,6 +59,7 @@ from worker.engine.tools.durable import confirm_done, confirm_start
 from worker.engine.tools.guard import DeferSignals, Interrupts
 from worker.engine.tools.registry import Registry
 from worker.engine.tools.results import MAX_RESULT_BYTES, stored_result
+from worker.engine.tools.timers import WaitUntil
 
 log = structlog.get_logger("dres.executor")
 
@@ -244,11 +245,19 @@ class ToolExecutor:
                 raise
             except Exception as e:  # a tool failure is recorded as an error result
                 result, is_error = error_result(f"{type(e).__name__}: {e}"), True
+            wake_at = None
+            if isinstance(result, WaitUntil):  # the turn waits once the step's calls are done
+                wake_at, result = result.wake_at, result.result
             result = stored_result(result, self.max_result_bytes)
             self.failpoints.hit("tool.after_effect")
             done = [
                 self.recorder.make(
-                    ToolDone, call_id=call.call_id, tool=call.tool, result=result, is_error=is_error
+                    ToolDone,
+                    call_id=call.call_id,
+                    tool=call.tool,
+                    result=result,
+                    is_error=is_error,
+                    wake_at=wake_at,
                 )
             ]
             if not is_error:
@@ -272,7 +281,7 @@ class ToolExecutor:
         if not is_error:
             attempt.completed[(call.tool, call.signature)] += 1
             attempt.settled.update(decision.settles)
-        return ToolOutcome(call.call_id, call.tool, result, is_error)
+        return ToolOutcome(call.call_id, call.tool, result, is_error, wake_at=wake_at)
 
     def _start(self, call: PreparedCall, approval_id: str | None) -> None:
         """Record the call's ``tool_start``; a write's only while Stop is not requested, in the
