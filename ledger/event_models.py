@@ -92,6 +92,10 @@ class TurnStarted(_Event):
     #: ``pydantic_ai:MODULE:ATTR``, ``openai_agents:MODULE:ATTR``; docs/loops.md); None: the
     #: default, ``DRES_LOOP``'s first
     loop: str | None = None
+    #: a turn a schedule started (docs/semantics.md, schedules): the schedule's id
+    schedule_id: str | None = None
+    #: ... and the tick it fired (seconds since the epoch); the turn's id is derived from both
+    tick_at: float | None = None
 
 
 class TurnContext(_Event):

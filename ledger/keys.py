@@ -175,6 +175,31 @@ def tenant_key(tenant: str, part: str) -> str:
     return f"{tenant_prefix()}{tenant}:{part}"
 
 
+#: the hash tag of the schedules' keys: one slot, so that one script moves a schedule and its index
+SCHEDULES = "{schedules}"
+
+
+def schedules_due() -> str:
+    """Sorted set of schedule ids, scored by their next tick (ms): what the reapers' look at due
+    schedules reads (``ledger.schedules``). Global on purpose, like ``active_turns``, in one slot
+    with every schedule's hash (``SCHEDULES``): written once per tick, never per event. A spent
+    schedule (an ``at`` that fired) is not in it."""
+    return f"{PREFIX}:{SCHEDULES}:due"
+
+
+def schedules_listed() -> str:
+    """Sorted set of every schedule's id, scored by when it was made (ms): the listing."""
+    return f"{PREFIX}:{SCHEDULES}:listed"
+
+
+def schedule(schedule_id: str) -> str:
+    """Hash: one schedule (its message, ``at`` or ``every``, next tick, last turn, the claim of
+    the tick being fired); a schedule id has no braces (ledger.ids)."""
+    if not schedule_id or "{" in schedule_id or "}" in schedule_id:
+        raise InvalidId(f"schedule {schedule_id!r} must be non-empty and may not contain braces")
+    return f"{PREFIX}:{SCHEDULES}:schedule:{schedule_id}"
+
+
 def idempotency(key: str) -> str:
     """An API Idempotency-Key: the request's hash and the turn it created."""
     return f"{PREFIX}:idem:{_tag(key)}"

@@ -156,7 +156,7 @@ def assert_answered(call: Callable[[], httpx.Response], status: int, *words: str
 
 
 def routes(http: httpx.Client, turn_id: str) -> dict[str, Callable[[], httpx.Response]]:
-    """Every route of a turn, and a new turn's."""
+    """Every route of a turn, a new turn's, and the schedules'."""
     turn = f"/v1/turns/{turn_id}"
     return {
         "POST /v1/turns": lambda: http.post("/v1/turns", json={"message": "hello"}),
@@ -165,6 +165,12 @@ def routes(http: httpx.Client, turn_id: str) -> dict[str, Callable[[], httpx.Res
         "GET journal": lambda: http.get(f"{turn}/journal"),
         "POST continue": lambda: http.post(f"{turn}/continue", json={}),
         "POST stop": lambda: http.post(f"{turn}/stop"),
+        "POST /v1/schedules": lambda: http.post(
+            "/v1/schedules", json={"message": "hello", "every": 60}
+        ),
+        "GET /v1/schedules": lambda: http.get("/v1/schedules"),
+        "GET schedule": lambda: http.get("/v1/schedules/sched_1"),
+        "DELETE schedule": lambda: http.delete("/v1/schedules/sched_1"),
     }
 
 

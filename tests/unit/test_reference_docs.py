@@ -32,7 +32,7 @@ ROUTE_HEADING = re.compile(r"^### `([A-Z]+) (/[^`?]*)[^`]*`")
 #: a row of events.md's table of types: | `type` | when | fields |
 EVENT_ROW = re.compile(r"^\| `([a-z_]+)` \| [^|]+ \| (.*) \|$")
 #: a row of a table in commands.md: | `dres COMMAND …` | does |
-COMMAND_ROW = re.compile(r"^\| `dres ([a-z]+)([^`]*)` \|")
+COMMAND_ROW = re.compile(r"^\| `dres ([a-z]+(?: [a-z]+)?)([^`]*)` \|")
 #: a row of configuration.md's table: | `DRES_NAME` | `default` | meaning |
 SETTING_ROW = re.compile(r"^\| `(DRES_[A-Z0-9_]+)` \| `([^`]*)` \| (.+) \|$")
 #: (method, path) -> its statuses, or None when the OpenAPI document does not hold the route
@@ -170,9 +170,14 @@ def test_the_event_check_sees_a_made_up_type_and_a_made_up_field() -> None:
 
 
 def _subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, argparse.ArgumentParser]]:
+    """Each command, and each verb of a command that has verbs (``schedule add``) instead."""
     for action in parser._actions:
         if isinstance(action, argparse._SubParsersAction):
-            yield from action.choices.items()
+            for name, command in action.choices.items():
+                verbs = list(_subcommands(command))
+                yield from (
+                    ((f"{name} {verb}", p) for verb, p in verbs) if verbs else [(name, command)]
+                )
 
 
 def parser_commands() -> dict[str, frozenset[str]]:

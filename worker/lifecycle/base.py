@@ -3,6 +3,7 @@ and turns, and the one way a turn is ended (``close``)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass
@@ -43,12 +44,24 @@ STOP_DETAILS = {
 NotifyApprovals = Callable[[Sequence[ApprovalRequested]], None]
 
 
+#: a character that is not a space, a tab or a line break: a message holds one. Spelled out, not
+#: ``\S``, so Python and a JSON Schema (ECMA-262) validator read the pattern alike.
+NOT_BLANK = r"[^ \t\n\r\x0b\x0c]"
+
+
+def is_blank(message: str) -> bool:
+    return re.search(NOT_BLANK, message) is None
+
+
 @dataclass(frozen=True)
 class NewTurn:
     turn_id: str
     conversation_id: str
     #: its first run, pending and sent ("": the turn waits behind its conversation's line)
     run_id: str
+    #: the turn was there already (its id given and taken: another process made it meanwhile),
+    #: and this call recorded and sent nothing
+    existed: bool = False
 
 
 @dataclass(frozen=True)

@@ -116,10 +116,19 @@ class Reaper:
             # the hooks' periodic look: tenants' waiting turns that may start (a rate's next
             # start, a slot a crash left taken), whatever the due turns were
             self.lifecycle.let_through(self.lifecycle.hooks.sweep())
+            self._fire_schedules()
             return done
         except (*STORE_ERRORS, LedgerUnavailable):
             self.store.ledger.note_unreachable()  # live runs get a full lease after it
             raise
+
+    def _fire_schedules(self) -> None:
+        """The due schedules' ticks (``Schedules.fire_due_schedules``); a failure there is
+        logged and never breaks the sweep of turns (the next sweep looks again)."""
+        try:
+            self.lifecycle.fire_due_schedules()
+        except Exception as e:
+            log.warning("could not fire the due schedules", error=repr(e))
 
     def _take_and_look(self, started: float, now_ms: int) -> dict[str, str]:
         """Take the due turns a batch at a time (held from the other reapers while looked at)

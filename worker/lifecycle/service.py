@@ -11,7 +11,6 @@ this service; the chunk path (``run_chunk``) is the same for all of them. Its pa
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from typing import TypedDict, Unpack
 
@@ -20,18 +19,21 @@ import structlog
 
 from ledger.errors import LedgerError
 from ledger.events import ClientTool, TurnStarted
+from ledger.schedules import Schedule
 from ledger.store import MetaValue
+from ledger.turn import TurnStatus
 from worker.base.errors import InvalidInput
 from worker.engine.models import make_model
 from worker.engine.recorder import make_event
 from worker.lifecycle.approvals import Approvals, Decided
-from worker.lifecycle.base import NewTurn, Outcome
+from worker.lifecycle.base import NOT_BLANK, NewTurn, Outcome, is_blank
 from worker.lifecycle.chunks import ChunkPath
 from worker.lifecycle.control import Control
 from worker.lifecycle.conversation import Context
 from worker.lifecycle.forks import Forked, ForkPlan, Forks, Sent
 from worker.lifecycle.line import Line
 from worker.lifecycle.outputs import ClientOutputs
+from worker.lifecycle.schedules import Schedules
 from worker.lifecycle.tenancy import DEFAULT as DEFAULT_TENANT
 from worker.lifecycle.tenancy import tenant_of
 from worker.lifecycle.timers import Timers
@@ -39,15 +41,6 @@ from worker.lifecycle.timers import Timers
 log = structlog.get_logger("dres.lifecycle")
 
 MODES = ("foreground", "background")
-#: a character that is not a space, a tab or a line break: a message holds one. Spelled out, not
-#: ``\S``, so Python and a JSON Schema (ECMA-262) validator read the pattern alike.
-NOT_BLANK = r"[^ \t\n\r\x0b\x0c]"
-
-
-def is_blank(message: str) -> bool:
-    return re.search(NOT_BLANK, message) is None
-
-
 #: what a new message does while its conversation has a live turn (DRES_DOUBLE_TEXT)
 DOUBLE_TEXT = ("queue", "interrupt", "reject")
 
@@ -74,6 +67,10 @@ class TurnOptions(TypedDict, total=False):
     #: the agent loop the turn runs: one of ``DRES_LOOP``'s entries, by its text (None: the
     #: default, its first)
     loop: str | None
+    #: a turn a schedule starts: the schedule's id and the tick it fires (seconds since the
+    #: epoch), recorded on its ``turn_started``
+    schedule_id: str | None
+    tick_at: float | None
 
 
 class SendOptions(TypedDict, total=False):
@@ -88,7 +85,7 @@ class SendOptions(TypedDict, total=False):
     tenant: str | None
 
 
-class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Timers, Line, Forks):
+class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Timers, Line, Forks, Schedules):
     def enqueue(self, message: str, **options: Unpack[TurnOptions]) -> NewTurn:
         """Record the turn and send its first chunk, through its conversation's line: at once
         while no other turn of the conversation is live, else by ``DRES_DOUBLE_TEXT`` (or the
@@ -139,6 +136,8 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Timers, Line, Fork
         }
         try:
             turn = self.create(message, held=held, **named)
+            if turn.existed:
+                return self._made_meanwhile(turn, took_slot=not held)
             if held:
                 turn = self.admit(turn, double_text)
             else:
@@ -147,6 +146,31 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Timers, Line, Fork
             self._take_back(turn_id, conversation_id, e)
             raise
         return turn
+
+    def _made_meanwhile(self, turn: NewTurn, *, took_slot: bool) -> NewTurn:
+        """A turn whose given id another process took meanwhile (a schedule's tick fired by two
+        reapers): nothing of ours was recorded or sent. A slot ``start`` took is the turn's own
+        (a slot is held by a turn id, never twice), so it stays while the turn is live; once the
+        turn ended or waits, ours is one it no longer holds, and is given back."""
+        meta = self.store.lines.metas([turn.turn_id])[0]
+        if took_slot and (meta is None or meta.ended or meta.status == TurnStatus.WAITING):
+            self.give_back(turn.turn_id)
+        log.info("turn made meanwhile by another process", turn_id=turn.turn_id)
+        return turn
+
+    def enqueue_for_tick(self, schedule: Schedule, tick_ms: int, turn_id: str) -> NewTurn:
+        """A schedule's tick's turn (``Schedules.start_tick``): a background turn of its
+        message under the tick's derived id, recording which schedule and tick made it."""
+        return self.enqueue(
+            schedule.message,
+            turn_id=turn_id,
+            conversation_id=schedule.conversation_id,
+            model=schedule.model,
+            tenant=schedule.tenant,
+            mode="background",
+            schedule_id=schedule.schedule_id,
+            tick_at=tick_ms / 1000,
+        )
 
     def check_loop(self, loop: str | None) -> None:
         """A turn's ``loop`` is one of ``DRES_LOOP``'s entries, by its exact text (None: the
@@ -304,6 +328,8 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Timers, Line, Fork
             client_tools=tuple(options.get("client_tools") or ()),
             tenant=tenant,
             loop=options.get("loop"),
+            schedule_id=options.get("schedule_id"),
+            tick_at=options.get("tick_at"),
         )
         fields: dict[str, MetaValue] = {
             "model": model or "",
@@ -324,7 +350,11 @@ class Lifecycle(ChunkPath, Control, Approvals, ClientOutputs, Timers, Line, Fork
         with recorded as trace:
             if trace:
                 fields["trace"] = trace
-            self.store.create(event, first_run=run_id, look_at_ms=look_at, fields=fields)
+            made = self.store.create(event, first_run=run_id, look_at_ms=look_at, fields=fields)
+        if not made:  # its given id was taken meanwhile: that turn's conversation, no run of ours
+            there = self.store.lines.metas([turn_id])[0]
+            conversation_id = there.conversation_id if there is not None else conversation_id
+            return NewTurn(turn_id, conversation_id, "", existed=True)
         return NewTurn(turn_id, conversation_id, run_id)
 
     def tenant_view(self, tenant: str) -> dict[str, object]:
@@ -358,6 +388,7 @@ def _fork_options(options: SendOptions) -> ForkOptions:
 
 __all__ = [
     "DOUBLE_TEXT",
+    "NOT_BLANK",
     "Decided",
     "ForkPlan",
     "Forked",
@@ -365,4 +396,5 @@ __all__ = [
     "NewTurn",
     "Outcome",
     "Sent",
+    "is_blank",
 ]

@@ -14,6 +14,7 @@ import redis
 
 from ledger.errors import DresBaseError, LedgerUnavailable
 from worker.base.errors import ConfigError
+from worker.edges.cli.schedules import add_parser as add_schedule_parser
 
 if TYPE_CHECKING:
     from worker.edges.runtime import Runtime
@@ -308,6 +309,12 @@ def cmd_decide(args: argparse.Namespace, extra: list[str]) -> int:
     return _decided_exit()[decided.kind]
 
 
+def cmd_schedule(args: argparse.Namespace, extra: list[str]) -> int:
+    from worker.edges.cli.schedules import run
+
+    return run(_runtime(), args)
+
+
 COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "approvals": cmd_approvals,
     "config": cmd_config,
@@ -325,6 +332,7 @@ COMMANDS: dict[str, Callable[[argparse.Namespace, list[str]], int]] = {
     "tenant": cmd_tenant,
     "up": cmd_up,
     "tools": cmd_tools,
+    "schedule": cmd_schedule,
 }
 
 
@@ -442,6 +450,7 @@ def build_parser() -> argparse.ArgumentParser:
         "tools", help="every registered tool: source, read-only or write, idempotent, approval"
     )
     tools.add_argument("--json", action="store_true")
+    add_schedule_parser(sub, _an_id, _a_tenant)
     up = sub.add_parser("up", help="redis, a worker and the API with the page: try dres here")
     up.add_argument("--port", type=int, default=8000, help="the API's and the page's port")
     sub.choices["continue"].add_argument(

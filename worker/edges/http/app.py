@@ -37,6 +37,7 @@ from worker.edges.http.listings import approvals_router, conversations_router
 from worker.edges.http.metrics import serve_metrics
 from worker.edges.http.models import check_allow_list
 from worker.edges.http.page import router as page_router
+from worker.edges.http.schedules import router as schedules_router
 from worker.edges.http.schemas import HEALTH_ERRORS
 from worker.edges.http.sse import SSE_KEEPALIVE_S
 from worker.edges.http.tenants import router as tenants_router
@@ -100,6 +101,7 @@ def create_api(settings: Settings, runtime: Runtime | None = None) -> FastAPI:
     api.include_router(chat_messages_router)
     api.include_router(agui_router)
     api.include_router(tenants_router)
+    api.include_router(schedules_router)
     api.include_router(page_router)
     api.add_api_route("/healthz", healthz, methods=["GET"], responses=HEALTH_ERRORS)
     install_document(api, settings)

@@ -119,6 +119,7 @@ def build_document(api: FastAPI, settings: Settings) -> dict[str, Any]:
         schemas["TurnRequest"]["properties"]["model"],
         schemas["ChatRequest"]["properties"]["model"],
         schemas["ForkRequest"]["properties"]["model"],
+        schemas["ScheduleRequest"]["properties"]["model"],
     ):
         model["anyOf"] = [*model_forms(settings), {"type": "null"}]
         model.pop("maxLength", None)
