@@ -230,12 +230,16 @@ def wake(
         stop.set()
         for proc in procs:
             proc.join(10)
+    logs_ = [p.read_text() for p in paths]
     return {
         "stopped_at": stopped_at,
         "wake_bytes": sent,
         "polls": polls,
-        "woken_by_reaper": [p.read_text().count("timer fell due") for p in paths],
-        "sweep_failures": sum(p.read_text().count("reaper sweep failed") for p in paths),
+        "woken_by_reaper": [text.count("timer fell due") for text in logs_],
+        # a turn both reapers read due and the other woke first (its step refused)
+        "changed_by_reaper": [text.count("'changed'") for text in logs_],
+        "sweeps_moving_by_reaper": [text.count(" actions=") for text in logs_],
+        "sweep_failures": sum(text.count("reaper sweep failed") for text in logs_),
     }
 
 
@@ -300,7 +304,9 @@ def summary(rows: list[Row], info: dict[str, Any]) -> list[str]:
         "",
         f"seeded in {info['seed_s']} s, T {info['ahead_s']} s ahead after the byte sweeps; "
         f"messages queued {info['messages']}, woken once {info['woken_once']}, woken by each "
-        f"reaper {info['woken_by_reaper']}, sweep failures {info['sweep_failures']}; "
+        f"reaper {info['woken_by_reaper']} in {info['sweeps_moving_by_reaper']} sweeps, steps "
+        f"refused (another reaper first) {info['changed_by_reaper']}, sweep failures "
+        f"{info['sweep_failures']}; "
         f"wake bytes {info['wake_bytes']:,} ({info['polls']} polls left out)",
         f"load average {info['loadavg_start']} -> {info['loadavg_wake']} (wake) -> "
         f"{info['loadavg_end']}",
