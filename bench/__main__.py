@@ -57,6 +57,10 @@ L1 (issue 48, ``bench.framework_bench``): a pydantic-ai agent's (and an Agents S
    of one tool call against a fake OpenAI-compatible model, run by dres (``Lifecycle.create`` +
    ``run_chunk`` through the framework's adapter) / the same agent run alone, alternating blocks
    in this process (target <= 1.5 at p50). ``--only framework`` runs it alone.
+W1 (issue 49, ``bench.timer_bench``): 10,000 turns waiting on timers due in the same second,
+   woken by two workers' reaper threads (``Reaper.sweep``): wake delay p50 / p99 / max (target
+   p99 <= 2 s), each turn woken once, a sweep's Redis bytes with none due at 1,000 and 10,000
+   waiting (target: flat, <= 1.1) and per woken turn. ``--only timers`` runs it alone.
 
 Rows 1-3 run in this process (``bench.ledger_bench``; row 2g in a subprocess of its own,
 ``bench.gevent_tool_call``), rows 4-5 against a real dres worker subprocess
@@ -99,6 +103,7 @@ from bench import (
     many_turns_bench,
     pickup_bench,
     scale_bench,
+    timer_bench,
     tracing_bench,
 )
 from bench.harness import (
@@ -134,6 +139,7 @@ GROUPS: tuple[Group, ...] = (
     fairness_bench.GROUP,
     admission_bench.GROUP,
     framework_bench.GROUP,
+    timer_bench.GROUP,
 )
 #: groups of rows ``--only`` runs alone
 ONLY = {group.name: group.about for group in GROUPS}

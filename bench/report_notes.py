@@ -174,6 +174,24 @@ METHOD = [
     "block), and per block (p50 of the 6-call turns − p50 of the one-call turns) / 5 on each "
     "side: a model call and a tool call each, the turn's fixed costs (dres's create, claim and "
     "end; the framework's run set-up) left out, and shown in the one-call rows.",
+    "**W1** `bench.timer_bench` (issue 49): a private redis-server (AOF on, `appendfsync "
+    "everysec`), ledger and broker on it, a worker's settings at their defaults. Seeding "
+    "through a worker's runtime and the lifecycle's own steps: per turn `Lifecycle.create` "
+    "(background, no message), `Lifecycle.claim` of its first run, `Lifecycle.wait(run, "
+    "waiting_on(Waits(wake_at=T)))` (what the loop returns after a tool's `wait_until`), every "
+    "turn with the same whole-second T, far enough ahead for the seeding (4 ms a turn budgeted, "
+    "+10 s). A sweep's bytes with none due: `Reaper.sweep()` of a fresh reaper, the server's "
+    "`total_net_output_bytes` across it less the counter's own read (row K1's way), median of 7, "
+    "once 1,000 turns wait and once 10,000 do (unpaired ratio, target <= 1.1: O(due), not "
+    "O(waiting)). The wake: two processes, each a worker's `ReaperThread` on "
+    "`Runtime.reaper()` (a sweep every `DRES_REAPER_INTERVAL_S` 1 s +-20 %, presence beats, "
+    "INFO logs to a file), ready before T, the real `CeleryDispatcher` sending each woken run's "
+    "message to the broker queue and nothing consuming it (running the woken turns is the "
+    "pool's capacity, not the wake); stopped once the queue holds a message per turn. Per "
+    "turn, from its metadata: wake delay = `dispatched` (the wake step's time) − T; woken once "
+    "= `next_cause` timer, no `wake_at` left, its `next_run` named by exactly one queued "
+    "message. Bytes per woken turn: the output counter from 0.5 s before T to the last wake, "
+    "less the bench's polls of the queue's length, / 10,000.",
 ]
 
 NOISE = [
