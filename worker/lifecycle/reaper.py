@@ -413,6 +413,9 @@ class ReaperThread(threading.Thread):
             "awaiting_client",
             "timer",
             "held",
+            # timers woken: one line a batch already ("timers fell due", worker.lifecycle.timers)
+            "woken",
+            "woken_held",
         }
         moved = {t: a for t, a in actions.items() if a not in quiet}
         if moved:
