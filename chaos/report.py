@@ -54,6 +54,10 @@ class Outcome:
     mended: int = 0
     #: what to read when an invariant broke (a tenant trial's runs), printed under it
     details: list[str] = field(default_factory=list)
+    #: a timer trial's wakes: seconds each came after its ``wake_at``, and whether the trial's
+    #: fault explains lateness (``chaos.timers.explains_lateness``)
+    late: list[float] = field(default_factory=list)
+    late_explained: bool = False
 
     @property
     def ending(self) -> list[TurnResult]:
