@@ -298,7 +298,7 @@ def run_trial(cluster: Cluster, trial: Trial, script: str, index: int = 0) -> Ou
     if watch.sender is not None:
         watch.sender.judge(outcome)
     if trial.timed:
-        timers.judge(trial, fired, outcome)
+        timers.judge(trial, fired, outcome, watch.keeper.saw if watch.keeper else "")
     if watch.census is not None:
         outcome.violations += invariants.one_message_per_run(watch.census.most)
     if trial.store:

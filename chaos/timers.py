@@ -17,10 +17,14 @@ One fault per trial (``TIMER_FAULTS``):
   ``wake_at``) before the run ends waiting (the run that takes over finds the wait in the ledger
   and waits again, or goes on if the time passed); a redis-server restart between its effect and
   its return; a duplicated successor message at the woken run's hand-over;
-- the runner's own, around the first turn's wait: ``waiting`` (a drawn share into it) and
-  ``woken`` (the moment the runner sees it no longer waiting: the wake's step made, the run
-  claimed or about to be): SIGKILL of every pool child, of one worker (the other's reaper goes
-  on), of both, a redis-server restart (down 0.5 to 4 s), or (``woken``) the woken run's message
+- the runner's own, around the first turn's wait: ``waiting`` (a drawn share into it),
+  ``woken`` (the moment the runner sees it no longer waiting: a reaper's wake made, the run
+  claimed or about to be) and ``resuming`` (both workers stopped with SIGSTOP just before the
+  time, the runner makes the reaper's look itself, so the turn is ``resuming``, its run's message
+  sent and claimed by no one, the fault strikes, the workers go on): SIGKILL of every pool child,
+  of one worker (the other's reaper goes on; a stopped worker may hold the woken run's message
+  popped from the queue, which its death loses: the reaper sends it again), of both, a
+  redis-server restart (down 0.5 to 4 s), or (``woken``, ``resuming``) the woken run's message
   sent again;
 - ``none``: the waits alone, the two reapers racing.
 
@@ -50,13 +54,17 @@ from chaos.tools import WAIT_POINT
 from chaos.trial import Trial
 from ledger import keys
 from ledger.turn import TurnStatus
-from rigs import write_script
+from rigs import WorkerProcess, write_script
 from worker.lifecycle.service import TurnOptions
 
-#: the runner's own points around the first turn's wait: a drawn share into it, and the moment it
-#: is seen woken
-WAITING, WOKEN = "waiting", "woken"
-TIMER_POINTS = (WAITING, WOKEN)
+#: the runner's own points around the first turn's wait: a drawn share into it; the moment it is
+#: seen woken (a reaper's wake, in practice just claimed); between the wake's step and the claim
+#: (``RESUMING``: both workers stopped, the runner makes the reaper's look itself)
+WAITING, WOKEN, RESUMING = "waiting", "woken", "resuming"
+TIMER_POINTS = (WAITING, WOKEN, RESUMING)
+#: seconds before the first turn's ``wake_at`` the runner stops both workers (SIGSTOP) at
+#: ``RESUMING``, so that no reaper of theirs wakes it and no worker claims the woken run
+HOLD_S = 0.2
 #: SIGKILL of both workers (the runner's own): no reaper is left until they are started again
 KILL_WORKERS = "kill_workers"
 #: (action, point), drawn with equal weights
@@ -75,6 +83,7 @@ TIMER_FAULTS: list[tuple[str, str]] = [
         for point in TIMER_POINTS
     ],
     ("duplicate", WOKEN),
+    ("duplicate", RESUMING),
 ]
 #: turns a gevent timer trial runs beside its own: many waits in the one process a fault strikes
 #: (fewer than the other kinds' 50: each waits, and the two workers' reapers wake each)
@@ -119,14 +128,17 @@ def explains_lateness(trial: Trial) -> bool:
     wait kills the processes their wakes may go to)."""
     if trial.action in ("redis_restart", KILL_WORKERS):
         return True
-    if trial.point == WOKEN:
+    if trial.point in (WOKEN, RESUMING):
         return trial.action in ("kill_child", "kill_worker")
     return trial.point == WAITING and trial.action == "kill_child"
 
 
-def judge(trial: Trial, fired: bool, outcome: Outcome) -> None:
+def judge(trial: Trial, fired: bool, outcome: Outcome, saw: str = "") -> None:
     """The trial's wakes' lateness (each turn's were measured into ``outcome.late``): a wake
-    later than ``LATE_S`` breaks it unless its fault, fired, explains that."""
+    later than ``LATE_S`` breaks it unless its fault, fired, explains that. (``saw``: the first
+    turn's status when the runner's own fault struck, for the trial's line.)"""
+    if saw:
+        outcome.details.append(f"the runner's fault struck with the first turn {saw}")
     outcome.late_explained = fired and explains_lateness(trial)
     outcome.violations += timer_checks.too_late(outcome.late, outcome.late_explained, LATE_S)
 
@@ -163,6 +175,13 @@ def strike(cluster: Cluster, trial: Trial, turn_id: str, run_id: str) -> None:
         cluster.runtime.lifecycle.dispatcher.dispatch(turn_id, run_id, str(mode))
 
 
+def signal_all(workers: list[WorkerProcess], signum: int) -> None:
+    """``signum`` to each worker's process group (its pool children too); a dead one passed."""
+    for worker in workers:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(worker.pid, signum)
+
+
 @dataclass
 class Timekeeper:
     """A timer trial's runner hook: sends its other turns once the first waits (or ended, or the
@@ -181,6 +200,9 @@ class Timekeeper:
     #: waiting on its timer (0: not yet)
     strike_at: float = 0.0
     struck: bool = False
+    #: the first turn's status when the runner's own fault struck (``woken``: ``resuming`` is
+    #: between the wake's step and the claim, ``running`` just after the claim)
+    saw: str = ""
 
     @property
     def sent(self) -> bool:
@@ -194,6 +216,8 @@ class Timekeeper:
         if waits and not self.strike_at:
             now = time.time()
             self.strike_at = now + self.trial.timer.into * max(meta.wake_at - now, 0.0)
+            if self.trial.point == RESUMING:
+                self.strike_at = meta.wake_at - HOLD_S
         gone = meta.status in (TurnStatus.COMPLETED, TurnStatus.STOPPED)
         fired = self.struck or bool(client.hexists(keys.chaos_fault(), "fired"))
         if not self.sent and (waits or gone or fired):
@@ -201,9 +225,39 @@ class Timekeeper:
         if self.struck or not self.strike_at or self.trial.point not in TIMER_POINTS:
             return
         if self.trial.point == WAITING and time.time() >= self.strike_at:
-            self.fault(first, "")
+            self.fault(first, "", str(meta.status))
         elif self.trial.point == WOKEN and not waits:
-            self.fault(first, meta.next_run or meta.run_id)
+            self.fault(first, meta.next_run or meta.run_id, str(meta.status))
+        elif self.trial.point == RESUMING and time.time() >= self.strike_at:
+            self.struck = True
+            before = time.monotonic()
+            self.wake_held(first)
+            self.paused(time.monotonic() - before)
+
+    def wake_held(self, turn_id: str) -> None:
+        """``RESUMING``: both workers stopped, the reaper's look at the turn made here once its
+        time came (the wake's step: ``resuming``, its run's message sent), the fault struck
+        before any worker claims the run, the workers (those left) let go on."""
+        cluster, runtime = self.cluster, self.cluster.runtime
+        workers = [w for w in (cluster.worker, cluster.second) if w is not None]
+        signal_all(workers, signal.SIGSTOP)
+        try:
+            meta = runtime.ledger.meta(turn_id)
+            while meta.status == TurnStatus.WAITING and time.time() < meta.wake_at:
+                time.sleep(0.01)  # no reaper of theirs wakes it meanwhile
+            if meta.status == TurnStatus.WAITING:
+                runtime.lifecycle.expire_if_due(meta)
+            meta = runtime.ledger.meta(turn_id)
+            self.saw = str(meta.status)
+            if self.trial.action == "redis_restart":
+                cluster.server.kill()  # down before the workers go on; started below
+            else:
+                strike(cluster, self.trial, turn_id, meta.next_run or meta.run_id)
+        finally:
+            signal_all(workers, signal.SIGCONT)
+        if self.trial.action == "redis_restart":
+            time.sleep(self.trial.outage_s)  # the outage itself
+            cluster.server.start()
 
     def send(self) -> None:
         """The trial's other turns (one by one: a store fault may cut the sending short, and
@@ -214,8 +268,8 @@ class Timekeeper:
             options: TurnOptions = {**self.options, "model": model}
             self.turn_ids.append(lifecycle.enqueue(MESSAGE, **options).turn_id)
 
-    def fault(self, turn_id: str, run_id: str) -> None:
-        self.struck = True
+    def fault(self, turn_id: str, run_id: str, status: str) -> None:
+        self.struck, self.saw = True, status
         before = time.monotonic()
         strike(self.cluster, self.trial, turn_id, run_id)
         self.paused(time.monotonic() - before)
