@@ -43,7 +43,8 @@ def test_approval_chaos_trials_run_no_write_without_its_approve(redis_server: Re
 
 
 #: each trial's three turns wait 1 to 3 s on two workers; at this seed a worker killed between the
-#: timer's effect and its return, and the woken run's message sent twice: few, for CI's time
+#: timer's effect and its return, and both workers killed between the wake and the claim: few,
+#: for CI's time
 TIMER_TRIALS = 2
 
 
