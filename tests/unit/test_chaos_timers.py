@@ -11,8 +11,8 @@ import pytest
 
 from chaos import timer_checks
 from chaos.cluster import GEVENT
+from chaos.kinds import drawn
 from chaos.report import Outcome
-from chaos.runner import drawn
 from chaos.timers import (
     KILL_WORKERS,
     LATE_S,
