@@ -58,6 +58,8 @@ class Outcome:
     #: fault explains lateness (``chaos.timers.explains_lateness``)
     late: list[float] = field(default_factory=list)
     late_explained: bool = False
+    #: runs of a timer trial's turns begun before their wait's time that waited again
+    waited_again: int = 0
 
     @property
     def ending(self) -> list[TurnResult]:

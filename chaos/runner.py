@@ -348,6 +348,7 @@ def judge(
         others += timer_checks.check(events)
         others += timer_checks.completed(status, code, continues)
         outcome.late += timer_checks.lateness(events)
+        outcome.waited_again += timer_checks.waited_again(events)
     if not trial.naive:
         others, duplicates = [*duplicates, *others], []
     outcome.taken += taken_over([env.event for env in envelopes])
@@ -509,7 +510,8 @@ def main(
         print(
             f"timer wakes: {len(late)}, at most {max(s for s, _ in late):.2f} s late; in trials "
             f"with no outage {len(quiet)}, at most {max(quiet, default=0):.2f} s late, "
-            f"{sum(s > timers.LATE_S for s in quiet)} later than {timers.LATE_S} s"
+            f"{sum(s > timers.LATE_S for s in quiet)} later than {timers.LATE_S} s; "
+            f"{sum(o.waited_again for o in outcomes)} runs begun before the time waited again"
         )
     if isinstance(cluster, SentinelCluster):
         made = cluster.failovers

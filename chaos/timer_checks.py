@@ -11,7 +11,8 @@ the turn goes on at the latest of them, at its next ``model_start``. For each:
 - no wait twice: a run that ended ``waiting`` there began before the ``wake_at`` (a run begun
   early waits again; one begun after the time goes on);
 and ``chaos_wait`` returned its wait once per call input (a repeat is answered from the record).
-``lateness`` measures each wake: its ``run_started`` after the ``wake_at``, in seconds.
+``lateness`` measures each wake: its ``run_started`` after the ``wake_at``, in seconds;
+``waited_again`` counts the runs begun early that found the wait in the ledger.
 """
 
 from __future__ import annotations
@@ -115,6 +116,19 @@ def lateness(events: Sequence[Any]) -> list[float]:
             if isinstance(e, RunStarted) and e.cause == "timer"
         ]
     return out
+
+
+def waited_again(events: Sequence[Any]) -> int:
+    """Runs that began after a wait was recorded and before its time (a crash pickup, a
+    redelivery) and found it in the ledger: each ended ``waiting`` again."""
+    again = 0
+    for wait in waits(events):
+        end = len(events) if wait.went_on is None else wait.went_on
+        span = events[wait.first + 1 : end]
+        began = {e.run_id for e in span if isinstance(e, RunStarted)}
+        ended = [e for e in span if isinstance(e, RunEnded) and e.reason == "waiting"]
+        again += sum(e.run_id in began for e in ended)
+    return again
 
 
 def completed(status: str, code: str, continues: int) -> list[str]:

@@ -133,6 +133,7 @@ def test_a_run_begun_early_may_wait_again_and_one_begun_after_the_time_goes_on()
         *went_on("r3", WAKE + 0.3),
     ]
     assert timer_checks.check(crash_pickup_early) == []
+    assert timer_checks.waited_again(crash_pickup_early) == 1
     crash_pickup_late = [
         *before_the_wait(),
         ev(RunStarted, "r2", WAKE + 1, cause="reaper"),
@@ -140,6 +141,16 @@ def test_a_run_begun_early_may_wait_again_and_one_begun_after_the_time_goes_on()
     ]
     assert timer_checks.check(crash_pickup_late) == []
     assert timer_checks.lateness(crash_pickup_late) == []
+    redelivered_early = [
+        *before_the_wait(),
+        *ended_waiting("r1", 90.4),
+        ev(RunStarted, "r2", 91.0, cause="redelivery"),
+        *ended_waiting("r2", 91.1),
+        *woken("r3", WAKE + 0.2),
+        *went_on("r3", WAKE + 0.3),
+    ]
+    assert timer_checks.check(redelivered_early) == []
+    assert timer_checks.waited_again(redelivered_early) == 1
 
 
 def test_a_model_call_before_the_time_is_an_early_wake() -> None:
