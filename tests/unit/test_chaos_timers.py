@@ -46,6 +46,7 @@ def test_timer_trials_are_asked_for_alone_and_wait_one_to_three_seconds() -> Non
     for t in drawn_:
         assert t.timed and t.turns == TIMER_TURNS and t.fault.startswith(f"{TIMER}/")
         assert all(TIMER_S[0] <= s <= TIMER_S[1] for s in t.timer.seconds)
+        assert list(t.timer.seconds) == sorted(t.timer.seconds, reverse=True)  # the first longest
         # the executor's points strike the first turn's second call, its chaos_wait
         assert t.skip == (1 if t.point.startswith("tool.") else 0), t.fault
     assert not any(Trial.draw(random.Random(1), naive=False).timed for _ in range(20))
