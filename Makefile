@@ -120,7 +120,10 @@ clean:
 # runs a turn of tools from an MCP server and an HTTP API under worker kills, soft limits, and
 # servers that hang or die mid-write (chaos/elsewhere.py); KINDS=approval (alone, never drawn
 # otherwise) has every write wait for a person the runner plays, faults around a decision;
-# KINDS=conversation (alone too) sends a second message, a regenerate or a retry mid-turn.
+# KINDS=conversation (alone too) sends a second message, a regenerate or a retry mid-turn;
+# KINDS=timer (alone too, either pool) runs turns that wait on a timer (wait_until) on two
+# workers, faults around the wait and the wake: every timer wakes once, never early
+# (chaos/timers.py).
 # HOG=N runs N busy loops beside the worker (a host at load) and counts false takeovers.
 # POOL=gevent runs them on `dres worker -P gevent` workers, 50 more turns in flight per trial.
 # TENANTS=N: each trial's turns under 2-3 tenants, DRES_TENANT_CONCURRENCY=N; none may run more.

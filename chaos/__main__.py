@@ -28,7 +28,8 @@ if __name__ == "__main__":
         help="draw only the faults of these actions (redis_restart, redis_pause, kill_child, ...;"
         " failover, alone: on a Sentinel set-up; elsewhere, alone: tools from an MCP server and"
         " an HTTP API; approval, alone: every write waits for a person the runner plays;"
-        " conversation, alone: a second message, a regenerate or a retry mid-turn; none drawn"
+        " conversation, alone: a second message, a regenerate or a retry mid-turn; timer, alone:"
+        " turns that wait on a timer, on two workers, faults around the wait; none drawn"
         " otherwise)",
     )
     parser.add_argument(

@@ -1,6 +1,6 @@
 """The chaos runner's machines: a redis-server it can kill, restart and pause, a restartable
-worker (prefork, or ``-P gevent`` with ``pool="gevent"``), and a look into the broker that counts
-its messages per run."""
+worker (prefork, or ``-P gevent`` with ``pool="gevent"``; with ``pair``, a second one beside it),
+and a look into the broker that counts its messages per run."""
 
 from __future__ import annotations
 
@@ -110,8 +110,12 @@ class Cluster:
     pool: str = "prefork"
     #: a tenant's bound (``DRES_TENANT_CONCURRENCY``) for the workers and the runner; 0: none
     tenants: int = 0
+    #: a second worker of the same profile beside the first (``second``): the timer trials',
+    #: whose two reapers race to wake each turn
+    pair: bool = False
     server: RedisServer = field(init=False)
     worker: WorkerProcess | None = None
+    second: WorkerProcess | None = None
     profile: Profile = DEFAULT
     #: workers started again because they died (a fault), and because a trial needed another
     #: profile
@@ -144,28 +148,43 @@ class Cluster:
         self.server.cleanup()
 
     def ensure_worker(self, profile: Profile | None = None) -> None:
-        """A live worker of ``profile`` (default: the one running): a dead one is started again,
-        one of another profile is stopped first."""
+        """A live worker of ``profile`` (default: the one running), and with ``pair`` a second:
+        a dead one is started again, one of another profile is stopped first."""
         wanted = with_tenants(under(self.pool, profile or self.profile), self.tenants)
-        if self.worker is not None and self.worker.alive() and wanted == self.profile:
-            return
-        if self.worker is not None:
-            if self.worker.alive():
+        if self.worker is None or not self.worker.alive() or wanted != self.profile:
+            if self.second is not None and wanted != self.profile:
+                self.second.stop()  # of the old profile too (its switch counted once)
+                self.second = None
+            self.worker = self.started(self.worker, wanted, "worker")
+        if self.pair and (self.second is None or not self.second.alive()):
+            # a node name of its own: two workers of one host
+            self.second = self.started(self.second, wanted, "worker-second", ("-n", "second@%h"))
+
+    def started(
+        self, old: WorkerProcess | None, wanted: Profile, name: str, extra: tuple[str, ...] = ()
+    ) -> WorkerProcess:
+        """A worker of ``wanted`` in place of ``old`` (stopped first, counted a switch when it
+        lived, a restart when it died), its log ``name-R-S.log``."""
+        if old is not None:
+            if old.alive():
                 self.switches += 1
             else:
                 self.restarts += 1
-            self.worker.stop()
+            old.stop()
         self.profile = wanted
-        log = self.tmp / f"worker-{self.restarts}-{self.switches}.log"
+        log = self.tmp / f"{name}-{self.restarts}-{self.switches}.log"
         env = {**self.env, **dict(wanted.env)}
-        extra = ("-P", GEVENT) if wanted.pool == GEVENT else ()
-        self.worker = WorkerProcess.start(
+        extra = (*extra, "-P", GEVENT) if wanted.pool == GEVENT else extra
+        worker = WorkerProcess.start(
             env, log, concurrency=wanted.concurrency, extra=extra, ready=False
         )
-        self.worker.wait_ready(timeout=30)
+        worker.wait_ready(timeout=30)
+        return worker
 
     def worker_alive(self) -> bool:
-        return self.worker is not None and self.worker.alive()
+        """The worker lives (with ``pair``, both)."""
+        second = not self.pair or (self.second is not None and self.second.alive())
+        return second and self.worker is not None and self.worker.alive()
 
     def restart_redis(self, down_s: float) -> None:
         """SIGKILL redis-server (the ledger's and the broker's), keep it down ``down_s`` seconds,
@@ -201,8 +220,9 @@ class Cluster:
         return BrokerCensus(self.broker, (settings.foreground_queue, settings.background_queue))
 
     def close(self) -> None:
-        if self.worker is not None:
-            self.worker.stop()
+        for worker in (self.worker, self.second):
+            if worker is not None:
+                worker.stop()
         self.stop_store()
 
 

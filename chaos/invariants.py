@@ -28,8 +28,9 @@ from ledger.events import (
     TurnEnded,
 )
 
-#: writes that are not idempotent: an interrupted one may never run again
-PLAIN_WRITES = frozenset({"chaos_send", "chaos_note"})
+#: writes that are not idempotent: an interrupted one may never run again (``chaos_wait``, the
+#: timer trials', then waits)
+PLAIN_WRITES = frozenset({"chaos_send", "chaos_note", "chaos_wait"})
 IDEMPOTENT_WRITES = frozenset({"chaos_charge"})
 #: every write of the chaos tools: an ``approval`` trial's worker has each wait for a person
 WRITES = PLAIN_WRITES | IDEMPOTENT_WRITES

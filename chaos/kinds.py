@@ -1,6 +1,6 @@
 """Which faults a chaos run draws from, given the kinds asked for (``--only``) and the pool:
 the default faults, or one of the kinds asked for alone (``failover``, ``approval``,
-``conversation``), each on a set-up or a runner of its own."""
+``conversation``, ``timer``), each on a set-up or a runner of its own."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Collection
 from chaos.approvals import APPROVAL_FAULTS
 from chaos.cluster import GEVENT
 from chaos.conversations import CONVERSATION_FAULTS
+from chaos.timers import TIMER_FAULTS
 from chaos.trial import (
     APPROVAL,
     CONVERSATION,
@@ -16,6 +17,7 @@ from chaos.trial import (
     FAILOVER_FAULTS,
     FAULTS,
     NOT_UNDER_GEVENT,
+    TIMER,
 )
 
 #: the kinds asked for alone, never drawn otherwise, and why each needs its own trials
@@ -23,13 +25,14 @@ ALONE = {
     APPROVAL: (APPROVAL_FAULTS, "run on a worker where writes wait for a person"),
     FAILOVER: (FAILOVER_FAULTS, "run on a Sentinel set-up of their own"),
     CONVERSATION: (CONVERSATION_FAULTS, "send a second message mid-turn, the runner's own"),
+    TIMER: (TIMER_FAULTS, "wait on a timer, on two workers"),
 }
 
 
 def drawn(only: Collection[str], pool: str = "prefork") -> list[tuple[str, str]]:
     """The faults a run draws from, given ``only`` (the actions wanted; all when empty) and the
     workers' ``pool`` (a gevent run draws none of ``NOT_UNDER_GEVENT``, and neither failover nor
-    approval trials)."""
+    approval trials; conversation and timer trials it does)."""
     if pool == GEVENT:
         if APPROVAL in only or FAILOVER in only:
             raise ValueError("gevent runs draw the default faults (store faults included)")

@@ -54,6 +54,12 @@ class Outcome:
     mended: int = 0
     #: what to read when an invariant broke (a tenant trial's runs), printed under it
     details: list[str] = field(default_factory=list)
+    #: a timer trial's wakes: seconds each came after its ``wake_at``, and whether the trial's
+    #: fault explains lateness (``chaos.timers.explains_lateness``)
+    late: list[float] = field(default_factory=list)
+    late_explained: bool = False
+    #: runs of a timer trial's turns begun before their wait's time that waited again
+    waited_again: int = 0
 
     @property
     def ending(self) -> list[TurnResult]:

@@ -43,6 +43,11 @@ the turn) or the same message again, beside a worker fault (``chaos.conversation
 of the conversation is checked, and the conversation itself (``chaos.conversation_checks``): no
 two turns' runs overlap, no write twice across a fork.
 
+``timer`` trials (``only=["timer"]``, alone, not drawn by default: their turns wait on a timer,
+on two workers) run turns that note, wait 1 to 3 s (``wait_until``), then send, with a fault
+around the wait (``chaos.timers``); besides every invariant, every timer wakes once, never early,
+and each wake's lateness is measured (``chaos.timer_checks``).
+
 ``limit=N`` (``--tenants N``) runs the default trials with each trial's turns under 2 or 3
 tenants, one of them enqueuing more than N at once, on workers and a runner at
 ``DRES_TENANT_CONCURRENCY=N`` (``chaos.tenants``): besides every turn's invariants, no tenant
@@ -64,7 +69,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
-from chaos import invariants, tenants
+from chaos import invariants, tenants, timer_checks, timers
 from chaos.approvals import APPROVAL_FAULTS, DECISION_POINTS, Decider
 from chaos.cluster import FLIGHT, GEVENT, BrokerCensus, Cluster
 from chaos.conversations import Sender, action_table, opening
@@ -72,8 +77,9 @@ from chaos.failover import SentinelCluster
 from chaos.kinds import drawn
 from chaos.report import Outcome, TurnResult, naive_table, table
 from chaos.takeovers import WorkerLogs, count, cpu_hog, taken_over
+from chaos.timers import TIMER_FLIGHT, TIMER_POINTS, Timekeeper
 from chaos.tools import read_effects
-from chaos.trial import CONVERSATION, FAILOVER_FAULTS, RUNNER_FAULTS, Trial
+from chaos.trial import CONVERSATION, FAILOVER_FAULTS, RUNNER_FAULTS, TIMER, Trial
 from ledger import keys
 from ledger.errors import LedgerUnavailable
 from ledger.store import STORE_ERRORS
@@ -132,6 +138,8 @@ class Watch:
     decider: Decider | None = None
     #: who sends a conversation trial's second message (None in the other trials)
     sender: Sender | None = None
+    #: a timer trial's hook: its other turns, its fault around a wait (None in the others)
+    keeper: Timekeeper | None = None
     #: seconds the runner's own faults took (not the turns' time)
     faults_s: float = 0.0
 
@@ -166,12 +174,15 @@ class Watch:
     def open(self) -> bool:
         """A turn has not ended yet, or the second message is still to be sent."""
         unsent = self.sender is not None and not self.sender.sent
+        unsent = unsent or (self.keeper is not None and not self.keeper.sent)
         return unsent or len(self.done) < len(self.turn_ids)
 
     def strikes(self) -> bool:
         """Make the runner's fault if its moment came (once); True if it did."""
         trial = self.trial
-        if self.fired or trial.action not in RUNNER_FAULTS or trial.point in DECISION_POINTS:
+        if self.fired or trial.action not in RUNNER_FAULTS:
+            return False
+        if trial.point in DECISION_POINTS or trial.point in TIMER_POINTS:  # the hooks' own
             return False
         client = self.cluster.runtime.redis
         if trial.point == "-":
@@ -183,12 +194,24 @@ class Watch:
             RUNNER_FAULTS[trial.action](self.cluster, trial)
         return due
 
+    def fault_fired(self, point_fired: bool) -> bool:
+        """Did the trial's fault happen? (``point_fired``: its failpoint was reached.)"""
+        trial = self.trial
+        if self.decider is not None:
+            return self.decider.struck if trial.point in DECISION_POINTS else point_fired
+        if self.keeper is not None and trial.point in TIMER_POINTS:
+            return self.keeper.struck
+        # a store fault at a failpoint fired when the runner struck, not when the point was reached
+        return trial.backlog or self.fired or (point_fired and trial.action not in RUNNER_FAULTS)
+
     def look(self) -> None:
         runtime = self.cluster.runtime
         if self.census is not None:
             self.census.look()
         if self.sender is not None:  # first: it may add a turn, or send once the first ended
             self.sender.look()
+        if self.keeper is not None:  # the same: it sends the timer trial's other turns
+            self.keeper.look()
         for turn_id in self.turn_ids:
             if turn_id in self.done:
                 continue
@@ -244,8 +267,10 @@ def run_trial(cluster: Cluster, trial: Trial, script: str, index: int = 0) -> Ou
     cluster.ensure_worker(trial.profile)
     restarts = cluster.restarts
     started = time.monotonic()
-    options = opening(cluster, trial, script)
+    models = timers.models(cluster.tmp, trial, index) if trial.timed else [script]
+    options = opening(cluster, trial, models[0])
     owners = tenants.turn_tenants(trial, index) if trial.limit else [""] * trial.turns
+    owners = owners[:1] if trial.timed else owners  # the others once the first waits
     turn_ids = []
     for owner in owners:
         if owner:
@@ -258,12 +283,11 @@ def run_trial(cluster: Cluster, trial: Trial, script: str, index: int = 0) -> Ou
         max_continues=0 if trial.backlog else 2,
         census=cluster.census() if trial.backlog else None,
     )
+    if trial.timed:
+        watch.keeper = Timekeeper(cluster, trial, turn_ids, options, models, watch.pause)
     watch.run()
     point_fired = answered(lambda: client.hget(keys.chaos_fault(), "fired")) is not None
-    # a store fault at a failpoint fired when the runner struck, not when the point was reached
-    fired = trial.backlog or watch.fired or (point_fired and trial.action not in RUNNER_FAULTS)
-    if watch.decider is not None:
-        fired = watch.decider.struck if trial.point in DECISION_POINTS else point_fired
+    fired = watch.fault_fired(point_fired)
     answered(lambda: client.delete(keys.chaos_fault()))
     outcome = Outcome(trial.fault, [], 0.0, fired)
     if watch.decider is not None:
@@ -273,6 +297,8 @@ def run_trial(cluster: Cluster, trial: Trial, script: str, index: int = 0) -> Ou
         judge(cluster, trial, watch, outcome, turn_id, prefix)
     if watch.sender is not None:
         watch.sender.judge(outcome)
+    if trial.timed:
+        timers.judge(trial, fired, outcome, watch.keeper.saw if watch.keeper else "")
     if watch.census is not None:
         outcome.violations += invariants.one_message_per_run(watch.census.most)
     if trial.store:
@@ -283,11 +309,11 @@ def run_trial(cluster: Cluster, trial: Trial, script: str, index: int = 0) -> Ou
         tenants.judge(cluster, trial, turns, outcome, answered)
     # under gevent one process death ends every run of the trial: each turn's takeover is its;
     # a tenant trial's worker killed held each tenant's running turns, as many as its pool
-    runs = trial.turns if trial.flight else 1
+    runs = trial.turns if trial.flight or trial.timed else 1
     if trial.limit and trial.action == "kill_worker":
         runs = min(trial.most_running, cluster.profile.concurrency)
     logged = logs.since()
-    outcome.takeovers = count(outcome.taken, trial.action, fired, logged, runs=runs)
+    outcome.takeovers = count(outcome.taken, timers.killed_as(trial), fired, logged, runs=runs)
     outcome.mended = logged.count(tenants.MENDED)
     outcome.seconds = time.monotonic() - started
     cluster.recover()  # for the next trial, out of this one's time
@@ -316,6 +342,13 @@ def judge(
     duplicates = invariants.duplicate_checks(envelopes, effects)
     if trial.approval:
         duplicates += invariants.approval_checks([env.event for env in envelopes], effects)
+    if trial.timed:
+        events = [env.event for env in envelopes]
+        continues = watch.continues.get(turn_id, 0)
+        others += timer_checks.check(events)
+        others += timer_checks.completed(status, code, continues)
+        outcome.late += timer_checks.lateness(events)
+        outcome.waited_again += timer_checks.waited_again(events)
     if not trial.naive:
         others, duplicates = [*duplicates, *others], []
     outcome.taken += taken_over([env.event for env in envelopes])
@@ -343,26 +376,26 @@ def run(
     limit: int = 0,
 ) -> tuple[list[Outcome], Cluster]:
     """Run the trials; ``only``: draw just the faults of these actions (all but ``failover``,
-    ``approval`` and ``conversation`` when empty; each of those alone: on a Sentinel set-up; on
-    a worker where writes wait for a person; with a second message mid-turn); ``hog``: busy
-    loops beside the worker;
+    ``approval``, ``conversation`` and ``timer`` when empty; each of those alone: on a Sentinel
+    set-up; on a worker where writes wait for a person; with a second message mid-turn; turns
+    that wait on a timer, on two workers); ``hog``: busy loops beside the worker;
     ``pool``: the workers' (gevent: ``FLIGHT`` more turns in each trial); ``limit``: a tenant's
     bound (``chaos.tenants``; 0: no tenant trials)."""
     faults = drawn(only, pool)
-    approval = faults == APPROVAL_FAULTS
-    if limit and (approval or faults == FAILOVER_FAULTS or CONVERSATION in only):
+    approval, timed = faults == APPROVAL_FAULTS, TIMER in only
+    if limit and (approval or timed or faults == FAILOVER_FAULTS or CONVERSATION in only):
         raise ValueError("tenant trials are the default kinds' (store faults among them)")
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="dres-chaos-"))
     script = write_script(tmp / "script.json", STEPS, on_resume="restart")
     sentinel = faults == FAILOVER_FAULTS
-    if approval or CONVERSATION in only or limit:
+    if approval or timed or CONVERSATION in only or limit:
         # decisions, second messages, turns waiting for their tenant: the trials' lines say enough
         configure_logging("WARNING")
     cluster = (
         SentinelCluster(tmp, naive=naive)
         if sentinel
-        else Cluster(tmp, naive=naive, pool=pool, tenants=limit)
+        else Cluster(tmp, naive=naive, pool=pool, tenants=limit, pair=timed)
     )
     outcomes: list[Outcome] = []
     try:
@@ -384,13 +417,15 @@ def trial_loop(
 ) -> None:
     """Draw and run each trial into ``outcomes``, printing its line as it ends;
     ``conversation``: each with a second message mid-turn (``chaos.conversations``)."""
-    naive, approval = cluster.naive, faults == APPROVAL_FAULTS
+    # a timer trial's turns run on two workers (``Cluster.pair``)
+    naive, approval, timed = cluster.naive, faults == APPROVAL_FAULTS, cluster.pair
     # a conversation trial's turns are its conversation's, a tenant trial's its tenants': no
     # turns in flight beside them
     limit = cluster.tenants
     flight = FLIGHT if cluster.pool == GEVENT and not conversation and not limit else 0
+    flight = min(flight, TIMER_FLIGHT) if timed else flight
     for index in range(trials):
-        draw = Trial.draw(rng, naive, faults, approval, conversation, limit)
+        draw = Trial.draw(rng, naive, faults, approval, conversation, limit, timed)
         trial = replace(draw, flight=flight)
         outcome = run_trial(cluster, trial, script, index + 1)
         outcomes.append(outcome)
@@ -400,6 +435,8 @@ def trial_loop(
             mark += f"  {made['approve']} approved, {made['deny']} denied"
         if naive:
             mark += f"  {outcome.duplicates} duplicate effect(s)"
+        if timed:
+            mark += timers.wakes(outcome)
         if outcome.takeovers.false:
             mark += f"  {outcome.takeovers.false} FALSE TAKEOVER(S)"
         print(
@@ -466,6 +503,15 @@ def main(
             f"tenants: at most {limit} running each (DRES_TENANT_CONCURRENCY); {reached} of "
             f"{len(outcomes)} trials had a tenant at {limit} running at once; "
             f"{sum(o.mended for o in outcomes)} slots left behind given back by a reaper's mend"
+        )
+    late = [(s, o.late_explained) for o in outcomes for s in o.late]
+    if late:
+        quiet = [s for s, explained in late if not explained]
+        print(
+            f"timer wakes: {len(late)}, at most {max(s for s, _ in late):.2f} s late; in trials "
+            f"with no outage {len(quiet)}, at most {max(quiet, default=0):.2f} s late, "
+            f"{sum(s > timers.LATE_S for s in quiet)} later than {timers.LATE_S} s; "
+            f"{sum(o.waited_again for o in outcomes)} runs begun before the time waited again"
         )
     if isinstance(cluster, SentinelCluster):
         made = cluster.failovers

@@ -5,7 +5,10 @@
   logs every attempt; like a real provider's, its keys are one store for every turn, so a fork
   that retries a replaced turn's interrupted charge with that turn's key is not applied again;
 - ``chaos_note``: a plain write;
-- ``chaos_read``: read-only.
+- ``chaos_read``: read-only;
+- ``chaos_wait``: a plain write that then has its turn wait ``seconds`` (``wait_until``): the
+  ``timer`` trials' (``chaos.timers``), which give it a failpoint of its own between its effect
+  and its return (``WAIT_POINT``).
 Every effect row carries the call's ``call_id`` so it can be traced to its ``tool_start``.
 A write takes ``slow_key()`` seconds (unset: none) between its start and its effect: a
 conversation trial sets it so that its second message may land while a write executes.
@@ -29,8 +32,13 @@ import uuid
 from typing import Any
 
 from ledger.store import STORE_ERRORS
-from worker.tools import ToolContext, tool
+from worker.base.failpoints import Failpoints
+from worker.tools import ToolContext, WaitUntil, tool, wait_until
 
+#: ``chaos_wait``'s failpoint, between its effect and its return: a fault there strikes the timer's
+#: own call, whichever of the trial's turns made it (the executor's points count every tool's
+#: calls)
+WAIT_POINT = "chaos_wait.after_effect"
 #: seconds a tool keeps sending its effect while Redis is away (the ledger's outage window)
 OUTAGE_S = 30.0
 #: seconds between two sends of an effect while Redis is away
@@ -123,3 +131,12 @@ def chaos_note(text: str, *, ctx: ToolContext) -> dict[str, Any]:
 def chaos_read(*, ctx: ToolContext) -> dict[str, Any]:
     """Count this turn's effects so far."""
     return {"effects": ctx.redis.llen(effects_key(ctx.turn_id))}
+
+
+@tool
+def chaos_wait(seconds: float, label: str, *, ctx: ToolContext) -> WaitUntil:
+    """Note ``label`` (a plain write), then have the turn wait ``seconds`` from now, held by no
+    worker, before it goes on."""
+    _record(ctx, text=label)
+    Failpoints(ctx.redis).hit(WAIT_POINT)  # chaos only: the worker runs with DRES_FAILPOINTS=1
+    return wait_until(seconds, result={"waited": label, "seconds": seconds})

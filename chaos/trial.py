@@ -1,6 +1,7 @@
 """A chaos trial's draw (``Trial``): its fault, where it strikes, the turns' mode and, in an
 approval trial, what its person decides (``Person``), in a conversation trial, what the runner
-sends mid-turn (``Second``); with the tables the faults are drawn from.
+sends mid-turn (``Second``), in a timer trial, how long each turn waits (``Timer``); with the
+tables the faults are drawn from.
 
 Below both ``chaos.runner``, which runs the trials, and ``chaos.approvals``, which plays the
 person: each takes the trial from here, so neither imports the other back.
@@ -186,6 +187,33 @@ def draw_tenants(rng: random.Random, limit: int) -> tuple[int, ...]:
     return (first, *(rng.randint(1, limit + 1) for _ in range(rng.choice(TENANTS) - 1)))
 
 
+#: the kind's name (``--only timer``): its trials are drawn only from ``chaos.timers.TIMER_FAULTS``
+TIMER = "timer"
+#: turns a timer trial runs (the first alone, the others once it waits: ``chaos.timers``)
+TIMER_TURNS = 3
+#: the range of each turn's wait, in seconds
+TIMER_S = (1.0, 3.0)
+#: how far into the first turn's wait a runner's fault ``waiting`` strikes (a share of it)
+INTO = (0.1, 0.9)
+
+
+@dataclass(frozen=True)
+class Timer:
+    """A timer trial's draw, from the seed alone: each turn's wait (``seconds[k]``, the
+    ``chaos_wait`` of its script, the first the longest), and how far into the first turn's wait
+    (``into``, a share of it) the runner's fault at ``waiting`` strikes."""
+
+    seconds: tuple[float, ...] = ()
+    into: float = 0.0
+
+    @classmethod
+    def draw(cls, rng: random.Random) -> Timer:
+        # the first turn's the longest: the faults strike it, and a crash pickup of its run (a
+        # lease, 1.5 s, after the crash) then comes before its time more often
+        drawn = [round(rng.uniform(*TIMER_S), 1) for _ in range(TIMER_TURNS)]
+        return cls(tuple(sorted(drawn, reverse=True)), round(rng.uniform(*INTO), 2))
+
+
 @dataclass(frozen=True)
 class Trial:
     """One trial's draw: its fault, where it strikes, and the turns' mode."""
@@ -214,6 +242,8 @@ class Trial:
     #: tenants' turns, the first tenant's (with the turn the fault aims at) more than ``limit``
     limit: int = 0
     tenants: tuple[int, ...] = ()
+    #: a timer trial's waits (``chaos.timers``); none in the others
+    timer: Timer = field(default_factory=Timer)
 
     @classmethod
     def draw(
@@ -224,6 +254,7 @@ class Trial:
         approval: bool = False,
         conversation: bool = False,
         limit: int = 0,
+        timer: bool = False,
     ) -> Trial:
         # The draws depend on the seed alone, never on an outcome: a naive run meets the same
         # faults in the same order.
@@ -241,7 +272,11 @@ class Trial:
             skip += second.hits_later
         drawn = (action, point, mode, skip, kill_after, naive, outage_s, how, approval, person)
         tenants = draw_tenants(rng, limit) if limit else ()  # and only for a tenant trial
-        return cls(*drawn, second=second, limit=limit, tenants=tenants)
+        waits = Timer.draw(rng) if timer else Timer()  # and only for a timer trial
+        if timer and point.startswith("tool."):
+            skip = 1  # the first turn's second call, its chaos_wait (its turns come one by one)
+        drawn = (action, point, mode, skip, *drawn[4:])
+        return cls(*drawn, second=second, limit=limit, tenants=tenants, timer=waits)
 
     @property
     def store(self) -> bool:
@@ -259,7 +294,14 @@ class Trial:
         return self.action == "backlog"
 
     @property
+    def timed(self) -> bool:
+        """A timer trial (``chaos.timers``)."""
+        return bool(self.timer.seconds)
+
+    @property
     def turns(self) -> int:
+        if self.timed:
+            return TIMER_TURNS + self.flight
         if self.tenants:
             return sum(self.tenants)
         if self.flight:
@@ -287,6 +329,8 @@ class Trial:
             label = f"{APPROVAL}/{label}"
         if self.second.action:
             label = f"{self.second.action}/{label}"
+        if self.timed:
+            label = f"{TIMER}/{label}"
         if self.how:
             label += f"/{self.how}"
         where = f" {self.point}" if self.point != "-" else ""

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from chaos.runner import run, table
-from chaos.trial import APPROVAL
+from chaos.trial import APPROVAL, TIMER, TIMER_TURNS
 from worker.dev.redis_server import RedisServer
 
 #: the default kinds' trials: enough that most fault kinds fire, few enough for CI's 20 minutes
@@ -38,5 +38,25 @@ def test_approval_chaos_trials_run_no_write_without_its_approve(redis_server: Re
     assert len(outcomes) == APPROVAL_TRIALS
     assert all(o.fault.startswith(f"{APPROVAL}/") for o in outcomes)
     assert all(o.decisions["approve"] >= 3 for o in outcomes), "each turn asks three times"
+    violations = [(o.fault, v) for o in outcomes for v in o.violations]
+    assert violations == []
+
+
+#: each trial's three turns wait 1 to 3 s on two workers; at this seed a worker killed between the
+#: timer's effect and its return, and both workers killed between the wake and the claim: few,
+#: for CI's time
+TIMER_TRIALS = 2
+
+
+@pytest.mark.timeout(600)
+def test_timer_chaos_trials_wake_every_timer_once(redis_server: RedisServer) -> None:
+    """Turns whose tool returns wait_until, on two workers, one fault around each wait: every
+    timer wakes once and never early, no wait or effect twice, every turn completes."""
+    outcomes, _ = run(TIMER_TRIALS, SEED, only=[TIMER])
+    print(table(outcomes))
+    assert len(outcomes) == TIMER_TRIALS
+    assert all(o.fault.startswith(f"{TIMER}/") and o.fired for o in outcomes)
+    assert all(len(o.turns) == TIMER_TURNS for o in outcomes)
+    assert sum(len(o.late) for o in outcomes) >= TIMER_TURNS, "the turns waited and woke"
     violations = [(o.fault, v) for o in outcomes for v in o.violations]
     assert violations == []
