@@ -18,7 +18,7 @@ from kombu import Connection, Exchange, Queue
 from kombu.common import ignore_errors
 
 from rigs.redis_sentinel import MASTER, LocalSentinel
-from tests.support.fixtures import started
+from tests.support.fixtures import own_redis, started
 from worker.base.settings import load_settings
 from worker.dev.redis_server import RedisServer
 from worker.edges.celery.transport import SENTINEL_TRANSPORT, TRANSPORT
@@ -28,9 +28,7 @@ pytestmark = pytest.mark.redis_server
 
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[RedisServer]:
-    yield from started(
-        lambda: RedisServer(data_dir=tmp_path / "redis").start(), "a real redis-server"
-    )
+    yield from own_redis(tmp_path)
 
 
 def close_after_the_connection_was_collected(

@@ -20,7 +20,7 @@ from sample_tools import outside_effects
 
 from chaos.takeovers import TAKEOVER_CAUSES, ZOMBIE_LINES
 from rigs import DONE, ended, having, of, outside_write, show, wait_for, wait_until
-from tests.support.fixtures import BOTH_POOLS, StartWorker, outside_worker, started
+from tests.support.fixtures import BOTH_POOLS, StartWorker, outside_worker, own_redis
 from worker.dev.redis_server import RedisServer
 from worker.dev.worker_process import WorkerProcess
 from worker.edges.runtime import Runtime
@@ -44,9 +44,7 @@ AFTER_S = 40.0
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[RedisServer]:
     """This test's own redis-server: the ledger and the broker, killed and restarted here."""
-    yield from started(
-        lambda: RedisServer(data_dir=tmp_path / "redis").start(), "a real redis-server"
-    )
+    yield from own_redis(tmp_path)
 
 
 @pytest.fixture

@@ -18,7 +18,7 @@ from sample_tools import effects
 
 from ledger.turn import TurnStatus
 from rigs import DONE, ended, having, of, show, wait_for
-from tests.support.fixtures import BOTH_POOLS, StartWorker, started
+from tests.support.fixtures import BOTH_POOLS, StartWorker, own_redis
 from worker.dev.redis_server import RedisServer
 from worker.edges.runtime import Runtime
 
@@ -35,9 +35,7 @@ WAKE_S = 2.0
 @pytest.fixture
 def store(tmp_path: Path) -> Iterator[RedisServer]:
     """This test's own redis-server (AOF on): restarted by a test."""
-    yield from started(
-        lambda: RedisServer(data_dir=tmp_path / "redis").start(), "a real redis-server"
-    )
+    yield from own_redis(tmp_path)
 
 
 @pytest.fixture

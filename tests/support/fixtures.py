@@ -58,6 +58,14 @@ BOTH_POOLS = pytest.mark.parametrize("pool", ["prefork", "gevent"])
 S = TypeVar("S", RedisServer, LocalCluster, ReplicatedRedis, LocalSentinel)
 
 
+def own_redis(tmp_path: Path) -> Iterator[RedisServer]:
+    """``yield from own_redis(tmp_path)`` in a fixture: a test's own redis-server (AOF on, in
+    ``tmp_path``), for tests that kill, restart or pause it."""
+    yield from started(
+        lambda: RedisServer(data_dir=tmp_path / "redis").start(), "a real redis-server"
+    )
+
+
 def started(start: Callable[[], S], what: str) -> Iterator[S]:
     """``yield from started(...)`` in a fixture: a real service for its scope, cleaned up after.
     One that cannot start skips the test locally and fails it under ``CI=true``."""
