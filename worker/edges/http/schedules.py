@@ -27,11 +27,10 @@ from worker.edges.http.models import admit_model
 from worker.edges.http.schemas import (
     CREATE_ERRORS,
     ERRORS,
-    MAX_MESSAGE_CHARS,
     WRITE_ERRORS,
+    Message,
 )
 from worker.edges.http.tenants import TenantHeader, tenant_of
-from worker.lifecycle.service import NOT_BLANK, is_blank
 from worker.lifecycle.ticks import EVERY_PATTERN, MOST_EVERY_S
 
 #: characters: the longest cron expression taken
@@ -64,9 +63,7 @@ def _document(schema: dict[str, Any]) -> None:
 
 class ScheduleRequest(BaseModel):
     model_config = ConfigDict(extra="forbid", json_schema_extra=_document)
-    message: str = Field(
-        min_length=1, max_length=MAX_MESSAGE_CHARS, json_schema_extra={"pattern": NOT_BLANK}
-    )
+    message: Message
     conversation_id: str | None = Field(
         None,
         pattern=ID,
@@ -111,13 +108,6 @@ class ScheduleRequest(BaseModel):
         # a JSON true is no number of seconds (pydantic would read it as 1)
         if isinstance(value, bool):
             raise ValueError("seconds or a cron expression, not true or false")
-        return value
-
-    @field_validator("message")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        if is_blank(value):
-            raise ValueError("message is blank")
         return value
 
 

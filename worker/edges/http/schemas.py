@@ -3,9 +3,9 @@ them."""
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, field_validator
 
 from ledger.ids import ID, TENANT
 from ledger.journal import JournalEntry
@@ -20,12 +20,26 @@ STATUSES = ("queued", "running", "resuming", "waiting", "completed", "stopped")
 SIGNATURE = r"^[0-9a-f]{64}$"
 
 
+def not_blank(value: str) -> str:
+    """A message holds a character that is not a space or a line break: enqueue refuses a blank
+    one too, and refusing it here makes it a 422, not a 500."""
+    if is_blank(value):
+        raise ValueError("message is blank")
+    return value
+
+
+#: a message a request carries: 1 to MAX_MESSAGE_CHARS characters, not blank
+Message = Annotated[
+    str,
+    Field(min_length=1, max_length=MAX_MESSAGE_CHARS, json_schema_extra={"pattern": NOT_BLANK}),
+    AfterValidator(not_blank),
+]
+
+
 class TurnRequest(BaseModel):
     model_config = ConfigDict(extra="forbid")
     #: not blank: the validator below refuses it, the pattern says so in the document
-    message: str = Field(
-        min_length=1, max_length=MAX_MESSAGE_CHARS, json_schema_extra={"pattern": NOT_BLANK}
-    )
+    message: Message
     conversation_id: str | None = Field(None, pattern=ID)
     mode: Literal["foreground", "background"] = "foreground"
     model: str | None = Field(
@@ -58,14 +72,6 @@ class TurnRequest(BaseModel):
         "text (dres, pydantic_ai:MODULE:ATTR, openai_agents:MODULE:ATTR; else 422); absent: "
         "its first",
     )
-
-    @field_validator("message")
-    @classmethod
-    def _not_blank(cls, value: str) -> str:
-        # enqueue refuses a blank message too; refusing it here makes it a 422, not a 500
-        if is_blank(value):
-            raise ValueError("message is blank")
-        return value
 
 
 class TurnCreated(BaseModel):
@@ -250,9 +256,7 @@ class ForkRequest(BaseModel):
     @field_validator("message")
     @classmethod
     def _not_blank(cls, value: str | None) -> str | None:
-        if value is not None and is_blank(value):
-            raise ValueError("message is blank")
-        return value
+        return None if value is None else not_blank(value)
 
 
 class ForkCreated(BaseModel):
