@@ -407,9 +407,8 @@ def label(trial: Trial, ticks: Ticks) -> str:
     return f"{KIND}[{spelled}]/{trial.action} {trial.point}"
 
 
-def main(trials: int, seed: int, pool: str = "prefork") -> int:
-    """Run the trials and print the table; 1 if any invariant broke."""
-    began = time.monotonic()
+def run(trials: int, seed: int, pool: str = "prefork") -> tuple[list[Result], int]:
+    """Run the trials, printing each one's line; their results, and the workers' restarts."""
     rng = random.Random(seed)
     tmp = Path(tempfile.mkdtemp(prefix="dres-chaos-schedule-"))
     script = write_script(tmp / "script.json", STEPS, on_resume="restart")
@@ -426,10 +425,16 @@ def main(trials: int, seed: int, pool: str = "prefork") -> int:
             report(index, trials, result)
     finally:
         cluster.close()
-    outcomes = [r.outcome for r in results]
+    return results, cluster.restarts
+
+
+def main(trials: int, seed: int, pool: str = "prefork") -> int:
+    """Run the trials and print the table; 1 if any invariant broke."""
+    began = time.monotonic()
+    results, restarts = run(trials, seed, pool)
     print()
-    print(table(outcomes))
-    return summary(results, seed, pool, cluster.restarts, time.monotonic() - began)
+    print(table([r.outcome for r in results]))
+    return summary(results, seed, pool, restarts, time.monotonic() - began)
 
 
 def report(index: int, trials: int, result: Result) -> None:
