@@ -127,6 +127,9 @@ clean:
 # HOG=N runs N busy loops beside the worker (a host at load) and counts false takeovers.
 # POOL=gevent runs them on `dres worker -P gevent` workers, 50 more turns in flight per trial.
 # TENANTS=N: each trial's turns under 2-3 tenants, DRES_TENANT_CONCURRENCY=N; none may run more.
+# KINDS=schedule (alone, either pool) runs schedules ticking on two workers whose reapers race
+# for each tick, one fault around a tick: no tick twice, none early, ticks keep coming
+# (chaos/schedules.py).
 TRIALS ?= 200
 SEED ?= 1
 NAIVE ?= 0

@@ -29,8 +29,8 @@ if __name__ == "__main__":
         " failover, alone: on a Sentinel set-up; elsewhere, alone: tools from an MCP server and"
         " an HTTP API; approval, alone: every write waits for a person the runner plays;"
         " conversation, alone: a second message, a regenerate or a retry mid-turn; timer, alone:"
-        " turns that wait on a timer, on two workers, faults around the wait; none drawn"
-        " otherwise)",
+        " turns that wait on a timer, on two workers, faults around the wait; schedule, alone:"
+        " schedules ticking on two workers, faults around a tick; none drawn otherwise)",
     )
     parser.add_argument(
         "--hog",
@@ -61,6 +61,12 @@ if __name__ == "__main__":
         parser.error("--tenants: a bound of 1 or more (0: no tenant trials)")
     if args.tenants and "elsewhere" in args.only:
         parser.error("--tenants: tenant trials are the default kinds' (store faults among them)")
+    if "schedule" in args.only:  # two workers racing for ticks, no turn of the runner's own
+        from chaos.schedules import main as schedules
+
+        if set(args.only) != {"schedule"} or args.naive or args.tenants or args.hog:
+            parser.error("schedule trials run alone (no --naive, --tenants, --hog)")
+        sys.exit(schedules(args.trials, args.seed, pool=args.pool))
     if "elsewhere" in args.only:  # tools from MCP servers and HTTP APIs: servers of their own
         from chaos.elsewhere import main as elsewhere
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from chaos import schedules
 from chaos.runner import run, table
 from chaos.trial import APPROVAL, TIMER, TIMER_TURNS
 from worker.dev.redis_server import RedisServer
@@ -58,5 +59,28 @@ def test_timer_chaos_trials_wake_every_timer_once(redis_server: RedisServer) -> 
     assert all(o.fault.startswith(f"{TIMER}/") and o.fired for o in outcomes)
     assert all(len(o.turns) == TIMER_TURNS for o in outcomes)
     assert sum(len(o.late) for o in outcomes) >= TIMER_TURNS, "the turns waited and woke"
+    violations = [(o.fault, v) for o in outcomes for v in o.violations]
+    assert violations == []
+
+
+#: schedule trials (chaos.schedules): two workers racing for ticks, a fault around a tick; each
+#: takes 6 to 25 s of ticks, so few, for CI's time
+SCHEDULE_TRIALS = 2
+#: draws a worker killed holding a tick's claim (or before the advance), two ats among the
+#: schedules, then both workers killed across missed ticks (either pool)
+SCHEDULE_SEED = 14
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("pool", ["prefork", "gevent"])
+def test_schedule_chaos_trials_fire_no_tick_twice(redis_server: RedisServer, pool: str) -> None:
+    """Schedules ticking on two workers, a fault around a tick: each tick one turn, none early,
+    ticks keep coming, and every turn keeps the usual invariants."""
+    results, _ = schedules.run(SCHEDULE_TRIALS, SCHEDULE_SEED, pool)
+    outcomes = [r.outcome for r in results]
+    print(table(outcomes))
+    assert len(outcomes) == SCHEDULE_TRIALS
+    assert all(o.fired for o in outcomes), "each trial's fault must strike"
+    assert all(r.fired >= 3 for r in results), "each trial fires ticks"
     violations = [(o.fault, v) for o in outcomes for v in o.violations]
     assert violations == []

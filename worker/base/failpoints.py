@@ -7,6 +7,7 @@ The fault fires once, on the (skip + 1)-th hit of its point. Actions:
 - ``kill_child``: SIGKILL this process (a pool child killed mid-task);
 - ``kill_worker``: SIGKILL the whole worker's process group;
 - ``soft_limit``: SIGUSR1 to this process, as Celery's soft time limit is delivered;
+- ``sigstop``: SIGSTOP this process (a worker paused mid-step: the runner sends SIGCONT later);
 - ``redis_restart``, ``redis_pause``: the runner takes redis-server away once it sees ``fired``;
   this process waits here until Redis stops answering (at most ``OUTAGE_WAIT_S``), so that what
   follows the point — a ``tool_done`` after a write's effect, a hand-over's message — meets the
@@ -69,6 +70,8 @@ class Failpoints:
             os.killpg(os.getpgid(0), signal.SIGKILL)
         elif action == "soft_limit":
             os.kill(os.getpid(), signal.SIGUSR1)
+        elif action == "sigstop":
+            os.kill(os.getpid(), signal.SIGSTOP)
         elif action in STORE_ACTIONS:
             self._await_outage()
         elif action == FAILOVER:

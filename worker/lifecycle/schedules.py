@@ -167,7 +167,9 @@ class Schedules(LifecycleBase):
         claimed = records.claim(schedule_id, due, now_ms, CLAIM_MS, firing.tick_ms)
         if claimed is None:
             return "held"
+        self.failpoints.hit("schedule.claimed")  # chaos only: a crash or a pause holding the claim
         turn_id = self.start_tick(schedule, int(claimed)) if claimed else None
+        self.failpoints.hit("schedule.started")  # chaos only: a crash before the advance
         if not records.advance(schedule_id, due, firing.next_ms, turn_id):
             return "moved on"
         return "skipped" if turn_id is None else "fired"
