@@ -31,8 +31,11 @@ from worker.lifecycle.ticks import CATCH_UP, Every, decide, first_tick, parse_ev
 log = structlog.get_logger("dres.schedules")
 
 #: how long a reaper's claim on a due tick holds off the others (ms): beyond the start of one
-#: turn; a claim that outlives its holder (a crash) lets the next look take the tick
-CLAIM_MS = 10_000
+#: turn; a claim that outlives its holder (a crash, a paused process) lets the next look take the
+#: tick, so it bounds how late a tick fires after a crash. Short is safe: a second reaper that
+#: fires the tick while a slow holder still does finds (or makes, once) the same turn, its id
+#: derived from the tick, and only one advance of the schedule past the tick is taken.
+CLAIM_MS = 2_000
 #: due schedules looked at per sweep, the most overdue first
 SCHEDULE_BATCH = 64
 #: the earliest and latest ``at`` kept (ms): an ISO 8601 time's years are 1-9999, and one
