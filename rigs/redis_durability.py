@@ -103,6 +103,8 @@ class ReplicatedRedis:
     def start(self) -> ReplicatedRedis:
         try:
             self.primary.start()
+            # the primary's port is known for sure once it started (it may have moved)
+            self.replica.extra = ("--replicaof", "127.0.0.1", str(self.primary.port))
             self.replica.start()
             self.wait_online()
         except BaseException:

@@ -37,7 +37,14 @@ from urllib.parse import urlencode
 import redis
 
 from rigs.tls import Certificates, make_certificates
-from worker.dev.redis_server import RedisServer, RedisServerError, free_port
+from worker.dev.redis_server import (
+    RedisServer,
+    RedisServerError,
+    answers_as,
+    free_port,
+    in_use,
+    probe,
+)
 
 #: the master's name the sentinels monitor
 MASTER = "dres-master"
@@ -88,7 +95,7 @@ class LocalSentinel:
         #: starts at once (a master waits 5 s by default, for more replicas to share it)
         self.options = (*(("--masterauth", password) if password else ()), *SYNC_AT_ONCE)
         primary = self._node(self.options)
-        replica = self._node((*self.options, *replica_of(primary.port)))
+        replica = self._node(self.options)  # of the primary: ``start()`` adds it
         #: the data nodes, the primary first; ``master`` says which one is the master now
         self.nodes = [primary, replica]
         self.dir = Path(tempfile.mkdtemp(prefix="dres-sentinel-"))
@@ -132,8 +139,12 @@ class LocalSentinel:
 
     def start(self) -> LocalSentinel:
         try:
-            for node in self.nodes:
-                self._start_node(node)
+            primary, replica = self.nodes
+            self._start_node(primary)
+            # the primary's port is known for sure once it started (a plain one may have moved)
+            replica.extra = (*self._node_listen(replica.port), *self.options)
+            replica.extra += replica_of(primary.port)
+            self._start_node(replica)
             for index, port in enumerate(self.ports):
                 self.sentinels.append(self._start_sentinel(index, port))
             self.wait_master(self.nodes[0].port)
@@ -185,9 +196,12 @@ class LocalSentinel:
             lines += [f"requirepass {secret}", f"sentinel sentinel-pass {secret}"]
         return lines
 
-    def _start_sentinel(self, index: int, port: int) -> subprocess.Popen[bytes]:
+    def _start_sentinel(self, index: int, port: int, moves: int = 5) -> subprocess.Popen[bytes]:
+        """``moves``: times it may take another port when another process took its own
+        between ``free_port()`` and its start (the set-up is not started yet: nobody knows
+        the port but this rig)."""
         home = self.dir / f"sentinel-{index}"
-        home.mkdir()
+        home.mkdir(exist_ok=True)
         lines = [
             *self.conf(self.nodes[0].port),
             *self._listen(port),  # after ``conf``: the last one counts
@@ -205,21 +219,24 @@ class LocalSentinel:
             start_new_session=True,
         )
         deadline = time.monotonic() + RedisServer.START_TIMEOUT_S
-        with self.sentinel(index) as client:
+        options = {"password": self.sentinel_password or None, **self.client_options}
+        with probe(port, options) as client:
             while True:
                 if process.poll() is not None:
+                    log = home / "sentinel.log"
+                    if moves and in_use(log):
+                        log.unlink()
+                        self.ports[index] = free_port()
+                        return self._start_sentinel(index, self.ports[index], moves - 1)
                     raise RedisServerError(
-                        f"redis-server --sentinel exited with {process.returncode}; "
-                        f"see {home / 'sentinel.log'}"
+                        f"redis-server --sentinel exited with {process.returncode}; see {log}"
                     )
-                try:
-                    if client.ping():
-                        return process
-                except redis.ConnectionError:
-                    if time.monotonic() > deadline:
-                        process.kill()
-                        raise RedisServerError(f"sentinel on {port} did not answer") from None
-                    time.sleep(POLL_S)
+                if answers_as(client, process.pid):
+                    return process
+                if time.monotonic() > deadline:
+                    process.kill()
+                    raise RedisServerError(f"sentinel on {port} did not answer")
+                time.sleep(POLL_S)
 
     def cleanup(self) -> None:
         for process in self.sentinels:

@@ -8,6 +8,7 @@ The server binds loopback on a free port, keeps its data in its own directory wi
 from __future__ import annotations
 
 import os
+import secrets
 import shutil
 import signal
 import socket
@@ -19,17 +20,74 @@ from pathlib import Path
 from typing import Any
 
 import redis
+from redis.backoff import NoBackoff
+from redis.retry import Retry
 
 
 class RedisServerError(RuntimeError):
     """redis-server is missing or did not come up."""
 
 
+#: where ``free_port`` looks: below the kernel's ephemeral range, which outgoing connections
+#: take their local ports from (a port the kernel hands out for ``bind(0)`` may be some client's
+#: by the time a server binds it: a server then exits with "Address already in use")
+LOW_PORT = 10_000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def ephemeral_low() -> int:
+    try:
+        return int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default
+
+
 def free_port() -> int:
+    """A loopback port nothing listens on now, outside the ephemeral range when it can: the
+    port is free until a server binds it unless another process picks the same one (random
+    among some 20,000, and checked), not whenever a client connects somewhere."""
+    high = ephemeral_low()
+    for _ in range(50) if high - LOW_PORT > 1000 else ():
+        port = LOW_PORT + secrets.randbelow(high - LOW_PORT)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        found: int = s.getsockname()[1]
+        return found
+
+
+def probe(port: int, options: Mapping[str, Any]) -> redis.Redis:
+    """A client that asks a starting server once per call: short timeouts, no retries (redis-py
+    retries a timeout three times by default, with a backoff)."""
+    return redis.Redis(
+        port=port,
+        socket_connect_timeout=0.2,
+        socket_timeout=1,
+        retry=Retry(NoBackoff(), 0),
+        **options,
+    )
+
+
+def answers_as(client: redis.Redis, pid: int) -> bool:
+    """Whether the server ``client`` reaches answers, and is the process ``pid``: not another
+    process's server (or a listener that answers nothing) on a port this one could not bind."""
+    try:
+        return int(client.info("server")["process_id"]) == pid
+    except (redis.RedisError, OSError, KeyError, ValueError):
+        return False
+
+
+def in_use(log: Path) -> bool:
+    """Whether a redis-server that exited at start did so because its port was taken."""
+    try:
+        return "Address already in use" in log.read_text(errors="replace")
+    except OSError:
+        return False
 
 
 class RedisServer:
@@ -51,6 +109,9 @@ class RedisServer:
             raise RedisServerError("redis-server is not installed (apt-get install redis-server)")
         self.binary = found
         self.port = port or free_port()
+        #: times ``start()`` may move to another port when the one it chose was taken
+        self._moves = 5 if port is None else 0
+        self._started = False
         self._own_dir = data_dir is None
         self.data_dir = Path(data_dir or tempfile.mkdtemp(prefix="dres-redis-"))
         self.data_dir.mkdir(parents=True, exist_ok=True)
@@ -92,26 +153,30 @@ class RedisServer:
         self.process = subprocess.Popen(
             args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
         )
-        client = redis.Redis(port=self.port, socket_connect_timeout=0.2, **self.client_options)
+        client = probe(self.port, self.client_options)
         deadline = time.monotonic() + self.START_TIMEOUT_S
         try:
             while True:
                 if self.process.poll() is not None:
+                    log = self.data_dir / "redis.log"
+                    if self._moves and not self._started and in_use(log):
+                        log.unlink()  # another process took the port meanwhile: another one
+                        self._moves -= 1
+                        self.port = free_port()
+                        return self.start()
                     raise RedisServerError(
-                        f"redis-server exited with {self.process.returncode}; "
-                        f"see {self.data_dir / 'redis.log'}"
+                        f"redis-server exited with {self.process.returncode}; see {log}"
                     )
-                try:
-                    if client.ping():
-                        return self
-                except redis.ConnectionError:
-                    if time.monotonic() > deadline:
-                        self.stop()
-                        raise RedisServerError(
-                            f"redis-server did not answer on port {self.port} "
-                            f"within {self.START_TIMEOUT_S} s"
-                        ) from None
-                    time.sleep(0.02)
+                if answers_as(client, self.process.pid):
+                    self._started = True
+                    return self
+                if time.monotonic() > deadline:
+                    self.stop()
+                    raise RedisServerError(
+                        f"redis-server did not answer on port {self.port} "
+                        f"within {self.START_TIMEOUT_S} s"
+                    )
+                time.sleep(0.02)
         finally:
             client.close()
 
