@@ -38,17 +38,29 @@ export function Chat({ id }: { id: string }) {
 }
 
 function Conversation({ id, history }: { id: string; history: UIMessage[] }) {
-  const { messages, sendMessage, regenerate, addToolApprovalResponse, addToolOutput, status, error } =
+  const { messages, sendMessage, regenerate, addToolApprovalResponse, addToolOutput, resumeStream, status, error } =
     useChat({
       id,
       messages: history,
       transport,
-      resume: true, // GET /api/chat/{id}/stream: a reload mid-answer follows the live turn
       sendAutomaticallyWhen: answered,
     });
+  // GET /api/chat/{id}/stream: a reload mid-answer follows the live turn, and a waiting turn is
+  // replayed. What `resume: true` does, but here the page knows when it is done: an answer or a
+  // decision given before would not be sent (the AI SDK sends one by itself only when idle) and
+  // the replay's parts would overwrite it.
+  const [caughtUp, setCaughtUp] = useState(false);
+  useEffect(() => {
+    let current = true;
+    resumeStream().finally(() => current && setCaughtUp(true));
+    return () => {
+      current = false;
+    };
+  }, [resumeStream]);
   const [input, setInput] = useState("");
   const [editing, setEditing] = useState<string | null>(null); // the user message being edited
   const busy = status === "submitted" || status === "streaming";
+  const waitAnswers = busy || !caughtUp;
   const last = messages.at(-1);
 
   return (
@@ -78,6 +90,7 @@ function Conversation({ id, history }: { id: string; history: UIMessage[] }) {
                 {part.state === "output-error" && ` → ${part.errorText}`}
                 {part.state === "input-available" && getToolName(part) === "ask_user" && (
                   <Answer
+                    disabled={waitAnswers}
                     onAnswer={(answer) =>
                       addToolOutput({ tool: "ask_user", toolCallId: part.toolCallId, output: { answer } })
                     }
@@ -85,10 +98,16 @@ function Conversation({ id, history }: { id: string; history: UIMessage[] }) {
                 )}
                 {part.state === "approval-requested" && (
                   <>
-                    <button onClick={() => addToolApprovalResponse({ id: part.approval.id, approved: true })}>
+                    <button
+                      disabled={waitAnswers}
+                      onClick={() => addToolApprovalResponse({ id: part.approval.id, approved: true })}
+                    >
                       Approve
                     </button>
-                    <button onClick={() => addToolApprovalResponse({ id: part.approval.id, approved: false })}>
+                    <button
+                      disabled={waitAnswers}
+                      onClick={() => addToolApprovalResponse({ id: part.approval.id, approved: false })}
+                    >
                       Deny
                     </button>
                   </>
@@ -118,7 +137,7 @@ function Conversation({ id, history }: { id: string; history: UIMessage[] }) {
           data-testid="composer"
           value={input}
           onChange={(e) => setInput(e.target.value)}
-          disabled={busy}
+          disabled={waitAnswers}
           aria-label="message"
         />
       </form>
@@ -127,17 +146,25 @@ function Conversation({ id, history }: { id: string; history: UIMessage[] }) {
 }
 
 // The person's answer to ask_user: the turn waits for it, and goes on in the same message.
-function Answer({ onAnswer }: { onAnswer: (answer: string) => void }) {
+function Answer({ onAnswer, disabled }: { onAnswer: (answer: string) => void; disabled: boolean }) {
   const [answer, setAnswer] = useState("");
   return (
     <form
       onSubmit={(e) => {
         e.preventDefault();
-        onAnswer(answer);
+        if (!disabled) onAnswer(answer);
       }}
     >
-      <input data-testid="tool-answer" value={answer} onChange={(e) => setAnswer(e.target.value)} aria-label="answer" />
-      <button type="submit">Answer</button>
+      <input
+        data-testid="tool-answer"
+        value={answer}
+        onChange={(e) => setAnswer(e.target.value)}
+        disabled={disabled}
+        aria-label="answer"
+      />
+      <button type="submit" disabled={disabled}>
+        Answer
+      </button>
     </form>
   );
 }
